@@ -1,0 +1,306 @@
+"""Settings: one typed object read once at start-up (environment, then an optional TOML file).
+
+Every setting is declared once in `FIELDS` with its environment name, default and meaning; the
+README's configuration table is generated from the same declarations (`toolselect config`).
+Precedence: explicit overrides (CLI flags) > `TOOLSELECT_*` environment > `toolselect.toml` > default.
+Nothing else in toolselect reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from toolselect.errors import ConfigError
+from toolselect.names import DEFAULT_FALLBACK_TOOLS
+
+
+def _int(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"expected a whole number, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"expected a number in {lo}..{hi}, got {value}")
+        return value
+
+    return parse
+
+
+def _float(lo: float, hi: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"expected a number, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"expected a number in {lo}..{hi}, got {value}")
+        return value
+
+    return parse
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"expected true/false, got {text!r}")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _str(text: str) -> str:
+    return text.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    env: str
+    parse: Callable[[str], Any]
+    doc: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable; see `FIELDS` for the environment names and meanings."""
+
+    store: str = ""
+    data_dir: str = ""
+    neo4j_uri: str = ""
+    neo4j_username: str = "neo4j"
+    neo4j_password: str = ""
+    neo4j_database: str = "neo4j"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    embedder: str = "hashing"
+    embed_url: str = ""
+    embed_model: str = ""
+    embed_api_key: str = ""
+    hybrid_weight: float = 0.5
+    description_weight: float = 1.0
+    exemplar_weight: float = 1.0
+    margin_floor: float = 0.05
+    fallback_tools: tuple[str, ...] = DEFAULT_FALLBACK_TOOLS
+    load_demo: bool = False
+    queue_size: int = 1024
+    oracle: str = "on"
+    oracle_tiers: tuple[str, ...] = ("ratchet", "ranker", "teacher")
+    teacher: str = ""
+    teacher_model: str = ""
+    teacher_candidates: int = 10
+    teacher_budget_per_hour: int = 60
+    teacher_retries: int = 2
+    teacher_timeout_s: float = 20.0
+    anthropic_api_key: str = ""
+    anthropic_base_url: str = ""
+    openai_base_url: str = ""
+    openai_api_key: str = ""
+    exemplars_per_tool: int = 512
+    exemplars_total: int = 10_000
+    exemplar_max_age_days: float = 90.0
+    poll_interval_s: float = 5.0
+    max_body_bytes: int = 1 << 20
+    max_query_bytes: int = 8 << 10
+    max_k: int = 100
+    max_batch: int = 1000
+    max_concurrency: int = 256
+    request_timeout_s: float = 10.0
+    shutdown_timeout_s: float = 10.0
+    api_keys: tuple[str, ...] = ()
+    metrics_auth: bool = False
+    log_level: str = "info"
+    log_format: str = "auto"
+
+    @property
+    def store_kind(self) -> str:
+        """`neo4j` or `sqlite`: explicit `store`, else Neo4j when a URI is configured."""
+        if self.store:
+            return "neo4j" if self.store == "neo4j" else "sqlite"
+        return "neo4j" if self.neo4j_uri else "sqlite"
+
+    @property
+    def sqlite_path(self) -> Path:
+        if self.store.startswith("sqlite:") and self.store != "sqlite:":
+            return Path(self.store.removeprefix("sqlite:")).expanduser()
+        return Path(self.data_dir).expanduser() / "toolselect.db"
+
+    @property
+    def teacher_kind(self) -> str:
+        """`anthropic`, `openai` or `none`: explicit, else Anthropic when its key is set."""
+        if self.teacher:
+            return self.teacher
+        return "anthropic" if self.anthropic_api_key else "none"
+
+    def override(self, **changes: Any) -> Settings:
+        """A copy with some values replaced (CLI flags); `None` values are ignored."""
+        settings = replace(self, **{k: v for k, v in changes.items() if v is not None})
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.store not in ("", "neo4j") and not self.store.startswith("sqlite:"):
+            raise ConfigError(
+                f"TOOLSELECT_STORE: expected 'neo4j' or 'sqlite:PATH', got {self.store!r}"
+            )
+        if self.store_kind == "neo4j" and not self.neo4j_uri:
+            raise ConfigError("TOOLSELECT_STORE=neo4j needs NEO4J_URI (e.g. bolt://host:7687)")
+        if self.embedder in ("http",) and not self.embed_url:
+            raise ConfigError("TOOLSELECT_EMBEDDER=http needs TOOLSELECT_EMBED_URL")
+        unknown = [t for t in self.oracle_tiers if t not in ("ratchet", "ranker", "teacher")]
+        if unknown or not self.oracle_tiers:
+            raise ConfigError(
+                "TOOLSELECT_ORACLE_TIERS: expected a comma list of ratchet, ranker, teacher, "
+                f"got {','.join(self.oracle_tiers)!r}"
+            )
+        if self.teacher_kind == "openai" and not self.openai_base_url:
+            raise ConfigError("TOOLSELECT_TEACHER=openai needs TOOLSELECT_OPENAI_BASE_URL")
+
+
+def _default_data_dir(environ: Mapping[str, str]) -> str:
+    base = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(base) / "toolselect")
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("store", "TOOLSELECT_STORE", _str, "`neo4j` or `sqlite:PATH`; unset: Neo4j when `NEO4J_URI` is set, else the embedded store"),
+    Field("data_dir", "TOOLSELECT_DATA_DIR", _str, "folder of the embedded store (default `$XDG_DATA_HOME/toolselect`)"),
+    Field("neo4j_uri", "NEO4J_URI", _str, "Bolt or Neo4j URI of the production store"),
+    Field("neo4j_username", "NEO4J_USERNAME", _str, "Neo4j user"),
+    Field("neo4j_password", "NEO4J_PASSWORD", _str, "Neo4j password (empty: no authentication)"),
+    Field("neo4j_database", "NEO4J_DATABASE", _str, "Neo4j database name"),
+    Field("host", "TOOLSELECT_HOST", _str, "address `serve` binds"),
+    Field("port", "TOOLSELECT_PORT", _int(0, 65535), "port `serve` binds"),
+    Field("embedder", "TOOLSELECT_EMBEDDER", _choice("hashing", "minilm", "http", "hybrid"), "query and tool embedder"),
+    Field("embed_url", "TOOLSELECT_EMBED_URL", _str, "base URL of an OpenAI-compatible `/v1/embeddings` endpoint (`http` embedder)"),
+    Field("embed_model", "TOOLSELECT_EMBED_MODEL", _str, "model name sent to the `http` embedder"),
+    Field("embed_api_key", "TOOLSELECT_EMBED_API_KEY", _str, "bearer key for the `http` embedder"),
+    Field("hybrid_weight", "TOOLSELECT_HYBRID_WEIGHT", _float(0.0, 1.0), "weight of the dense scores in `hybrid` (lexical gets the rest)"),
+    Field("description_weight", "TOOLSELECT_DESCRIPTION_WEIGHT", _float(0.0, 1000.0), "weight of a tool's description vector in its centroid"),
+    Field("exemplar_weight", "TOOLSELECT_EXEMPLAR_WEIGHT", _float(0.0, 1000.0), "weight of each learned exemplar vector in its tool's centroid"),
+    Field("margin_floor", "TOOLSELECT_MARGIN_FLOOR", _float(0.0, 2.0), "top-1/top-2 margin at which the ranker's own label is trusted"),
+    Field("fallback_tools", "TOOLSELECT_FALLBACK_TOOLS", _names, "comma list of tools an agent improvises with when it missed the right one"),
+    Field("load_demo", "TOOLSELECT_LOAD_DEMO", _bool, "load the shipped demo catalog when the store has no tools"),
+    Field("queue_size", "TOOLSELECT_QUEUE_SIZE", _int(1, 1_000_000), "bounded observe queue (drop on full)"),
+    Field("oracle", "TOOLSELECT_ORACLE", _choice("on", "off"), "kill switch: `off` means no paid call, ever"),
+    Field("oracle_tiers", "TOOLSELECT_ORACLE_TIERS", _names, "oracle tiers in order"),
+    Field("teacher", "TOOLSELECT_TEACHER", _choice("anthropic", "openai", "none"), "LLM teacher; unset: `anthropic` when `ANTHROPIC_API_KEY` is set, else `none`"),
+    Field("teacher_model", "TOOLSELECT_TEACHER_MODEL", _str, "teacher model (default `claude-haiku-4-5` for Anthropic)"),
+    Field("teacher_candidates", "TOOLSELECT_TEACHER_CANDIDATES", _int(1, 100), "ranker candidates shown to the teacher"),
+    Field("teacher_budget_per_hour", "TOOLSELECT_TEACHER_BUDGET_PER_HOUR", _int(0, 1_000_000), "paid teacher calls allowed per rolling hour"),
+    Field("teacher_retries", "TOOLSELECT_TEACHER_RETRIES", _int(0, 10), "retries on 429/5xx/overloaded"),
+    Field("teacher_timeout_s", "TOOLSELECT_TEACHER_TIMEOUT", _float(0.1, 600.0), "seconds per teacher attempt"),
+    Field("anthropic_api_key", "ANTHROPIC_API_KEY", _str, "Anthropic key (as the SDK reads it)"),
+    Field("anthropic_base_url", "ANTHROPIC_BASE_URL", _str, "Anthropic base URL (as the SDK reads it)"),
+    Field("openai_base_url", "TOOLSELECT_OPENAI_BASE_URL", _str, "OpenAI-compatible teacher base URL (e.g. `http://127.0.0.1:11434/v1`)"),
+    Field("openai_api_key", "TOOLSELECT_OPENAI_API_KEY", _str, "key for the OpenAI-compatible teacher"),
+    Field("exemplars_per_tool", "TOOLSELECT_EXEMPLARS_PER_TOOL", _int(1, 10_000_000), "exemplars kept per tool (newest kept)"),
+    Field("exemplars_total", "TOOLSELECT_EXEMPLARS_TOTAL", _int(1, 100_000_000), "exemplars kept in all (newest kept)"),
+    Field("exemplar_max_age_days", "TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS", _float(0.001, 100_000.0), "exemplar expiry"),
+    Field("poll_interval_s", "TOOLSELECT_POLL_INTERVAL", _float(0.05, 3600.0), "seconds between polls for other replicas' exemplars"),
+    Field("max_body_bytes", "TOOLSELECT_MAX_BODY_BYTES", _int(1024, 1 << 30), "largest request body"),
+    Field("max_query_bytes", "TOOLSELECT_MAX_QUERY_BYTES", _int(16, 1 << 20), "longest query or request text (UTF-8 bytes)"),
+    Field("max_k", "TOOLSELECT_MAX_K", _int(1, 10_000), "largest k"),
+    Field("max_batch", "TOOLSELECT_MAX_BATCH", _int(1, 1_000_000), "most turns in one observe batch"),
+    Field("max_concurrency", "TOOLSELECT_MAX_CONCURRENCY", _int(1, 100_000), "concurrent requests before `503 overloaded`"),
+    Field("request_timeout_s", "TOOLSELECT_REQUEST_TIMEOUT", _float(0.01, 3600.0), "seconds a request may take"),
+    Field("shutdown_timeout_s", "TOOLSELECT_SHUTDOWN_TIMEOUT", _float(0.0, 3600.0), "seconds to drain on shutdown"),
+    Field("api_keys", "TOOLSELECT_API_KEYS", _names, "comma list of API keys, or `@FILE` (one key a line); set: `/v1/*` needs `Authorization: Bearer`"),
+    Field("metrics_auth", "TOOLSELECT_METRICS_AUTH", _bool, "require an API key on `/metrics` too"),
+    Field("log_level", "TOOLSELECT_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "log level"),
+    Field("log_format", "TOOLSELECT_LOG_FORMAT", _choice("auto", "json", "console"), "`auto`: JSON unless stdout is a terminal"),
+)  # fmt: skip
+
+
+def _read_toml(path: Path) -> dict[str, str]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read settings: {exc}") from exc
+    table = data.get("toolselect", data)
+    known = {f.name for f in FIELDS}
+    out: dict[str, str] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"{path}: unknown setting {key!r}")
+        if isinstance(value, list):
+            out[key] = ",".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        else:
+            out[key] = str(value)
+    return out
+
+
+def _read_keys_file(spec: tuple[str, ...]) -> tuple[str, ...]:
+    if len(spec) == 1 and spec[0].startswith("@"):
+        path = Path(spec[0][1:]).expanduser()
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError(f"TOOLSELECT_API_KEYS: cannot read {path}: {exc}") from exc
+        return tuple(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+    return spec
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None, toml_path: Path | None = None
+) -> Settings:
+    """Read settings once; raise `ConfigError` with the variable name and the rule it breaks."""
+    env = dict(os.environ if environ is None else environ)
+    raw: dict[str, str] = {}
+    path = toml_path or Path(env.get("TOOLSELECT_CONFIG", "toolselect.toml"))
+    if path.is_file():
+        raw.update(_read_toml(path))
+    elif toml_path is not None or "TOOLSELECT_CONFIG" in env:
+        raise ConfigError(f"{path}: settings file not found")
+    for f in FIELDS:
+        if f.env in env and env[f.env] != "":
+            raw[f.name] = env[f.env]
+    values: dict[str, Any] = {}
+    for f in FIELDS:
+        if f.name in raw:
+            try:
+                values[f.name] = f.parse(raw[f.name])
+            except ValueError as exc:
+                raise ConfigError(f"{f.env}: {exc}") from None
+    if not values.get("data_dir"):
+        values["data_dir"] = _default_data_dir(env)
+    if "api_keys" in values:
+        values["api_keys"] = _read_keys_file(values["api_keys"])
+    settings = Settings(**values)
+    settings.validate()
+    return settings
+
+
+def settings_table() -> str:
+    """The README's configuration table, from the declarations above."""
+    defaults = Settings()
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    by_name = {f.name: f for f in fields(Settings)}
+    for f in FIELDS:
+        value = getattr(defaults, f.name) if f.name in by_name else ""
+        if isinstance(value, tuple):
+            value = ",".join(value)
+        shown = f"`{value}`" if value not in ("", ()) else ""
+        rows.append(f"| `{f.env}` | {shown} | {f.doc} |")
+    return "\n".join(rows)

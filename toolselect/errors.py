@@ -1,0 +1,63 @@
+"""The one exception root of toolselect.
+
+    ToolselectError
+     ├── ConfigError (ValueError)          settings that cannot work; raised at start-up
+     ├── InvalidInput (ValueError)         a caller's mistake, with the field at fault
+     ├── NotFound (LookupError)            a named tool or exemplar does not exist
+     ├── StoreError                        the store refused an operation
+     │    └── StoreUnavailable             the store cannot be reached (retry or degrade)
+     ├── EmbedderError
+     │    └── EmbedderUnavailable          a remote embedder cannot be reached
+     └── TeacherError
+          └── TeacherUnavailable           the teacher failed transiently (retry or record `error`)
+
+Adapters translate their library's errors into this tree at the boundary (`raise ... from exc`),
+so nothing from `neo4j`, `sqlite3`, `aiohttp` or `anthropic` leaks to callers.
+"""
+
+from __future__ import annotations
+
+
+class ToolselectError(Exception):
+    """Root of every error toolselect raises on purpose."""
+
+
+class ConfigError(ToolselectError, ValueError):
+    """A setting is missing, malformed or contradicts another."""
+
+
+class InvalidInput(ToolselectError, ValueError):
+    """A caller sent something that breaks a rule; `field` names the part at fault."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class NotFound(ToolselectError, LookupError):
+    """A named thing (tool, exemplar, analysis) does not exist."""
+
+
+class StoreError(ToolselectError):
+    """The store rejected an operation."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached or authenticated against; transient from a caller's view."""
+
+
+class EmbedderError(ToolselectError):
+    """The embedder could not produce vectors."""
+
+
+class EmbedderUnavailable(EmbedderError):
+    """A remote embedder did not answer."""
+
+
+class TeacherError(ToolselectError):
+    """The teacher gave an unusable answer."""
+
+
+class TeacherUnavailable(TeacherError):
+    """The teacher failed transiently (timeout, 429, 5xx, overloaded)."""

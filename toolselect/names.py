@@ -1,0 +1,49 @@
+"""Name and text rules shared by every part: bare names, fallback tools, query normalisation."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+DEFAULT_FALLBACK_TOOLS: tuple[str, ...] = (
+    "shell_exec",
+    "shell_poll",
+    "shell_kill",
+    "fs_read",
+    "fs_glob",
+    "fs_grep",
+    "skill",
+    "text_response",
+)
+
+_SPACES = re.compile(r"\s+")
+
+
+def bare_name(name: str) -> str:
+    """The part after the last `__`: `whatsapp__send_message` -> `send_message`."""
+    return name.rsplit("__", 1)[-1]
+
+
+def namespace(name: str) -> str:
+    """The part before the last `__`, or the empty string for a plain name."""
+    head, sep, _ = name.rpartition("__")
+    return head if sep else ""
+
+
+def same_tool(a: str, b: str) -> bool:
+    """Two names denote one tool when their bare names match; never by suffix."""
+    return bool(a) and bool(b) and bare_name(a) == bare_name(b)
+
+
+def normalise_query(text: str) -> str:
+    """The key under which a query's label is kept: NFKC, case-folded, whitespace collapsed."""
+    return _SPACES.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_SEPARATORS = re.compile(r"[_.\-/:\s]+")
+
+
+def name_words(name: str) -> str:
+    """A tool name split into words: snake, camel, dots and `__` namespaces all become spaces."""
+    return " ".join(w.lower() for w in _SEPARATORS.split(_CAMEL.sub(" ", name)) if w)
