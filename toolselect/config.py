@@ -299,7 +299,9 @@ def settings_table() -> str:
     by_name = {f.name: f for f in fields(Settings)}
     for f in FIELDS:
         value = getattr(defaults, f.name) if f.name in by_name else ""
-        if isinstance(value, tuple):
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, tuple):
             value = ",".join(value)
         shown = f"`{value}`" if value not in ("", ()) else ""
         rows.append(f"| `{f.env}` | {shown} | {f.doc} |")

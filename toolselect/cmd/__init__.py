@@ -1,1 +1,1 @@
-"""toolselect.cmd."""
+"""The `toolselect` command line."""

@@ -1,0 +1,38 @@
+# Two commands: `make run` serves the demo catalog on 127.0.0.1:8080, `make test` is what CI runs.
+# Both create .venv when missing and (re)install only when pyproject.toml changed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck pytest bench neo4j-start neo4j-stop clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	TOOLSELECT_LOAD_DEMO=$${TOOLSELECT_LOAD_DEMO:-true} $(BIN)/toolselect serve --host 127.0.0.1 --port 8080
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict toolselect
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test: lint typecheck pytest
+
+neo4j-start:
+	scripts/neo4j-local start
+
+neo4j-stop:
+	scripts/neo4j-local stop
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

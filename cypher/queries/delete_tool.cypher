@@ -1,0 +1,4 @@
+// Removes the tool with its IN_PACK, SELECTS and USED edges; exemplars are tombstoned first.
+MATCH (t:Tool {name: $name})
+DETACH DELETE t
+RETURN count(*) AS deleted

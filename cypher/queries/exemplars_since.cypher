@@ -1,0 +1,4 @@
+MATCH (e:ToolSelectionExample)-[:SELECTS]->(t:Tool)
+WHERE e.version > $version
+RETURN e {.*} AS exemplar, t.name AS tool
+ORDER BY e.version

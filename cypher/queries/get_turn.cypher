@@ -1,0 +1,2 @@
+MATCH (t:Turn {id: $id})
+RETURN t {.*} AS turn

@@ -1,0 +1,4 @@
+MATCH (c:OracleCall)
+WHERE $turn_id IS NULL OR c.turn_id = $turn_id
+RETURN c {.*} AS call
+ORDER BY c.at, c.seq

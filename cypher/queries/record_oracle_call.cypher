@@ -1,0 +1,19 @@
+// $call: the property map. A sequence number from a counter node keeps insertion order for calls
+// with equal `at`; a resent id keeps its first number. Linked to its turn when that turn is
+// already recorded (record_turns links calls recorded before their turn).
+MERGE (s:Meta {key: 'oracle_calls'})
+  ON CREATE SET s.seq = 0
+SET s.seq = s.seq + 1
+MERGE (c:OracleCall {id: $call.id})
+  ON CREATE SET c.seq = s.seq
+SET c += $call
+WITH c
+CALL (c) {
+  MATCH (c)<-[r:ESCALATED]-()
+  DELETE r
+}
+CALL (c) {
+  MATCH (t:Turn {id: c.turn_id})
+  MERGE (t)-[:ESCALATED]->(c)
+}
+RETURN c.id AS id

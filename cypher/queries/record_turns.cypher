@@ -1,0 +1,26 @@
+// $turns: turn property maps with distinct ids. A resent id updates the turn in place.
+// Exemplars and oracle calls recorded before their turn are linked here through turn_id.
+UNWIND $turns AS row
+OPTIONAL MATCH (old:Turn {id: row.id})
+WITH row, old IS NULL AS is_new
+MERGE (t:Turn {id: row.id})
+SET t = row
+WITH t, is_new
+CALL (t) {
+  MATCH (t)-[u:USED]->(prev:Tool)
+  WHERE prev.name <> t.used_tool
+  DELETE u
+}
+CALL (t) {
+  MATCH (tool:Tool {name: t.used_tool})
+  MERGE (t)-[:USED]->(tool)
+}
+CALL (t) {
+  MATCH (e:ToolSelectionExample {turn_id: t.id})
+  MERGE (t)-[:PRODUCED]->(e)
+}
+CALL (t) {
+  MATCH (c:OracleCall {turn_id: t.id})
+  MERGE (t)-[:ESCALATED]->(c)
+}
+RETURN count(CASE WHEN is_new THEN 1 END) AS created

@@ -1,0 +1,3 @@
+OPTIONAL MATCH (m:Meta {key: 'state'})
+RETURN coalesce(m.catalog_version, 0) AS catalog_version,
+       coalesce(m.exemplar_version, 0) AS exemplar_version

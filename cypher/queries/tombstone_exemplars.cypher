@@ -1,0 +1,8 @@
+// Deletes exemplars by id, leaving one tombstone per normalised query at $version so
+// exemplars_since() can report the deletion.
+UNWIND $ids AS id
+MATCH (e:ToolSelectionExample {id: id})
+MERGE (ts:ExemplarTombstone {query_norm: e.query_norm})
+SET ts.version = $version
+DETACH DELETE e
+RETURN count(*) AS deleted

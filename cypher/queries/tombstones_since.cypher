@@ -1,0 +1,4 @@
+MATCH (ts:ExemplarTombstone)
+WHERE ts.version > $version
+RETURN ts.query_norm AS query_norm
+ORDER BY ts.version, ts.query_norm

@@ -1,0 +1,2 @@
+MATCH (e:ToolSelectionExample)-[:SELECTS]->(:Tool {name: $name})
+RETURN e.id AS id

@@ -1,0 +1,10 @@
+// $tools: [{name, namespace, bare_name, description, input_schema, content_hash}], names distinct.
+// Only tools whose content hash differs are written; returns how many were.
+UNWIND $tools AS row
+OPTIONAL MATCH (old:Tool {name: row.name})
+WITH row, old IS NULL OR old.content_hash <> row.content_hash AS changed
+MERGE (t:Tool {name: row.name})
+WITH t, row, changed
+WHERE changed
+SET t = row, t.updated_at = $now
+RETURN count(t) AS changed

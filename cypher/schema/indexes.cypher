@@ -1,0 +1,10 @@
+// Range indexes for the reads and joins the store and the analytics queries make.
+CREATE INDEX turn_at IF NOT EXISTS FOR (t:Turn) ON (t.at);
+CREATE INDEX turn_used_tool IF NOT EXISTS FOR (t:Turn) ON (t.used_tool);
+CREATE INDEX exemplar_version IF NOT EXISTS FOR (e:ToolSelectionExample) ON (e.version);
+CREATE INDEX exemplar_created_at IF NOT EXISTS FOR (e:ToolSelectionExample) ON (e.created_at);
+// Turns recorded after their exemplars or oracle calls link to them through turn_id.
+CREATE INDEX exemplar_turn_id IF NOT EXISTS FOR (e:ToolSelectionExample) ON (e.turn_id);
+CREATE INDEX tombstone_version IF NOT EXISTS FOR (ts:ExemplarTombstone) ON (ts.version);
+CREATE INDEX oracle_call_at IF NOT EXISTS FOR (c:OracleCall) ON (c.at);
+CREATE INDEX oracle_call_turn_id IF NOT EXISTS FOR (c:OracleCall) ON (c.turn_id);

@@ -1,0 +1,360 @@
+"""The Anthropic teacher behind the Oracle, through the real SDK against a local Messages stub."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import pytest
+import pytest_asyncio
+
+from tests.oracle.conftest import (
+    CANDIDATE_NAMES,
+    CANDIDATES,
+    REQUEST,
+    USED,
+    Calls,
+    FakeClock,
+    Reply,
+    Sleeps,
+    Stub,
+    sample,
+)
+from toolselect.graph.store import OracleCall
+from toolselect.metrics import Metrics
+from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
+from toolselect.oracle.budget import Budget, RetryPolicy
+from toolselect.oracle.oracle import Oracle
+
+MODEL = "claude-haiku-4-5"
+
+
+def message(tool: Any, *, name: str = "choose_tool", tokens: tuple[int, int] = (120, 12)) -> Any:
+    """A Messages API answer in the real wire format, calling `name` with {"tool": tool}."""
+    return {
+        "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL,
+        "content": [
+            {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": name,
+             "input": {"tool": tool}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]},
+    }  # fmt: skip
+
+
+def api_error(status: int, kind: str, headers: dict[str, str] | None = None) -> Reply:
+    body = {"type": "error", "error": {"type": kind, "message": f"{kind} for the test"}}
+    return Reply(status=status, body=body, headers=headers or {})
+
+
+class Harness:
+    """An Oracle over an AnthropicTeacher pointed at the stub, with its fakes exposed."""
+
+    def __init__(self, stub: Stub, client: anthropic.AsyncAnthropic) -> None:
+        self.stub = stub
+        self.client = client
+        self.clock = FakeClock()
+        self.calls = Calls()
+        self.sleeps = Sleeps()
+        self.metrics = Metrics()
+        self.budget = Budget(60, clock=self.clock)
+
+    def oracle(
+        self,
+        *,
+        enabled: bool = True,
+        retries: int = 2,
+        timeout_s: float = 5.0,
+        client: anthropic.AsyncAnthropic | None = None,
+        with_teacher: bool = True,
+        record: Any = None,
+    ) -> Oracle:
+        teacher = AnthropicTeacher(client or self.client, MODEL) if with_teacher else None
+        return Oracle(
+            teacher,
+            enabled=enabled,
+            budget=self.budget,
+            retry=RetryPolicy(retries=retries),
+            timeout_s=timeout_s,
+            record_call=record or self.calls,
+            clock=self.clock,
+            sleep=self.sleeps,
+            metrics=self.metrics,
+        )
+
+    async def teach(self, oracle: Oracle | None = None) -> Any:
+        return await (oracle or self.oracle()).teach(REQUEST, USED, CANDIDATES, turn_id="t-1")
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def h(anthropic_stub: Stub) -> AsyncIterator[Harness]:
+    client = anthropic.AsyncAnthropic(api_key="test", base_url=anthropic_stub.url, max_retries=0)
+    try:
+        yield Harness(anthropic_stub, client)
+    finally:
+        await client.close()
+
+
+async def test_valid_tool_use_is_labeled_and_traced(h: Harness) -> None:
+    """A tool_use naming a candidate is `labeled`, traced once with tokens and cost."""
+    h.stub.reply(Reply(body=message("whatsapp__send_message")))
+    answer = await h.teach()
+    assert answer.result == "labeled"
+    assert answer.label == "whatsapp__send_message"
+    assert (answer.input_tokens, answer.output_tokens, answer.attempts) == (120, 12, 1)
+    assert answer.cost_usd == pytest.approx((120 * 1.0 + 12 * 5.0) / 1e6)
+    [call] = h.calls.calls
+    assert isinstance(call, OracleCall)
+    assert (call.provider, call.model, call.result, call.turn_id) == (
+        "anthropic", MODEL, "labeled", "t-1"
+    )  # fmt: skip
+    assert (call.input_tokens, call.output_tokens, call.error) == (120, 12, None)
+    assert call.cost_usd == pytest.approx(answer.cost_usd)
+    assert call.latency_ms >= 0
+    assert h.budget.remaining() == 59
+    assert sample(h.metrics, "teacher_tokens", provider="anthropic", direction="input") == 120
+    assert (
+        h.metrics.registry.get_sample_value(
+            "toolselect_teacher_seconds_count", {"provider": "anthropic"}
+        )
+        == 1
+    )
+
+
+async def test_request_sent_is_the_forced_choice(h: Harness) -> None:
+    """The stub receives one Messages call: model, 64 tokens, forced choose_tool, enum + none."""
+    h.stub.reply(Reply(body=message("web_search")))
+    await h.teach()
+    [got] = h.stub.received
+    body = got.body
+    assert got.path == "/v1/messages"
+    assert body["model"] == MODEL
+    assert body["max_tokens"] == 64
+    # SDK 2.x / API 2026-10-21 rejects sampling parameters, so none is sent.
+    assert "temperature" not in body
+    assert body["tool_choice"]["type"] == "tool"
+    assert body["tool_choice"]["name"] == "choose_tool"
+    [tool] = body["tools"]
+    assert tool["name"] == "choose_tool"
+    assert tool["input_schema"]["required"] == ["tool"]
+    assert tool["input_schema"]["properties"]["tool"]["enum"] == [*CANDIDATE_NAMES, "none"]
+    assert "tool" in body["system"].lower()
+    [user] = body["messages"]
+    assert user["role"] == "user"
+    assert REQUEST in user["content"] and USED in user["content"]
+    assert "whatsapp__send_message: Send a WhatsApp message" in user["content"]
+    assert got.headers.get("x-stainless-retry-count") == "0"
+
+
+async def test_answer_outside_candidates_is_declined(h: Harness) -> None:
+    """A tool that is not a candidate is `declined`; the paid call keeps its budget slot."""
+    h.stub.reply(Reply(body=message("telegram__send_message")))
+    answer = await h.teach()
+    assert (answer.result, answer.label) == ("declined", None)
+    assert answer.reason is not None and "telegram__send_message" in answer.reason
+    assert h.calls.results == ["declined"]
+    assert h.budget.remaining() == 59
+
+
+async def test_none_is_declined(h: Harness) -> None:
+    """`none` is `declined` with the reason that the teacher picked none."""
+    h.stub.reply(Reply(body=message("none")))
+    answer = await h.teach()
+    assert (answer.result, answer.label, answer.reason) == ("declined", None, "teacher picked none")
+    assert h.calls.results == ["declined"]
+
+
+async def test_bare_name_answer_resolves_to_the_namespaced_candidate(h: Harness) -> None:
+    """A bare name that matches exactly one candidate labels that candidate's full name."""
+    h.stub.reply(Reply(body=message("send_message")))
+    answer = await h.teach()
+    assert (answer.result, answer.label) == ("labeled", "whatsapp__send_message")
+
+
+async def test_429_with_retry_after_is_retried_after_the_servers_delay(h: Harness) -> None:
+    """A 429 with `retry-after: 3` is retried after 3 s (longer than backoff), then labeled."""
+    h.stub.reply(
+        api_error(429, "rate_limit_error", {"retry-after": "3"}),
+        Reply(body=message("whatsapp__send_message")),
+    )
+    answer = await h.teach()
+    assert (answer.result, answer.attempts) == ("labeled", 2)
+    assert h.sleeps.delays == [3.0]
+    assert len(h.stub.received) == 2
+    assert h.calls.results == ["error", "labeled"]
+    assert "429" in (h.calls.calls[0].error or "")
+    assert h.budget.remaining() == 59
+
+
+async def test_529_overloaded_is_retried_with_backoff(h: Harness) -> None:
+    """A 529 overloaded answer is retried after the first backoff step, then labeled."""
+    h.stub.reply(api_error(529, "overloaded_error"), Reply(body=message("web_search")))
+    answer = await h.teach()
+    assert (answer.result, answer.label) == ("labeled", "web_search")
+    assert h.sleeps.delays == [0.25]
+    assert h.calls.results == ["error", "labeled"]
+
+
+async def test_500_every_time_is_an_error_after_all_attempts(h: Harness) -> None:
+    """Persistent 500s are tried 1 + retries times with growing delays, then `error`, refunded."""
+    h.stub.reply(api_error(500, "api_error"))
+    answer = await h.teach()
+    assert (answer.result, answer.attempts) == ("error", 3)
+    assert answer.error is not None and "500" in answer.error
+    assert len(h.stub.received) == 3
+    assert h.sleeps.delays == [0.25, 0.5]
+    assert h.calls.results == ["error", "error", "error"]
+    assert all(c.cost_usd == 0 and c.input_tokens == 0 for c in h.calls.calls)
+    assert h.budget.remaining() == 60
+    assert (
+        h.metrics.registry.get_sample_value(
+            "toolselect_teacher_seconds_count", {"provider": "anthropic"}
+        )
+        == 3
+    )
+
+
+async def test_hang_past_timeout_is_an_error(h: Harness) -> None:
+    """An answer slower than the per-attempt timeout is abandoned and recorded as `error`."""
+    h.stub.reply(Reply(hang=True))
+    answer = await h.teach(h.oracle(retries=0, timeout_s=0.3))
+    assert answer.result == "error"
+    assert answer.error == "timed out after 0.3 s"
+    [call] = h.calls.calls
+    assert call.result == "error" and call.error == "timed out after 0.3 s"
+    assert 250 <= call.latency_ms < 5000
+    assert h.budget.remaining() == 60
+
+
+async def test_timeout_is_retried(h: Harness) -> None:
+    """A timed-out attempt is transient: the next attempt's answer is used."""
+    h.stub.reply(Reply(hang=True), Reply(body=message("web_search")))
+    answer = await h.teach(h.oracle(retries=1, timeout_s=0.3))
+    assert (answer.result, answer.label, answer.attempts) == ("labeled", "web_search", 2)
+    assert h.calls.results == ["error", "labeled"]
+
+
+async def test_malformed_json_is_an_error_without_retry(h: Harness) -> None:
+    """A 200 whose body is not JSON is a permanent `error`: one attempt only, budget refunded."""
+    h.stub.reply(Reply(text='{"id": "msg_01", "content": [', content_type="application/json"))
+    answer = await h.teach()
+    assert answer.result == "error"
+    assert answer.error is not None and "malformed" in answer.error
+    assert len(h.stub.received) == 1
+    assert h.sleeps.delays == []
+    assert h.calls.results == ["error"]
+    assert h.budget.remaining() == 60
+
+
+async def test_answer_without_tool_use_is_an_error_without_retry(h: Harness) -> None:
+    """A well-formed message with only text (no choose_tool call) is a permanent `error`."""
+    body = message("web_search")
+    body["content"] = [{"type": "text", "text": "I think web_search."}]
+    body["stop_reason"] = "end_turn"
+    h.stub.reply(Reply(body=body))
+    answer = await h.teach()
+    assert answer.result == "error"
+    assert answer.error is not None and "no choose_tool call" in answer.error
+    assert len(h.stub.received) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"), [(400, "invalid_request_error"), (401, "authentication_error")]
+)
+async def test_client_errors_are_not_retried(h: Harness, status: int, kind: str) -> None:
+    """A 400 or 401 is permanent: one attempt, `error`, no delay."""
+    h.stub.reply(api_error(status, kind))
+    answer = await h.teach()
+    assert answer.result == "error"
+    assert str(status) in (answer.error or "")
+    assert len(h.stub.received) == 1
+    assert h.sleeps.delays == []
+
+
+async def test_connection_refused_is_retried_then_error(h: Harness) -> None:
+    """An unreachable endpoint is transient: retried, then `error`, with every attempt traced."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = anthropic_client(api_key="test", base_url=f"http://127.0.0.1:{port}", timeout_s=2)
+    try:
+        answer = await h.teach(h.oracle(client=client))
+    finally:
+        await client.close()
+    assert (answer.result, answer.attempts) == ("error", 3)
+    assert answer.error is not None and "unreachable" in answer.error
+    assert h.calls.results == ["error"] * 3
+    assert h.sleeps.delays == [0.25, 0.5]
+
+
+async def test_exhausted_budget_is_limit_reached_with_zero_requests(h: Harness) -> None:
+    """With the hourly budget spent no request is sent; an hour later calls resume."""
+    h.budget = Budget(1, clock=h.clock)
+    h.stub.reply(Reply(body=message("web_search")))
+    assert (await h.teach()).result == "labeled"
+    answer = await h.teach()
+    assert answer.result == "limit_reached"
+    assert answer.reason == "hourly budget of 1 calls spent"
+    assert len(h.stub.received) == 1
+    assert h.calls.results == ["labeled"]
+    h.clock.now += 3600
+    assert (await h.teach()).result == "labeled"
+    assert len(h.stub.received) == 2
+
+
+async def test_failed_calls_do_not_consume_budget(h: Harness) -> None:
+    """A budget of one survives a failed call: the next call still goes out and labels."""
+    h.budget = Budget(1, clock=h.clock)
+    h.stub.reply(api_error(400, "invalid_request_error"), Reply(body=message("web_search")))
+    assert (await h.teach()).result == "error"
+    assert h.budget.remaining() == 1
+    assert (await h.teach()).result == "labeled"
+    assert h.budget.remaining() == 0
+
+
+async def test_kill_switch_sends_zero_requests(h: Harness) -> None:
+    """With the oracle switched off, teach declines at once: no request, no trace, no budget."""
+    h.stub.reply(Reply(body=message("web_search")))
+    answer = await h.teach(h.oracle(enabled=False))
+    assert (answer.result, answer.reason, answer.attempts) == ("declined", "teacher off", 0)
+    assert h.stub.received == []
+    assert h.calls.calls == []
+    assert h.budget.remaining() == 60
+
+
+async def test_no_teacher_configured_declines(h: Harness) -> None:
+    """An enabled oracle without a teacher declines like the kill switch."""
+    answer = await h.teach(h.oracle(with_teacher=False))
+    assert (answer.result, answer.reason) == ("declined", "teacher off")
+    assert h.stub.received == []
+
+
+async def test_cancellation_propagates_and_refunds(h: Harness) -> None:
+    """Cancelling an in-flight teach raises CancelledError and gives the budget slot back."""
+    h.stub.reply(Reply(hang=True))
+    task = asyncio.create_task(h.teach(h.oracle(timeout_s=30)))
+    await asyncio.wait_for(h.stub.arrived.wait(), timeout=5)
+    assert h.budget.remaining() == 59
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert h.budget.remaining() == 60
+    assert h.calls.calls == []
+
+
+async def test_trace_failure_does_not_lose_the_label(h: Harness) -> None:
+    """When recording the OracleCall fails (store down), the label is still returned."""
+
+    async def broken(call: OracleCall) -> None:
+        raise RuntimeError("store down")
+
+    h.stub.reply(Reply(body=message("web_search")))
+    answer = await h.teach(h.oracle(record=broken))
+    assert (answer.result, answer.label) == ("labeled", "web_search")

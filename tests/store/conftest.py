@@ -1,0 +1,110 @@
+"""Fixtures that hand every contract test a clean store of each kind: SQLite and real Neo4j.
+
+`store_factory` is parametrised over both backends (test ids end in `[sqlite]` / `[neo4j]`, so
+`-k sqlite` runs the embedded half alone); it builds stores with custom retention or clocks and
+reopens a store on the same data. `store` is a default store from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from tests.neo4j_server import Neo4jServer
+from toolselect.graph.sqlite import SqliteStore
+from toolselect.graph.store import Retention, Store
+
+Clock = Callable[[], datetime]
+
+
+class StoreFactory:
+    """Builds stores of one backend for one test and closes whatever it opened."""
+
+    def __init__(self, backend: str, tmp_path: Path, server: Neo4jServer | None) -> None:
+        self.backend = backend
+        self._path = tmp_path / "store.db"
+        self._server = server
+        self._open_stores: dict[int, tuple[Store, Any, Retention, Clock | None]] = {}
+
+    @property
+    def expected_uri(self) -> str:
+        if self._server is None:
+            return f"sqlite:{self._path}"
+        return self._server.uri
+
+    async def make(self, retention: Retention | None = None, clock: Clock | None = None) -> Store:
+        """A migrated, empty store (the Neo4j database is wiped first)."""
+        return await self._open(retention or Retention(), clock, wipe=True)
+
+    async def reopen(self, store: Store) -> Store:
+        """Close `store` and open a new one (new connection or driver) on the same data."""
+        _, _, retention, clock = self._open_stores[id(store)]
+        await self._close(store)
+        return await self._open(retention, clock, wipe=False)
+
+    async def _open(self, retention: Retention, clock: Clock | None, *, wipe: bool) -> Store:
+        extra: dict[str, Any] = {} if clock is None else {"clock": clock}
+        store: Store
+        driver: Any = None
+        if self._server is None:
+            store = SqliteStore(self._path, retention=retention, **extra)
+        else:
+            import neo4j
+
+            # Imported here so the SQLite half runs even before the Neo4j store exists.
+            from toolselect.graph.neo4j import Neo4jStore
+
+            server = self._server
+            driver = neo4j.AsyncGraphDatabase.driver(server.uri, auth=server.auth)
+            try:
+                if wipe:
+                    await driver.execute_query(
+                        "MATCH (n) DETACH DELETE n", database_=server.database
+                    )
+                store = Neo4jStore(
+                    driver, server.database, uri=server.uri, retention=retention, **extra
+                )
+            except BaseException:
+                await driver.close()
+                raise
+        self._open_stores[id(store)] = (store, driver, retention, clock)
+        await store.migrate()
+        return store
+
+    async def _close(self, store: Store) -> None:
+        _, driver, _, _ = self._open_stores.pop(id(store))
+        try:
+            await store.close()
+        finally:
+            if driver is not None:
+                await driver.close()
+
+    async def aclose(self) -> None:
+        for store, *_ in list(self._open_stores.values()):
+            await self._close(store)
+
+
+@pytest_asyncio.fixture(params=["sqlite", "neo4j"], loop_scope="function")
+async def store_factory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[StoreFactory]:
+    """A factory of clean stores of one backend (the Neo4j one needs the session server)."""
+    server: Neo4jServer | None = None
+    if request.param == "neo4j":
+        server = request.getfixturevalue("neo4j_server")
+    factory = StoreFactory(request.param, tmp_path, server)
+    try:
+        yield factory
+    finally:
+        await factory.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def store(store_factory: StoreFactory) -> Store:
+    """A migrated, empty store with default retention."""
+    return await store_factory.make()

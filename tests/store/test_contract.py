@@ -1,0 +1,684 @@
+"""The `Store` contract, run unchanged against the SQLite store and a real Neo4j store."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from tests.store.conftest import StoreFactory
+from toolselect.errors import NotFound
+from toolselect.graph.store import (
+    TIER_STRENGTH,
+    Exemplar,
+    ExemplarDelta,
+    OracleCall,
+    Retention,
+    Store,
+    StoreState,
+    Tier,
+    Tool,
+    Turn,
+)
+from toolselect.names import normalise_query
+
+# Recent enough for the default 90-day expiry, whole milliseconds so every backend keeps it exactly.
+NOW = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+TIERS: tuple[Tier, ...] = ("ranker", "teacher", "feedback")
+# Characters that break naive quoting in SQL, Cypher, JSON or C strings, plus non-ASCII text.
+NASTY = 'it\'s "q" `b` {x} $p \\ MATCH (n) DETACH DELETE n; -- \x00 ünï 漢字 🛠️ עברית'
+
+
+def tool(name: str, description: str = "", **schema: object) -> Tool:
+    return Tool(name=name, description=description or f"does {name}", input_schema=schema)
+
+
+def exemplar(
+    query: str,
+    tool_name: str,
+    tier: Tier = "ranker",
+    *,
+    at: datetime = NOW,
+    embedding: tuple[float, ...] = (0.25, -0.5, 1.0),
+    exemplar_id: str | None = None,
+    turn_id: str | None = None,
+) -> Exemplar:
+    return Exemplar(
+        id=exemplar_id or f"ex-{uuid.uuid4().hex}",
+        query=query,
+        tool=tool_name,
+        tier=tier,
+        embedder="hashing-v1",
+        embedding=embedding,
+        created_at=at,
+        confidence=0.75,
+        turn_id=turn_id,
+    )
+
+
+def turn(turn_id: str, **fields: Any) -> Turn:
+    base: dict[str, Any] = {"request": f"request {turn_id}", "used_tool": "fs_read", "at": NOW}
+    return Turn(id=turn_id, **(base | fields))
+
+
+def call(call_id: str, at: datetime, turn_id: str | None = None) -> OracleCall:
+    return OracleCall(
+        id=call_id,
+        provider="anthropic",
+        model="claude-haiku",
+        result="labeled",
+        latency_ms=812.5,
+        at=at,
+        turn_id=turn_id,
+        input_tokens=420,
+        output_tokens=7,
+        cost_usd=0.00123,
+        error=None,
+    )
+
+
+def same_exemplar(got: Exemplar | None, want: Exemplar) -> None:
+    """Every field equal, the embedding within float32 precision, the version assigned."""
+    assert got is not None
+    assert (got.id, got.query, got.tool, got.tier, got.embedder, got.turn_id) == (
+        want.id,
+        want.query,
+        want.tool,
+        want.tier,
+        want.embedder,
+        want.turn_id,
+    )
+    assert got.created_at == want.created_at
+    assert got.created_at.utcoffset() == timedelta(0)
+    assert got.confidence == pytest.approx(want.confidence)
+    assert len(got.embedding) == len(want.embedding)
+    assert all(abs(a - b) <= 1e-6 for a, b in zip(got.embedding, want.embedding, strict=True))
+    assert got.version > 0
+
+
+async def seed_tools(store: Store, *names: str) -> None:
+    await store.upsert_tools([tool(n) for n in names])
+
+
+# --- lifecycle ------------------------------------------------------------------------------
+
+
+async def test_fresh_store_state_is_zero(store_factory: StoreFactory) -> None:
+    """A freshly migrated store reports catalog and exemplar versions of zero and an honest uri."""
+    store = await store_factory.make()
+    assert await store.state() == StoreState(catalog_version=0, exemplar_version=0)
+    assert store.uri == store_factory.expected_uri
+
+
+async def test_migrate_is_idempotent_and_keeps_data(store: Store) -> None:
+    """Running migrate again on a used store keeps its tools and versions."""
+    await seed_tools(store, "alpha")
+    before = await store.state()
+    await store.migrate()
+    await store.migrate()
+    assert await store.state() == before
+    assert [t.name for t in await store.list_tools()] == ["alpha"]
+
+
+async def test_ping_answers(store: Store) -> None:
+    """ping returns quietly while the backend is reachable."""
+    await store.ping()
+
+
+async def test_reopen_after_close_keeps_data(store_factory: StoreFactory) -> None:
+    """A new store on the same data sees tools, packs, turns, exemplars, calls and versions."""
+    store = await store_factory.make()
+    await store.upsert_tools([tool("alpha", "first", type="object")], pack="kit")
+    await store.record_turns([turn("t-1", flagged=True, label="alpha")])
+    saved = exemplar("open the first thing", "alpha", "teacher", turn_id="t-1")
+    await store.save_exemplar(saved)
+    await store.record_oracle_call(call("c-1", NOW, turn_id="t-1"))
+    state = await store.state()
+
+    again = await store_factory.reopen(store)
+    assert await again.state() == state
+    assert await again.get_tool("alpha") == Tool("alpha", "first", {"type": "object"}, ("kit",))
+    assert await again.get_turn("t-1") == turn("t-1", flagged=True, label="alpha")
+    same_exemplar(await again.exemplar_for_query("Open the first thing"), saved)
+    assert await again.oracle_calls("t-1") == [call("c-1", NOW, turn_id="t-1")]
+
+
+# --- tools ----------------------------------------------------------------------------------
+
+
+async def test_upsert_counts_new_and_unchanged_by_content_hash(store: Store) -> None:
+    """New tools count as upserted, identical ones as unchanged, edited ones as upserted again."""
+    first = await store.upsert_tools([tool("a"), tool("b"), tool("c")])
+    assert (first.upserted, first.unchanged) == (3, 0)
+    assert (await store.state()).catalog_version == 1
+
+    same = await store.upsert_tools([tool("a"), tool("b"), tool("c")])
+    assert (same.upserted, same.unchanged) == (0, 3)
+    assert (await store.state()).catalog_version == 1
+
+    edited = await store.upsert_tools([tool("a", "new text"), tool("b"), tool("c", q="x")])
+    assert (edited.upserted, edited.unchanged) == (2, 1)
+    assert (await store.state()).catalog_version == 2
+    assert (await store.get_tool("a")) == Tool("a", "new text", {})
+    assert (await store.get_tool("c")) == Tool("c", "does c", {"q": "x"})
+
+
+async def test_tool_fields_round_trip(store: Store) -> None:
+    """A tool's description and nested input schema come back equal; key order is not content."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "n": {"minimum": 1}}}
+    reordered = {"properties": {"n": {"minimum": 1}, "city": {"type": "string"}}, "type": "object"}
+    await store.upsert_tools([Tool("weather__get", "Weather now.", schema)])
+    got = await store.get_tool("weather__get")
+    assert got == Tool("weather__get", "Weather now.", schema, ())
+    again = await store.upsert_tools([Tool("weather__get", "Weather now.", reordered)])
+    assert (again.upserted, again.unchanged) == (0, 1)
+
+
+async def test_get_tool_unknown_is_none(store: Store) -> None:
+    """Looking up a name never stored gives None, and names are exact (no bare-name match)."""
+    await seed_tools(store, "github__search")
+    assert await store.get_tool("missing") is None
+    assert await store.get_tool("search") is None
+
+
+async def test_list_tools_sorted_by_name(store: Store) -> None:
+    """list_tools returns every tool sorted by name whatever the insertion order."""
+    await seed_tools(store, "zeta", "alpha", "mid__beta", "Alpha2")
+    assert [t.name for t in await store.list_tools()] == ["Alpha2", "alpha", "mid__beta", "zeta"]
+
+
+async def test_packs_membership_and_filter(store: Store) -> None:
+    """Tools join packs on upsert; list_tools(pack) filters; each tool lists all its packs."""
+    await store.upsert_tools([tool("a"), tool("b")], pack="p1")
+    await store.upsert_tools([tool("b"), tool("c")], pack="p2")
+    assert [t.name for t in await store.list_tools("p1")] == ["a", "b"]
+    assert [t.name for t in await store.list_tools("p2")] == ["b", "c"]
+    assert await store.list_tools("nope") == []
+    listed = {t.name: t.packs for t in await store.list_tools()}
+    assert listed == {"a": ("p1",), "b": ("p1", "p2"), "c": ("p2",)}
+    assert (await store.get_tool("b")) == Tool("b", "does b", {}, ("p1", "p2"))
+    assert [t.packs for t in await store.list_tools("p2")] == [("p1", "p2"), ("p2",)]
+
+
+async def test_pack_change_alone_is_unchanged_content_but_bumps(store: Store) -> None:
+    """Adding known tools to a new pack counts them unchanged yet moves catalog_version once."""
+    await store.upsert_tools([tool("a"), tool("b")])
+    before = (await store.state()).catalog_version
+    result = await store.upsert_tools([tool("a"), tool("b")], pack="kit")
+    assert (result.upserted, result.unchanged) == (0, 2)
+    assert (await store.state()).catalog_version == before + 1
+    assert [t.name for t in await store.list_tools("kit")] == ["a", "b"]
+    again = await store.upsert_tools([tool("a")], pack="kit")
+    assert (again.upserted, again.unchanged) == (0, 1)
+    assert (await store.state()).catalog_version == before + 1
+
+
+async def test_delete_tool_cascades(store: Store) -> None:
+    """Deleting a tool removes it, its pack membership and its exemplars (reported as deleted)."""
+    await store.upsert_tools([tool("gone"), tool("kept")], pack="kit")
+    await store.save_exemplar(exemplar("q one", "gone"))
+    await store.save_exemplar(exemplar("q two", "gone", "feedback"))
+    await store.save_exemplar(exemplar("q three", "kept"))
+    before = await store.state()
+
+    assert await store.delete_tool("gone") is True
+    after = await store.state()
+    assert after.catalog_version > before.catalog_version
+    assert after.exemplar_version > before.exemplar_version
+    assert await store.get_tool("gone") is None
+    assert [t.name for t in await store.list_tools("kit")] == ["kept"]
+    assert await store.exemplars_for_tool("gone") == []
+    assert await store.exemplar_for_query("q one") is None
+    assert await store.exemplar_for_query("q three") is not None
+    delta = await store.exemplars_since(before.exemplar_version)
+    assert set(delta.deleted) == {"q one", "q two"}
+    assert delta.upserted == ()
+
+    assert await store.delete_tool("gone") is False
+    assert await store.state() == after
+
+
+async def test_delete_tool_without_exemplars_keeps_exemplar_version(store: Store) -> None:
+    """Deleting a tool that has no exemplars moves only the catalog version."""
+    await seed_tools(store, "lonely")
+    before = await store.state()
+    assert await store.delete_tool("lonely") is True
+    after = await store.state()
+    assert after.catalog_version > before.catalog_version
+    assert after.exemplar_version == before.exemplar_version
+
+
+# --- turns ----------------------------------------------------------------------------------
+
+
+async def test_turn_round_trips_every_field(store: Store) -> None:
+    """A turn comes back equal, with its time as an aware UTC datetime of the same instant."""
+    local = datetime(2026, 3, 4, 5, 6, 7, 123000, tzinfo=timezone(timedelta(hours=2)))
+    full = turn(
+        "t-full",
+        at=local,
+        agent_id="agent-7",
+        pack="kit",
+        outcome="error",
+        top1="weather__get",
+        margin=0.125,
+        flagged=True,
+        flag_reason="fallback",
+        tier="teacher",
+        label="weather__get",
+        result="labeled",
+    )
+    assert await store.record_turns([full, turn("t-bare")]) == 2
+    got = await store.get_turn("t-full")
+    assert got == full
+    assert got is not None and got.at.utcoffset() == timedelta(0)
+    assert await store.get_turn("t-bare") == turn("t-bare")
+    assert await store.get_turn("t-none") is None
+
+
+async def test_turn_resend_is_stored_once_and_updated(store: Store) -> None:
+    """Resending a turn id counts it once and updates the stored fields."""
+    assert await store.record_turns([turn("t-1"), turn("t-2")]) == 2
+    updated = turn("t-1", flagged=True, flag_reason="fallback", tier="ranker", label="x")
+    assert await store.record_turns([updated, turn("t-3")]) == 1
+    assert await store.get_turn("t-1") == updated
+    assert await store.record_turns([updated]) == 0
+    assert await store.record_turns([]) == 0
+
+
+async def test_turn_repeated_inside_one_batch_counts_once(store: Store) -> None:
+    """The same new id twice in one batch is one new turn, holding the last version sent."""
+    last = turn("t-dup", outcome="ok")
+    assert await store.record_turns([turn("t-dup"), last]) == 1
+    assert await store.get_turn("t-dup") == last
+
+
+async def test_ten_thousand_turns_in_one_batch(store: Store) -> None:
+    """A 10,000-turn batch is stored in one call, and resending it adds nothing."""
+    batch = [turn(f"bulk-{i}", margin=i / 10_000) for i in range(10_000)]
+    assert await store.record_turns(batch) == 10_000
+    assert await store.get_turn("bulk-9999") == batch[-1]
+    assert await store.get_turn("bulk-0") == batch[0]
+    assert await store.record_turns(batch[:5000]) == 0
+
+
+# --- exemplars ------------------------------------------------------------------------------
+
+
+async def test_save_exemplar_for_unknown_tool_raises_not_found(store: Store) -> None:
+    """Saving a label for a tool not in the catalog raises NotFound and writes nothing."""
+    await seed_tools(store, "known")
+    with pytest.raises(NotFound, match="unknown tool 'ghost'"):
+        await store.save_exemplar(exemplar("query", "ghost"))
+    assert await store.exemplar_for_query("query") is None
+    assert (await store.state()).exemplar_version == 0
+
+
+async def test_exemplar_round_trips_and_gets_version(store: Store) -> None:
+    """A saved exemplar comes back with every field, found by any spelling of its query."""
+    await seed_tools(store, "weather__get")
+    saved = exemplar("Weather in Turin", "weather__get", "teacher", turn_id="t-9")
+    assert await store.save_exemplar(saved) is True
+    got = await store.exemplar_for_query("  WEATHER\tin   turin ")
+    same_exemplar(got, saved)
+    assert got is not None and got.version == (await store.state()).exemplar_version
+    assert got.query_norm == "weather in turin"
+    assert await store.exemplar_for_query("weather in milan") is None
+
+
+async def test_embedding_round_trips_as_float32(store: Store) -> None:
+    """A 384-dimension embedding comes back with the same length and values within 1e-6."""
+    await seed_tools(store, "t")
+    vector = tuple(math.sin(i * 0.37) / 3 for i in range(384))
+    await store.save_exemplar(exemplar("vector query", "t", embedding=vector))
+    got = await store.exemplar_for_query("vector query")
+    assert got is not None and len(got.embedding) == 384
+    assert max(abs(a - b) for a, b in zip(got.embedding, vector, strict=True)) <= 1e-6
+    assert all(isinstance(v, float) for v in got.embedding)
+
+
+async def test_one_exemplar_per_normalised_query(store: Store) -> None:
+    """Two spellings of one query share one exemplar; a later label of equal tier replaces it."""
+    await seed_tools(store, "weather__get", "maps__route")
+    first = exemplar("Weather  in TURIN", "maps__route", "teacher")
+    second = exemplar("weather in turin", "weather__get", "teacher")
+    assert await store.save_exemplar(first) is True
+    assert await store.save_exemplar(second) is True
+    same_exemplar(await store.exemplar_for_query("Weather  in TURIN"), second)
+    assert await store.exemplars_for_tool("maps__route") == []
+    assert [e.id for e in await store.exemplars_for_tool("weather__get")] == [second.id]
+    delta = await store.exemplars_since(0)
+    assert [e.id for e in delta.upserted] == [second.id]
+
+
+async def test_never_downgrade_a_stronger_tier(store: Store) -> None:
+    """For every tier pair, a weaker label never replaces a stronger one and a stronger one does."""
+    await seed_tools(store, "old", "new")
+    for stored_tier, new_tier in itertools.product(TIERS, TIERS):
+        query = f"pair {stored_tier} then {new_tier}"
+        original = exemplar(query, "old", stored_tier)
+        await store.save_exemplar(original)
+        before = await store.state()
+        changed = await store.save_exemplar(exemplar(query, "new", new_tier))
+        kept = await store.exemplar_for_query(query)
+        assert kept is not None
+        if TIER_STRENGTH[new_tier] < TIER_STRENGTH[stored_tier]:
+            assert changed is False, (stored_tier, new_tier)
+            assert (kept.id, kept.tool, kept.tier) == (original.id, "old", stored_tier)
+            assert await store.state() == before
+        else:
+            assert changed is True, (stored_tier, new_tier)
+            assert (kept.tool, kept.tier) == ("new", new_tier)
+            assert (await store.state()).exemplar_version > before.exemplar_version
+
+
+async def test_same_tool_and_tier_again_is_no_change(store: Store) -> None:
+    """Relabelling a query with its stored tool and tier changes nothing, not even the id."""
+    await seed_tools(store, "t")
+    original = exemplar("Same Query", "t", "teacher")
+    assert await store.save_exemplar(original) is True
+    before = await store.state()
+    assert await store.save_exemplar(exemplar("same query", "t", "teacher")) is False
+    assert await store.state() == before
+    same_exemplar(await store.exemplar_for_query("same query"), original)
+    assert (await store.exemplars_since(before.exemplar_version)).upserted == ()
+
+
+async def test_stronger_tier_same_tool_replaces_all_fields(store: Store) -> None:
+    """An upgrade replaces every field including the id; the old id is gone."""
+    await seed_tools(store, "t")
+    weak = exemplar("upgrade me", "t", "ranker", embedding=(1.0, 0.0))
+    strong = exemplar("Upgrade Me", "t", "feedback", embedding=(0.0, 1.0), turn_id="t-5")
+    await store.save_exemplar(weak)
+    assert await store.save_exemplar(strong) is True
+    same_exemplar(await store.exemplar_for_query("upgrade me"), strong)
+    assert await store.delete_exemplar(weak.id) is False
+    assert [e.id for e in await store.exemplars_for_tool("t")] == [strong.id]
+
+
+async def test_exemplars_for_tool_newest_first(store: Store) -> None:
+    """A tool's exemplars come newest first by creation time, not by save order."""
+    await seed_tools(store, "t", "other")
+    for offset in (3, 1, 2):
+        await store.save_exemplar(exemplar(f"q{offset}", "t", at=NOW - timedelta(hours=offset)))
+    await store.save_exemplar(exemplar("elsewhere", "other"))
+    assert [e.query for e in await store.exemplars_for_tool("t")] == ["q1", "q2", "q3"]
+    assert await store.exemplars_for_tool("none") == []
+
+
+async def test_delete_exemplar(store: Store) -> None:
+    """Deleting an exemplar by id removes it, tombstones its query and moves the version."""
+    await seed_tools(store, "t")
+    saved = exemplar("Bad Label", "t")
+    await store.save_exemplar(saved)
+    before = await store.state()
+    assert await store.delete_exemplar("no-such-id") is False
+    assert await store.state() == before
+    assert await store.delete_exemplar(saved.id) is True
+    assert await store.exemplar_for_query("bad label") is None
+    delta = await store.exemplars_since(before.exemplar_version)
+    assert delta.deleted == ("bad label",)
+    assert delta.version == before.exemplar_version + 1 == (await store.state()).exemplar_version
+    assert await store.delete_exemplar(saved.id) is False
+
+
+async def test_exemplars_since_reports_writes_and_deletions(store: Store) -> None:
+    """exemplars_since gives writes after a version in version order, deletions, and the version."""
+    await seed_tools(store, "t", "u")
+    # Created in the reverse of save order: the delta follows versions, not creation times.
+    a = exemplar("a", "t", at=NOW)
+    b = exemplar("b", "u", at=NOW - timedelta(hours=1))
+    c = exemplar("c", "t", at=NOW - timedelta(hours=2))
+    for e in (a, b, c):
+        await store.save_exemplar(e)
+    everything = await store.exemplars_since(0)
+    assert [e.id for e in everything.upserted] == [a.id, b.id, c.id]
+    versions = [e.version for e in everything.upserted]
+    assert versions == sorted(set(versions))
+    assert everything.deleted == ()
+    assert everything.version == versions[-1] == (await store.state()).exemplar_version
+
+    after_a = versions[0]
+    await store.delete_exemplar(b.id)
+    delta = await store.exemplars_since(after_a)
+    assert [e.id for e in delta.upserted] == [c.id]
+    assert delta.deleted == ("b",)
+    current = await store.exemplars_since(delta.version)
+    assert current == ExemplarDelta(version=delta.version, upserted=(), deleted=())
+
+
+async def test_replica_applying_deltas_converges(store_factory: StoreFactory) -> None:
+    """A replica applying polled deltas (deleted, then upserted) ends with the store's labels."""
+    store = await store_factory.make(Retention(per_tool=3, total=5))
+    await seed_tools(store, "t", "u", "v")
+    replica: dict[str, tuple[str, str]] = {}
+    seen = 0
+
+    async def poll() -> None:
+        nonlocal seen
+        delta = await store.exemplars_since(seen)
+        for query_norm in delta.deleted:
+            replica.pop(query_norm, None)
+        for e in delta.upserted:
+            replica[e.query_norm] = (e.tool, e.tier)
+        seen = delta.version
+
+    saved: list[Exemplar] = []
+    for i in range(12):
+        tier = TIERS[i % 3]
+        e = exemplar(f"query {i % 7}", "tuv"[i % 3], tier, at=NOW + timedelta(minutes=i))
+        await store.save_exemplar(e)
+        saved.append(e)
+        if i % 4 == 1:
+            await store.delete_exemplar(saved[i - 1].id)
+        if i % 3 == 0:
+            await poll()
+    await store.delete_tool("v")
+    await poll()
+
+    truth = {
+        e.query_norm: (e.tool, e.tier)
+        for name in "tuv"
+        for e in await store.exemplars_for_tool(name)
+    }
+    assert replica == truth
+    assert seen == (await store.state()).exemplar_version
+
+
+# --- versions -------------------------------------------------------------------------------
+
+
+async def test_versions_are_monotonic_across_all_writes(store: Store) -> None:
+    """Each changing write raises its counter, no-op writes leave both alone, none go back."""
+    history = [await store.state()]
+
+    async def step(write: Callable[[], Awaitable[object]], catalog: bool, exemplars: bool) -> None:
+        await write()
+        now = await store.state()
+        last = history[-1]
+        assert (now.catalog_version > last.catalog_version) is catalog, write
+        assert (now.exemplar_version > last.exemplar_version) is exemplars, write
+        assert now.catalog_version >= last.catalog_version
+        assert now.exemplar_version >= last.exemplar_version
+        history.append(now)
+
+    first = exemplar("q", "a")
+    await step(lambda: store.upsert_tools([tool("a"), tool("b")]), True, False)
+    await step(lambda: store.upsert_tools([tool("a"), tool("b")]), False, False)
+    await step(lambda: store.upsert_tools([tool("a")], pack="p"), True, False)
+    await step(lambda: store.upsert_tools([tool("b", "edited")]), True, False)
+    await step(lambda: store.record_turns([turn("t")]), False, False)
+    await step(lambda: store.save_exemplar(first), False, True)
+    await step(lambda: store.save_exemplar(exemplar("Q", "a")), False, False)
+    await step(lambda: store.save_exemplar(exemplar("q", "b", "teacher")), False, True)
+    await step(lambda: store.save_exemplar(exemplar("q", "a", "ranker")), False, False)
+    await step(lambda: store.record_oracle_call(call("c", NOW)), False, False)
+    await step(lambda: store.delete_exemplar(first.id), False, False)
+    await step(lambda: store.save_exemplar(exemplar("r", "b")), False, True)
+    await step(lambda: store.delete_tool("b"), True, True)
+    await step(lambda: store.delete_tool("b"), False, False)
+
+
+# --- retention ------------------------------------------------------------------------------
+
+
+async def test_retention_per_tool_cap_evicts_oldest(store_factory: StoreFactory) -> None:
+    """Beyond per_tool, a tool's oldest exemplars (by creation time) go; other tools keep theirs."""
+    store = await store_factory.make(Retention(per_tool=3, total=100))
+    await seed_tools(store, "t", "other")
+    await store.save_exemplar(exemplar("other 1", "other", at=NOW - timedelta(days=9)))
+    start = (await store.state()).exemplar_version
+    for day in (5, 1, 4, 2, 3):  # save order differs from age order
+        await store.save_exemplar(exemplar(f"day {day}", "t", at=NOW - timedelta(days=10 - day)))
+    assert [e.query for e in await store.exemplars_for_tool("t")] == ["day 5", "day 4", "day 3"]
+    assert [e.query for e in await store.exemplars_for_tool("other")] == ["other 1"]
+    assert set((await store.exemplars_since(start)).deleted) == {"day 1", "day 2"}
+
+
+async def test_retention_total_cap_evicts_oldest_overall(store_factory: StoreFactory) -> None:
+    """Beyond total, the oldest exemplars of any tool go first."""
+    store = await store_factory.make(Retention(per_tool=100, total=4))
+    await seed_tools(store, "t", "u", "v")
+    for i in range(6):
+        await store.save_exemplar(exemplar(f"q{i}", "tuv"[i % 3], at=NOW + timedelta(seconds=i)))
+    kept = {e.query for name in "tuv" for e in await store.exemplars_for_tool(name)}
+    assert kept == {"q2", "q3", "q4", "q5"}
+    assert set((await store.exemplars_since(0)).deleted) == {"q0", "q1"}
+
+
+async def test_retention_expiry_follows_the_injected_clock(store_factory: StoreFactory) -> None:
+    """Past max_age_days on the store's clock, non-feedback exemplars go on the next save."""
+    clock = [NOW]
+    store = await store_factory.make(Retention(max_age_days=10), clock=lambda: clock[0])
+    await seed_tools(store, "t")
+    await store.save_exemplar(exemplar("aging ranker", "t", "ranker", at=NOW))
+    await store.save_exemplar(exemplar("aging teacher", "t", "teacher", at=NOW))
+    await store.save_exemplar(exemplar("aging feedback", "t", "feedback", at=NOW))
+    clock[0] = NOW + timedelta(days=9)
+    await store.save_exemplar(exemplar("nine days on", "t", at=clock[0]))
+    assert len(await store.exemplars_for_tool("t")) == 4
+
+    clock[0] = NOW + timedelta(days=11)
+    await store.save_exemplar(exemplar("eleven days on", "t", at=clock[0]))
+    kept = [e.query for e in await store.exemplars_for_tool("t")]
+    assert kept == ["eleven days on", "nine days on", "aging feedback"]
+
+
+async def test_feedback_is_exempt_from_retention(store_factory: StoreFactory) -> None:
+    """Feedback exemplars are never evicted and do not count against the caps."""
+    clock = [NOW]
+    retention = Retention(per_tool=2, total=3, max_age_days=1)
+    store = await store_factory.make(retention, clock=lambda: clock[0])
+    await seed_tools(store, "t")
+    for i in range(4):
+        await store.save_exemplar(
+            exemplar(f"human {i}", "t", "feedback", at=NOW - timedelta(days=30))
+        )
+    for i in range(3):
+        await store.save_exemplar(exemplar(f"machine {i}", "t", at=NOW + timedelta(seconds=i)))
+    kept = {e.query for e in await store.exemplars_for_tool("t")}
+    assert kept == {"human 0", "human 1", "human 2", "human 3", "machine 1", "machine 2"}
+
+
+# --- oracle calls ---------------------------------------------------------------------------
+
+
+async def test_oracle_calls_oldest_first_and_by_turn(store: Store) -> None:
+    """Oracle calls come back oldest first, all of them or only one turn's."""
+    await store.record_turns([turn("t-1"), turn("t-2")])
+    late = call("c-late", NOW + timedelta(seconds=30), turn_id="t-1")
+    early = call("c-early", NOW, turn_id="t-1")
+    other = call("c-other", NOW + timedelta(seconds=10), turn_id="t-2")
+    failed = OracleCall(
+        id="c-fail", provider="openai", model="m", result="error", latency_ms=20000.0,
+        at=NOW + timedelta(seconds=20), error="timeout after 20 s",
+    )  # fmt: skip
+    for c in (late, early, other, failed):
+        await store.record_oracle_call(c)
+    assert await store.oracle_calls() == [early, other, failed, late]
+    assert await store.oracle_calls("t-1") == [early, late]
+    assert await store.oracle_calls("t-2") == [other]
+    assert await store.oracle_calls("t-none") == []
+
+
+# --- hostile text ---------------------------------------------------------------------------
+
+
+async def test_hostile_text_is_stored_verbatim(store: Store) -> None:
+    """Quotes, backticks, braces, $, Cypher keywords, NUL and non-ASCII survive every field."""
+    name = "ns`}$__" + NASTY
+    hostile = Tool(name, NASTY, {"description": NASTY, NASTY: [NASTY]})
+    await store.upsert_tools([hostile], pack=NASTY)
+    await store.upsert_tools([tool("plain")], pack="plain pack")
+    assert await store.get_tool(name) == Tool(name, NASTY, hostile.input_schema, (NASTY,))
+    assert [t.name for t in await store.list_tools(NASTY)] == [name]
+    assert {t.name for t in await store.list_tools()} == {name, "plain"}
+
+    turn_id = "turn " + NASTY
+    rich = turn(turn_id, request=NASTY, used_tool=name, agent_id=NASTY, flag_reason=NASTY)
+    assert await store.record_turns([rich]) == 1
+    assert await store.get_turn(turn_id) == rich
+
+    query = "Query " + NASTY
+    saved = exemplar(query, name, exemplar_id="ex " + NASTY, turn_id=turn_id)
+    assert await store.save_exemplar(saved) is True
+    same_exemplar(await store.exemplar_for_query(query), saved)
+    assert [e.id for e in await store.exemplars_for_tool(name)] == [saved.id]
+    assert await store.delete_exemplar(saved.id) is True
+    assert (await store.exemplars_since(0)).deleted == (normalise_query(query),)
+
+    traced = OracleCall(
+        "call " + NASTY, NASTY, NASTY, "error", 1.5, NOW, turn_id=turn_id, error=NASTY
+    )
+    await store.record_oracle_call(traced)
+    assert await store.oracle_calls(turn_id) == [traced]
+    assert await store.delete_tool(name) is True
+    assert await store.get_tool(name) is None
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+
+async def test_concurrent_writers_all_land_with_unique_versions(store: Store) -> None:
+    """Twenty coroutines saving exemplars and turns at once all land, with unique versions."""
+    await seed_tools(store, "t", "u")
+
+    async def writer(i: int) -> None:
+        await store.save_exemplar(exemplar(f"concurrent {i}", "tu"[i % 2]))
+        await store.record_turns([turn(f"ct-{i}"), turn("shared")])
+
+    await asyncio.gather(*(writer(i) for i in range(20)))
+    delta = await store.exemplars_since(0)
+    assert {e.query for e in delta.upserted} == {f"concurrent {i}" for i in range(20)}
+    versions = [e.version for e in delta.upserted]
+    assert versions == sorted(versions) and len(set(versions)) == 20
+    assert delta.version == versions[-1] == (await store.state()).exemplar_version == 20
+    for i in range(20):
+        assert await store.get_turn(f"ct-{i}") is not None
+    assert await store.record_turns([turn("shared")]) == 0
+
+
+async def test_concurrent_labels_of_one_query_keep_the_strongest(store: Store) -> None:
+    """Racing labels of one query never end on a weaker tier than the strongest sent."""
+    await seed_tools(store, "a", "b", "c")
+    labels = [exemplar("Contested", "abc"[i % 3], TIERS[i % 3]) for i in range(18)]
+    labels += [exemplar("contested", "a", "feedback")]
+    results = await asyncio.gather(*(store.save_exemplar(e) for e in labels))
+    final = await store.exemplar_for_query("contested")
+    assert final is not None and final.tier == "feedback"
+    assert (await store.state()).exemplar_version == sum(results)
+    delta = await store.exemplars_since(0)
+    assert [e.id for e in delta.upserted] == [final.id]
+
+
+async def test_concurrent_tool_upserts_each_bump_once(store: Store) -> None:
+    """Twenty concurrent catalog writes are all kept and each moves catalog_version once."""
+    await asyncio.gather(*(store.upsert_tools([tool(f"tool{i:02d}")]) for i in range(20)))
+    assert len(await store.list_tools()) == 20
+    assert (await store.state()).catalog_version == 20

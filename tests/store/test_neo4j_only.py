@@ -1,0 +1,446 @@
+"""What only the Neo4j store has: schema, graph edges, connection errors, concurrency on a server.
+
+The behaviour both stores share is pinned by test_contract.py; these tests look at the graph
+itself (constraints, relationships, value types) and at the driver boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import neo4j
+import pytest
+import pytest_asyncio
+
+from tests.neo4j_server import Neo4jServer
+from toolselect.errors import InvalidInput, NotFound, StoreError, StoreUnavailable
+from toolselect.graph.neo4j import Neo4jStore, connect_neo4j
+from toolselect.graph.store import (
+    Exemplar,
+    ExemplarDelta,
+    OracleCall,
+    Retention,
+    StoreState,
+    Tool,
+    Turn,
+    UpsertResult,
+)
+
+pytestmark = pytest.mark.neo4j
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+
+CONSTRAINTS = {
+    ("Tool", "name"),
+    ("Pack", "name"),
+    ("Turn", "id"),
+    ("ToolSelectionExample", "id"),
+    ("ToolSelectionExample", "query_norm"),
+    ("ExemplarTombstone", "query_norm"),
+    ("OracleCall", "id"),
+    ("Meta", "key"),
+}
+INDEXES = {
+    ("Turn", "at"),
+    ("Turn", "used_tool"),
+    ("ToolSelectionExample", "version"),
+    ("ExemplarTombstone", "version"),
+    ("OracleCall", "at"),
+}
+HOSTILE = [
+    'it\'s a "quoted" `back`tick',
+    "{braces} $param ${x} \\n \\u0000",
+    "MATCH (n) DETACH DELETE n // RETURN 1; DROP CONSTRAINT tool_name",
+    "nul\x00inside",
+    "ünïcödé 工具 🛠️ " * 200,
+]
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def driver(neo4j_server: Neo4jServer) -> AsyncIterator[neo4j.AsyncDriver]:
+    """A driver on the session server whose database starts empty."""
+    drv = neo4j.AsyncGraphDatabase.driver(neo4j_server.uri, auth=neo4j_server.auth)
+    await drv.execute_query("MATCH (n) DETACH DELETE n", database_=neo4j_server.database)
+    try:
+        yield drv
+    finally:
+        await drv.close()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def store(driver: neo4j.AsyncDriver, neo4j_server: Neo4jServer) -> Neo4jStore:
+    """A migrated store on the empty database."""
+    result = Neo4jStore(driver, neo4j_server.database, uri=neo4j_server.uri)
+    await result.migrate()
+    return result
+
+
+async def rows(driver: neo4j.AsyncDriver, db: str, query: Any, **params: Any) -> list[Any]:
+    result = await driver.execute_query(query, params, database_=db)
+    return [record.data() for record in result.records]
+
+
+async def schema(driver: neo4j.AsyncDriver, db: str) -> tuple[set[Any], set[Any]]:
+    constraints = await rows(
+        driver, db, "SHOW CONSTRAINTS YIELD name, type, labelsOrTypes, properties"
+    )
+    indexes = await rows(
+        driver,
+        db,
+        "SHOW INDEXES YIELD name, type, labelsOrTypes, properties, state, owningConstraint",
+    )
+    return (
+        {
+            (c["name"], c["type"], tuple(c["labelsOrTypes"]), tuple(c["properties"]))
+            for c in constraints
+        },
+        {
+            (
+                i["name"],
+                i["type"],
+                tuple(i["labelsOrTypes"] or ()),
+                tuple(i["properties"] or ()),
+                i["state"],
+            )
+            for i in indexes
+        },
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def exemplar(query: str, tool: str, tier: str = "teacher", **kw: Any) -> Exemplar:
+    values: dict[str, Any] = {
+        "id": f"ex-{query}",
+        "embedder": "test-embedder",
+        "embedding": (0.25, -1.5, 3.0),
+        "created_at": datetime.now(UTC),
+    }
+    values.update(kw)
+    return Exemplar(query=query, tool=tool, tier=tier, **values)  # type: ignore[arg-type]
+
+
+# --- schema -------------------------------------------------------------------------------
+
+
+async def test_migrate_creates_every_constraint_and_index(
+    driver: neo4j.AsyncDriver, neo4j_server: Neo4jServer
+) -> None:
+    """migrate() on a bare database creates every unique constraint and index, all ONLINE."""
+    db = neo4j_server.database
+    constraints, indexes = await schema(driver, db)
+    for name, *_ in constraints:
+        await driver.execute_query(f"DROP CONSTRAINT `{name}`", database_=db)
+    for name, kind, *_ in indexes:
+        if kind == "RANGE":  # constraint-backed ones went with their constraints
+            await driver.execute_query(f"DROP INDEX `{name}` IF EXISTS", database_=db)
+    assert (await schema(driver, db))[0] == set()
+
+    await Neo4jStore(driver, db).migrate()
+
+    constraints, indexes = await schema(driver, db)
+    assert {(c[2][0], c[3][0]) for c in constraints if c[1] == "UNIQUENESS"} >= CONSTRAINTS
+    assert {(i[2][0], i[3][0]) for i in indexes if i[1] == "RANGE" and i[2]} >= INDEXES
+    assert all(i[4] == "ONLINE" for i in indexes)
+
+
+async def test_migrate_twice_changes_nothing(store: Neo4jStore, driver: neo4j.AsyncDriver) -> None:
+    """A second migrate() succeeds and leaves constraints, indexes and versions as they were."""
+    db = "neo4j"
+    await store.upsert_tools([Tool("a")])
+    before = await schema(driver, db), await store.state()
+    await store.migrate()
+    assert (await schema(driver, db), await store.state()) == before
+    assert before[1] == StoreState(catalog_version=1, exemplar_version=0)
+
+
+async def test_state_is_zero_on_an_empty_database(driver: neo4j.AsyncDriver) -> None:
+    """state() answers 0/0 before migrate() has created the Meta node."""
+    assert await Neo4jStore(driver).state() == StoreState(0, 0)
+
+
+# --- connecting ---------------------------------------------------------------------------
+
+
+async def test_connect_to_a_closed_port_is_unavailable() -> None:
+    """connect_neo4j to a port nobody listens on raises StoreUnavailable naming the URI."""
+    uri = f"bolt://127.0.0.1:{free_port()}"
+    with pytest.raises(StoreUnavailable, match=f"cannot reach Neo4j at {uri}"):
+        await connect_neo4j(uri, "neo4j", "", "neo4j")
+
+
+async def test_connect_with_an_unknown_scheme_is_unavailable() -> None:
+    """A URI whose scheme the driver does not know raises StoreUnavailable naming the URI."""
+    with pytest.raises(StoreUnavailable, match=r"cannot reach Neo4j at nosuch://127\.0\.0\.1:7687"):
+        await connect_neo4j("nosuch://127.0.0.1:7687", "neo4j", "", "neo4j")
+
+
+async def test_connect_to_a_missing_database_is_unavailable(neo4j_server: Neo4jServer) -> None:
+    """A reachable server without the named database raises StoreUnavailable, not a driver error."""
+    with pytest.raises(StoreUnavailable, match="cannot reach Neo4j at"):
+        await connect_neo4j(neo4j_server.uri, "neo4j", neo4j_server.password, "nosuchdb")
+
+
+async def test_connect_takes_credentials_from_the_uri_and_hides_them(
+    neo4j_server: Neo4jServer,
+) -> None:
+    """connect_neo4j accepts user:password in the URI and its store's uri carries neither."""
+    host = neo4j_server.uri.split("://", 1)[1]
+    store = await connect_neo4j(f"bolt://someone:s3cret@{host}", "", "", neo4j_server.database)
+    try:
+        await store.ping()
+        assert store.uri == f"bolt://{host}"
+    finally:
+        await store.close()
+
+
+async def test_a_failed_connect_never_shows_the_password() -> None:
+    """The StoreUnavailable message of a failed connect names the URI without its password."""
+    uri = f"bolt://127.0.0.1:{free_port()}"
+    with pytest.raises(StoreUnavailable) as caught:
+        await connect_neo4j(uri.replace("//", "//me:s3cret@"), "", "", "neo4j")
+    assert uri in str(caught.value) and "s3cret" not in str(caught.value)
+
+
+def test_store_uri_drops_userinfo(driver: neo4j.AsyncDriver) -> None:
+    """The uri property of a store built from a URI with credentials shows host and port only."""
+    store = Neo4jStore(driver, uri="neo4j+s://user:pw@db.example.com:7687?policy=eu")
+    assert store.uri == "neo4j+s://db.example.com:7687?policy=eu"
+
+
+async def test_operations_on_an_unreachable_server_raise_store_unavailable() -> None:
+    """Every kind of call on a store whose server is gone raises StoreUnavailable."""
+    uri = f"bolt://127.0.0.1:{free_port()}"
+    drv = neo4j.AsyncGraphDatabase.driver(uri, auth=None, connection_acquisition_timeout=5)
+    store = Neo4jStore(drv, uri=uri)
+    try:
+        with pytest.raises(StoreUnavailable, match=uri):
+            await store.ping()
+        with pytest.raises(StoreUnavailable):
+            await store.list_tools()
+        with pytest.raises(StoreUnavailable):
+            await store.upsert_tools([Tool("a")])
+        with pytest.raises(StoreUnavailable):
+            await store.exemplars_since(0)
+    finally:
+        await store.close()
+
+
+async def test_a_refused_write_raises_store_error(store: Neo4jStore) -> None:
+    """An exemplar id already used by another query is refused as StoreError, not unavailability."""
+    await store.upsert_tools([Tool("a")])
+    await store.save_exemplar(exemplar("first", "a", id="same-id"))
+    with pytest.raises(StoreError) as caught:
+        await store.save_exemplar(exemplar("second", "a", id="same-id"))
+    assert not isinstance(caught.value, StoreUnavailable)
+    assert (await store.exemplar_for_query("first")) is not None
+
+
+# --- every operation ----------------------------------------------------------------------
+
+
+async def test_smoke_every_operation(store: Neo4jStore) -> None:
+    """Each Store method works end to end on a real server and versions move as documented."""
+    await store.ping()
+    tools = [
+        Tool("gh__create_issue", "Open an issue", {"type": "object", "required": ["title"]}),
+        Tool("fs_read", "Read a file"),
+    ]
+    assert await store.upsert_tools(tools, pack="dev") == UpsertResult(upserted=2, unchanged=0)
+    assert await store.upsert_tools(tools) == UpsertResult(upserted=0, unchanged=2)
+    assert await store.state() == StoreState(1, 0)
+    assert await store.upsert_tools(tools[:1], pack="ops") == UpsertResult(0, 1)
+    assert await store.state() == StoreState(2, 0)  # a pack change alone moves the catalog
+    got = await store.get_tool("gh__create_issue")
+    assert got == Tool(
+        "gh__create_issue",
+        "Open an issue",
+        {"type": "object", "required": ["title"]},
+        ("dev", "ops"),
+    )
+    assert [t.name for t in await store.list_tools()] == ["fs_read", "gh__create_issue"]
+    assert [t.name for t in await store.list_tools(pack="ops")] == ["gh__create_issue"]
+
+    turn = Turn(
+        "t1", "open an issue", "gh__create_issue", T0, agent_id="ag", margin=0.02, flagged=True
+    )
+    assert await store.record_turns([turn]) == 1
+    assert await store.record_turns([turn]) == 0
+    assert await store.get_turn("t1") == turn
+    assert await store.get_turn("nope") is None
+
+    ex = exemplar("Open  an ISSUE", "gh__create_issue", turn_id="t1", created_at=T0)
+    assert await store.save_exemplar(ex)
+    assert not await store.save_exemplar(ex)
+    stored = await store.exemplar_for_query("open an issue")
+    assert stored is not None and stored.version == 1
+    assert stored == Exemplar(**{**_fields(ex), "version": 1})
+    assert await store.exemplars_for_tool("gh__create_issue") == [stored]
+    assert await store.exemplars_since(0) == ExemplarDelta(1, (stored,), ())
+    with pytest.raises(NotFound, match="unknown tool 'nope'"):
+        await store.save_exemplar(exemplar("x", "nope"))
+    with pytest.raises(InvalidInput):
+        await store.save_exemplar(exemplar("x", "fs_read", tier="guess"))
+
+    call = OracleCall("c1", "anthropic", "claude", "labeled", 12.5, T0, turn_id="t1", cost_usd=0.01)
+    await store.record_oracle_call(call)
+    assert await store.oracle_calls() == [call]
+    assert await store.oracle_calls("t1") == [call]
+    assert await store.oracle_calls("t2") == []
+
+    assert await store.delete_exemplar(stored.id)
+    assert not await store.delete_exemplar(stored.id)
+    assert await store.exemplars_since(1) == ExemplarDelta(2, (), ("open an issue",))
+    await store.save_exemplar(exemplar("read it", "fs_read"))
+    assert await store.delete_tool("fs_read")
+    assert not await store.delete_tool("fs_read")
+    assert await store.get_tool("fs_read") is None
+    assert await store.state() == StoreState(3, 4)
+    assert (await store.exemplars_since(3)).deleted == ("read it",)
+    await store.close()
+
+
+def _fields(ex: Exemplar) -> dict[str, Any]:
+    return {name: getattr(ex, name) for name in Exemplar.__dataclass_fields__}
+
+
+async def test_hostile_strings_round_trip_verbatim(store: Neo4jStore) -> None:
+    """Quotes, backticks, braces, $, Cypher text, NUL and long unicode are stored as given."""
+    for i, text in enumerate(HOSTILE):
+        tool = Tool(text, text, {text: [text]})
+        await store.upsert_tools([tool], pack=text)
+        assert await store.get_tool(text) == Tool(text, text, {text: [text]}, (text,))
+        turn = Turn(text, text, text, T0, agent_id=text, flag_reason=text)
+        await store.record_turns([turn])
+        assert await store.get_turn(text) == turn
+        ex = exemplar(text, text, id=text, turn_id=text, embedder=text)
+        assert await store.save_exemplar(ex)
+        got = await store.exemplar_for_query(text)
+        assert got is not None and (got.id, got.query, got.tool) == (text, text, text)
+        call = OracleCall(text, text, text, "error", 1.0, T0, turn_id=text, error=text)
+        await store.record_oracle_call(call)
+        assert await store.oracle_calls(text) == [call]
+        assert await store.state() == StoreState(i + 1, i + 1)
+    assert {t.name for t in await store.list_tools()} == set(HOSTILE)
+
+
+# --- graph model --------------------------------------------------------------------------
+
+
+async def test_edges_link_turns_tools_exemplars_and_calls_in_any_order(
+    store: Neo4jStore, driver: neo4j.AsyncDriver
+) -> None:
+    """USED, PRODUCED, ESCALATED, SELECTS and IN_PACK exist, also when the turn is recorded last."""
+    await store.upsert_tools([Tool("a"), Tool("b")], pack="p")
+    await store.record_oracle_call(OracleCall("c1", "x", "m", "labeled", 1.0, T0, turn_id="t1"))
+    await store.save_exemplar(exemplar("q", "a", turn_id="t1"))
+    await store.record_turns([Turn("t1", "q", "b", T0), Turn("t2", "r", "unknown-tool", T0)])
+    edges = await rows(
+        driver,
+        "neo4j",
+        "MATCH (x)-[r]->(y) RETURN labels(x)[0] + '-' + type(r) + '->' + "
+        "coalesce(y.name, y.id) AS edge ORDER BY edge",
+    )
+    assert [e["edge"] for e in edges] == [
+        "Tool-IN_PACK->p",
+        "Tool-IN_PACK->p",
+        "ToolSelectionExample-SELECTS->a",
+        "Turn-ESCALATED->c1",
+        "Turn-PRODUCED->ex-q",
+        "Turn-USED->b",
+    ]
+    # A resent turn that names another tool moves its USED edge instead of adding one.
+    await store.record_turns([Turn("t1", "q", "a", T0)])
+    used = await rows(driver, "neo4j", "MATCH (:Turn {id: 't1'})-[:USED]->(t) RETURN t.name AS n")
+    assert used == [{"n": "a"}]
+    assert await rows(driver, "neo4j", "MATCH (t:Tool) RETURN count(t) AS n") == [{"n": 2}]
+
+
+async def test_datetimes_are_zoned_and_naive_ones_read_as_utc(
+    store: Neo4jStore, driver: neo4j.AsyncDriver
+) -> None:
+    """Times are stored as Neo4j DateTime and come back aware UTC; a naive time is taken as UTC."""
+    plus_two = T0.astimezone(timezone_plus(2))
+    await store.record_turns(
+        [Turn("aware", "q", "a", plus_two), Turn("naive", "q", "a", T0.replace(tzinfo=None))]
+    )
+    kinds = await rows(driver, "neo4j", "MATCH (t:Turn) RETURN DISTINCT valueType(t.at) AS k")
+    assert kinds == [{"k": "ZONED DATETIME NOT NULL"}]
+    for turn_id in ("aware", "naive"):
+        got = await store.get_turn(turn_id)
+        assert got is not None and got.at == T0 and got.at.tzinfo == UTC
+
+
+def timezone_plus(hours: int) -> Any:
+    from datetime import timezone
+
+    return timezone(timedelta(hours=hours))
+
+
+# --- scale and concurrency ----------------------------------------------------------------
+
+
+async def test_ten_thousand_turns_in_one_call(store: Neo4jStore, driver: neo4j.AsyncDriver) -> None:
+    """record_turns takes 10,000 turns at once; resending them updates without duplicates."""
+    await store.upsert_tools([Tool("a")])
+    turns = [Turn(f"t{i}", f"request {i}", "a", T0) for i in range(10_000)]
+    assert await store.record_turns(turns) == 10_000
+    assert await store.record_turns([*turns[:10], Turn("t0", "changed", "a", T0)]) == 0
+    counted = await rows(
+        driver,
+        "neo4j",
+        "MATCH (t:Turn) OPTIONAL MATCH (t)-[u:USED]->() "
+        "RETURN count(DISTINCT t) AS n, count(u) AS u",
+    )
+    assert counted == [{"n": 10_000, "u": 10_000}]
+    got = await store.get_turn("t0")
+    assert got is not None and got.request == "changed"
+
+
+async def test_concurrent_saves_get_unique_consecutive_versions(store: Neo4jStore) -> None:
+    """Saves racing on one driver (distinct and equal queries) get versions 1..n, none shared."""
+    await store.upsert_tools([Tool("a"), Tool("b")])
+    saves = [exemplar(f"query {i}", "a") for i in range(16)]
+    saves += [
+        exemplar("contested", tool, tier, id=f"c-{tool}-{tier}")
+        for tool in "ab"
+        for tier in ("ranker", "teacher")
+    ]
+    changed = await asyncio.gather(*(store.save_exemplar(e) for e in saves))
+    state = await store.state()
+    delta = await store.exemplars_since(0)
+    assert state.exemplar_version == sum(changed)
+    versions = [e.version for e in delta.upserted]
+    assert versions == sorted(set(versions)) and versions[-1] <= state.exemplar_version
+    contested = await store.exemplar_for_query("contested")
+    assert contested is not None and contested.tier == "teacher"
+
+
+async def test_retention_evicts_oldest_and_tombstones_them(
+    store: Neo4jStore, driver: neo4j.AsyncDriver
+) -> None:
+    """Beyond per_tool the oldest non-feedback exemplar goes, tombstoned at a new version."""
+    small = Neo4jStore(driver, retention=Retention(per_tool=2, total=100, max_age_days=30))
+    await small.upsert_tools([Tool("a")])
+    now = datetime.now(UTC)
+    await small.save_exemplar(
+        exemplar("old feedback", "a", "feedback", created_at=now - timedelta(days=400))
+    )
+    for i in range(3):
+        await small.save_exemplar(exemplar(f"q{i}", "a", created_at=now - timedelta(hours=3 - i)))
+    left = [e.query for e in await small.exemplars_for_tool("a")]
+    assert left == ["q2", "q1", "old feedback"]
+    delta = await small.exemplars_since(3)
+    assert delta.version == 5 and delta.deleted == ("q0",)
+    tomb = await rows(
+        driver, "neo4j", "MATCH (ts:ExemplarTombstone) RETURN ts.query_norm AS q, ts.version AS v"
+    )
+    assert tomb == [{"q": "q0", "v": 5}]

@@ -1,0 +1,115 @@
+"""Behaviour only the embedded SQLite store has: lazy files, WAL, error translation, closing."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from toolselect.errors import StoreError, StoreUnavailable
+from toolselect.graph.sqlite import SqliteStore
+from toolselect.graph.store import Tool
+
+
+async def test_construction_does_no_io_and_first_use_creates_folders(tmp_path: Path) -> None:
+    """Building a store touches nothing; migrate creates the missing folders and the file."""
+    path = tmp_path / "deep" / "er" / "store.db"
+    store = SqliteStore(path)
+    assert not path.parent.exists()
+    assert store.uri == f"sqlite:{path}"
+    try:
+        await store.migrate()
+        assert path.is_file()
+    finally:
+        await store.close()
+
+
+async def test_database_runs_in_wal_mode(tmp_path: Path) -> None:
+    """The file is switched to write-ahead logging, so readers never wait for the writer."""
+    store = SqliteStore(tmp_path / "store.db")
+    await store.migrate()
+    await store.close()
+    with sqlite3.connect(tmp_path / "store.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_unopenable_path_is_unavailable(tmp_path: Path) -> None:
+    """A path that cannot hold a database raises StoreUnavailable from ping, not sqlite3 errors."""
+    (tmp_path / "file").write_text("not a folder")
+    store = SqliteStore(tmp_path / "file" / "store.db")
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.ping()
+    finally:
+        await store.close()
+
+
+async def test_directory_path_is_unavailable(tmp_path: Path) -> None:
+    """A folder in place of the database file raises StoreUnavailable naming the path."""
+    store = SqliteStore(tmp_path)
+    try:
+        with pytest.raises(StoreUnavailable, match="sqlite store"):
+            await store.ping()
+    finally:
+        await store.close()
+
+
+async def test_unmigrated_store_raises_store_error(tmp_path: Path) -> None:
+    """Using a store whose tables were never created raises StoreError, not sqlite3.Error."""
+    store = SqliteStore(tmp_path / "store.db")
+    try:
+        with pytest.raises(StoreError) as caught:
+            await store.state()
+        assert not isinstance(caught.value, StoreUnavailable)
+        assert isinstance(caught.value.__cause__, sqlite3.Error)
+    finally:
+        await store.close()
+
+
+async def test_locked_database_is_unavailable(tmp_path: Path) -> None:
+    """A write lock held elsewhere past the busy timeout surfaces as StoreUnavailable."""
+    path = tmp_path / "store.db"
+    store = SqliteStore(path)
+    await store.migrate()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreUnavailable, match="locked"):
+            await store.upsert_tools([Tool("blocked")])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        await store.close()
+
+
+async def test_closed_store_refuses_work_and_close_is_idempotent(tmp_path: Path) -> None:
+    """After close every call raises StoreError, and closing again is harmless."""
+    store = SqliteStore(tmp_path / "store.db")
+    await store.migrate()
+    await store.close()
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.state()
+
+
+async def test_event_loop_keeps_running_during_store_work(tmp_path: Path) -> None:
+    """A large write runs off the event loop: a ticking coroutine advances while it runs."""
+    store = SqliteStore(tmp_path / "store.db")
+    await store.migrate()
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        await store.upsert_tools([Tool(f"tool{i}", "x" * 200) for i in range(3000)])
+    finally:
+        ticker.cancel()
+        await store.close()
+    assert ticks > 10

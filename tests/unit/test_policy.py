@@ -1,0 +1,166 @@
+"""The oracle policy: the ARCHITECTURE.md table row by row, the ratchet and the tier order."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from toolselect.learn.detect import Flag, RankSignal
+from toolselect.oracle.tiers import DEFAULT_TIERS, Plan, outcome_class, plan
+
+FLOOR = 0.05
+FALLBACK = Flag("fallback")
+DISAGREE = Flag("disagreement")
+CONFIDENT = RankSignal("whatsapp__send_message", 0.30)
+UNSURE = RankSignal("whatsapp__send_message", 0.01)
+
+
+def decide(
+    flag: Flag,
+    outcome: str | None,
+    signal: RankSignal | None,
+    *,
+    ratchet: str | None = None,
+    tiers: tuple[str, ...] = DEFAULT_TIERS,
+) -> Plan:
+    return plan(flag, outcome, signal, margin_floor=FLOOR, ratchet_label=ratchet, tiers=tiers)
+
+
+RANKER = Plan("ranker", label="whatsapp__send_message")
+
+# (why flagged, outcome, signal, expected tier) - one line per cell of the table.
+TABLE = [
+    # fallback tool used, any / no outcome
+    (FALLBACK, None, CONFIDENT, "ranker"),
+    (FALLBACK, "ok", CONFIDENT, "ranker"),
+    (FALLBACK, "error", CONFIDENT, "ranker"),
+    (FALLBACK, "corrected", CONFIDENT, "ranker"),
+    (FALLBACK, None, UNSURE, "teacher"),
+    (FALLBACK, "ok", UNSURE, "teacher"),
+    (FALLBACK, "error", UNSURE, "teacher"),
+    # used != confident top-1, outcome unknown
+    (DISAGREE, None, CONFIDENT, "ranker"),
+    (DISAGREE, None, UNSURE, "teacher"),
+    # used != confident top-1, error / corrected
+    (DISAGREE, "error", CONFIDENT, "ranker"),
+    (DISAGREE, "corrected", CONFIDENT, "ranker"),
+    (DISAGREE, "error", UNSURE, "teacher"),
+    (DISAGREE, "corrected", UNSURE, "teacher"),
+    # used != confident top-1, ok: escalate even when confident
+    (DISAGREE, "ok", CONFIDENT, "teacher"),
+    (DISAGREE, "ok", UNSURE, "teacher"),
+]
+
+
+@pytest.mark.parametrize(("flag", "outcome", "signal", "tier"), TABLE)
+def test_policy_table(flag: Flag, outcome: str | None, signal: RankSignal, tier: str) -> None:
+    """Each cell of the default policy table picks the documented tier."""
+    decided = decide(flag, outcome, signal)
+    assert decided.tier == tier
+    if tier == "ranker":
+        assert decided == RANKER
+    else:
+        assert decided.escalate and decided.label is None
+
+
+def test_ranker_label_is_the_top1_name_as_ranked() -> None:
+    """The ranker tier labels with the ranker's top-1 name, namespace kept."""
+    assert decide(FALLBACK, None, RankSignal("github.create_issue", 0.4)).label == (
+        "github.create_issue"
+    )
+
+
+def test_margin_at_floor_is_confident() -> None:
+    """The floor is inclusive for labelling too."""
+    assert decide(FALLBACK, None, RankSignal("web_search", FLOOR)).tier == "ranker"
+
+
+def test_nan_margin_escalates() -> None:
+    """A NaN margin never lets the ranker label."""
+    assert decide(FALLBACK, None, RankSignal("web_search", math.nan)).tier == "teacher"
+
+
+def test_fallback_without_signal_escalates() -> None:
+    """A fallback turn the ranker could not score goes to the teacher."""
+    decided = decide(FALLBACK, None, None)
+    assert decided == Plan("teacher", escalate=True, reason="no ranker signal")
+
+
+def test_ok_disagreement_reason_is_explained() -> None:
+    """Escalating a confident disagreement that worked says why the ranker was not trusted."""
+    reason = decide(DISAGREE, "ok", CONFIDENT).reason
+    assert reason is not None and "worked" in reason
+
+
+def test_ratchet_reuses_existing_label_first() -> None:
+    """With a label already known for the query, the free ratchet tier wins."""
+    decided = decide(DISAGREE, "ok", CONFIDENT, ratchet="slack__send_message")
+    assert decided == Plan("ratchet", label="slack__send_message")
+
+
+def test_empty_ratchet_label_falls_through() -> None:
+    """An empty ratchet label is no label: the next tier decides."""
+    assert decide(FALLBACK, None, CONFIDENT, ratchet="").tier == "ranker"
+
+
+def test_ratchet_disabled_is_skipped() -> None:
+    """A ratchet label is ignored when the ratchet tier is not enabled."""
+    decided = decide(FALLBACK, None, CONFIDENT, ratchet="x", tiers=("ranker", "teacher"))
+    assert decided == RANKER
+
+
+def test_tier_order_is_honoured() -> None:
+    """Tiers are tried in the configured order: teacher first means always escalate."""
+    assert decide(FALLBACK, None, CONFIDENT, tiers=("teacher", "ranker")).tier == "teacher"
+    decided = decide(FALLBACK, None, CONFIDENT, ratchet="x", tiers=("ranker", "ratchet"))
+    assert decided == RANKER
+
+
+def test_teacher_disabled_declines_with_reason() -> None:
+    """Without the teacher tier, a turn the ranker cannot label is declined, saying why."""
+    decided = decide(FALLBACK, None, UNSURE, tiers=("ratchet", "ranker"))
+    assert decided.tier == "declined" and not decided.escalate and decided.label is None
+    assert decided.reason is not None
+    assert "below floor" in decided.reason and "teacher tier not enabled" in decided.reason
+
+
+def test_ranker_only_still_labels_confident_turns() -> None:
+    """A ranker-only policy labels what the table allows and declines the rest."""
+    assert decide(FALLBACK, "ok", CONFIDENT, tiers=("ranker",)) == RANKER
+    assert decide(DISAGREE, "ok", CONFIDENT, tiers=("ranker",)).tier == "declined"
+
+
+def test_ratchet_only_without_label_declines() -> None:
+    """A ratchet-only policy declines queries that have no label yet."""
+    decided = decide(FALLBACK, None, CONFIDENT, tiers=("ratchet",))
+    assert decided.tier == "declined"
+    assert decided.reason == "no enabled tier applies (tiers: ratchet)"
+
+
+def test_unknown_tier_is_refused() -> None:
+    """An unknown tier name is an error naming it, not a silent skip."""
+    with pytest.raises(ValueError, match="'llm'"):
+        decide(FALLBACK, None, CONFIDENT, tiers=("ranker", "llm"))
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [(None, "unknown"), ("", "unknown"), ("ok", "ok"), ("OK", "ok"), ("error", "failed")],
+)
+def test_outcome_classes(outcome: str | None, expected: str) -> None:
+    """Outcomes map to unknown / ok / failed as the table's rows need."""
+    assert outcome_class(outcome) == expected
+
+
+def test_policy_and_detector_stay_pure() -> None:
+    """Importing the policy and the detector loads no driver, SDK, HTTP or logging library."""
+    code = (
+        "import sys, toolselect.oracle.tiers, toolselect.learn.detect\n"
+        "bad = ('neo4j', 'anthropic', 'aiohttp', 'sqlite3', 'structlog', 'httpx2')\n"
+        "print(','.join(m for m in bad if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

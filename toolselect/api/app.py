@@ -1,0 +1,214 @@
+"""The aiohttp application: `create_app(service)` wires routes, middlewares and background tasks.
+
+Middlewares, outermost first: request context (request id, access log, metrics, error model),
+concurrency limit (`503 overloaded` beyond `max_concurrency`), per-request timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from toolselect.api.errors import ApiError
+from toolselect.errors import InvalidInput, NotFound, StoreUnavailable, ToolselectError
+from toolselect.service import Service
+
+log = structlog.get_logger("toolselect.api")
+
+SERVICE = web.AppKey("service", Service)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+M = TypeVar("M", bound=BaseModel)
+
+_OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def _route_name(request: web.Request) -> str:
+    info = request.match_info
+    if isinstance(info, web.UrlMappingMatchInfo) and info.route.resource is not None:
+        return info.route.resource.canonical
+    return "unmatched"
+
+
+def _http_error(exc: web.HTTPException) -> ApiError:
+    """aiohttp's own refusals (routing, body size) in our error model."""
+    if isinstance(exc, web.HTTPNotFound):
+        return ApiError(404, "not_found", "no such route")
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        return ApiError(
+            405,
+            "method_not_allowed",
+            f"expected one of {allowed}, got {exc.method}",
+            headers={"Allow": allowed},
+        )
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return ApiError(413, "too_large", exc.text or "request body too large", "body")
+    return ApiError(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+
+
+@web.middleware
+async def context_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Bind a request id, translate every error into the JSON model, count and time the route."""
+    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    route = _route_name(request)
+    metrics = request.app[SERVICE].metrics
+    started = time.perf_counter()
+    try:
+        try:
+            response = await handler(request)
+        except ApiError as exc:
+            response = exc.response()
+        except InvalidInput as exc:
+            response = ApiError(422, "invalid_request", exc.message, exc.field).response()
+        except NotFound as exc:
+            response = ApiError(404, "not_found", str(exc)).response()
+        except StoreUnavailable as exc:
+            log.warning("store_unavailable", error=str(exc))
+            response = ApiError(503, "store_unavailable", str(exc)).response()
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            response = _http_error(exc).response()
+        except (ToolselectError, Exception):
+            log.exception("request_failed", method=request.method, path=request.path)
+            response = ApiError(500, "internal", f"internal error (request {request_id})").response()
+        response.headers["X-Request-Id"] = request_id
+        elapsed = time.perf_counter() - started
+        metrics.http_requests.labels(route, str(response.status)).inc()
+        metrics.http_latency.labels(route).observe(elapsed)
+        if response.status >= 500:
+            log.warning("request_error", route=route, status=response.status, ms=elapsed * 1e3)
+        return response
+    finally:
+        structlog.contextvars.unbind_contextvars("request_id")
+
+
+class _Gate:
+    """Counts requests in flight; beyond the limit a request is refused at once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.inflight = 0
+
+
+GATE = web.AppKey("gate", _Gate)
+
+
+@web.middleware
+async def limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse with `503 overloaded` beyond the concurrency limit; bound each request's time."""
+    if request.path in _OPEN_PATHS:
+        return await handler(request)
+    gate = request.app[GATE]
+    service = request.app[SERVICE]
+    if gate.inflight >= gate.limit:
+        service.metrics.http_rejected.labels("overloaded").inc()
+        raise ApiError(
+            503,
+            "overloaded",
+            f"more than {gate.limit} requests in flight",
+            headers={"Retry-After": "1"},
+        )
+    gate.inflight += 1
+    service.metrics.http_inflight.set(gate.inflight)
+    try:
+        async with asyncio.timeout(service.settings.request_timeout_s):
+            return await handler(request)
+    except TimeoutError:
+        service.metrics.http_rejected.labels("timeout").inc()
+        raise ApiError(
+            503,
+            "timeout",
+            f"request took longer than {service.settings.request_timeout_s:g} s",
+            headers={"Retry-After": "1"},
+        ) from None
+    finally:
+        gate.inflight -= 1
+        service.metrics.http_inflight.set(gate.inflight)
+
+
+async def read_body(request: web.Request) -> Any:
+    """The JSON body: 415 for another content type, 413 past the limit, 400 when not JSON."""
+    if request.content_type != "application/json":
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"expected Content-Type application/json, got {request.content_type or 'none'}",
+            "Content-Type",
+        )
+    raw = await request.read()
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"body is not JSON: {exc}", "body") from None
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def validate(model: type[M], data: Any) -> M:
+    """Validate a parsed body; the first error becomes `422 invalid_request` with its field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = _field(tuple(first["loc"]))
+        raise ApiError(422, "invalid_request", f"{field}: {first['msg']}", field) from None
+
+
+async def read_model(request: web.Request, model: type[M]) -> M:
+    return validate(model, await read_body(request))
+
+
+def json_response(model: BaseModel, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status,
+        text=model.model_dump_json(),
+        content_type="application/json",
+    )
+
+
+async def _poll_store(app: web.Application) -> None:
+    """Fold other replicas' writes every poll interval; a failed poll is logged and retried."""
+    service = app[SERVICE]
+    while True:
+        await asyncio.sleep(service.settings.poll_interval_s)
+        try:
+            await service.refresh()
+        except ToolselectError as exc:
+            log.warning("store_poll_failed", error=str(exc))
+
+
+async def _background(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(_poll_store(app), name="toolselect-store-poll")
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def create_app(service: Service) -> web.Application:
+    """The HTTP API over a started service (the caller owns the service's lifetime)."""
+    from toolselect.api.routes import add_routes
+
+    app = web.Application(
+        middlewares=[context_middleware, limit_middleware],
+        client_max_size=service.settings.max_body_bytes,
+    )
+    app[SERVICE] = service
+    app[GATE] = _Gate(service.settings.max_concurrency)
+    add_routes(app)
+    app.cleanup_ctx.append(_background)
+    return app

@@ -1,0 +1,110 @@
+"""`/openapi.json`, generated from the same pydantic models that validate requests."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from toolselect import __version__
+from toolselect.api import models as m
+
+_REF = "#/components/schemas/{model}"
+
+# (method, path, summary, request model, success status, response model, path params, query params)
+_OPERATIONS: tuple[
+    tuple[str, str, str, type[BaseModel] | None, int, type[BaseModel] | None, tuple[str, ...], tuple[str, ...]],
+    ...,
+] = (
+    ("post", "/v1/rank", "Rank the catalog for a query", m.RankRequest, 200, m.RankResponse, (), ()),
+    ("post", "/v1/select", "PromptKit exec-selector payload", m.SelectRequest, 200, m.SelectResponse, (), ()),
+    ("post", "/v1/observe", "Report one turn", m.ObserveRequest, 202, m.ObserveResponse, (), ()),
+    ("post", "/v1/observe/batch", "Report many turns", m.ObserveBatchRequest, 202, m.ObserveBatchResponse, (), ()),
+    ("put", "/v1/tools", "Upsert tools (MCP, OpenAI or native body)", None, 200, m.UpsertResponse, (), ("pack",)),
+    ("get", "/v1/tools", "List tools", None, 200, m.ToolList, (), ("pack",)),
+    ("get", "/v1/tools/{name}", "One tool", None, 200, m.ToolOut, ("name",), ()),
+    ("delete", "/v1/tools/{name}", "Delete a tool", None, 200, m.DeletedResponse, ("name",), ()),
+    ("get", "/v1/tools/{name}/exemplars", "A tool's exemplars", None, 200, m.ExemplarList, ("name",), ()),
+    ("post", "/v1/exemplars", "Record a human-confirmed label", m.FeedbackRequest, 201, m.FeedbackResponse, (), ()),
+    ("delete", "/v1/exemplars/{id}", "Delete an exemplar", None, 200, m.DeletedResponse, ("id",), ()),
+    ("get", "/v1/analytics", "Named analyses", None, 200, m.AnalyticsList, (), ()),
+    ("get", "/v1/analytics/{name}", "Run one analysis", None, 200, m.AnalyticsResult, ("name",), ("since",)),
+    ("get", "/healthz", "Process alive", None, 200, m.Health, (), ()),
+    ("get", "/readyz", "Store reachable and catalog loaded", None, 200, m.Health, (), ()),
+)  # fmt: skip
+
+_ERRORS = {
+    "400": "invalid_json",
+    "401": "unauthorized",
+    "404": "not_found",
+    "413": "too_large",
+    "415": "unsupported_media_type",
+    "422": "invalid_request",
+    "503": "overloaded / not_ready",
+}
+
+
+@cache
+def openapi_document(routes: frozenset[str] | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document; `routes` keeps only the given paths (all when None)."""
+    models = sorted(
+        {model for op in _OPERATIONS for model in (op[3], op[5]) if model is not None}
+        | {m.ErrorResponse},
+        key=lambda model: model.__name__,
+    )
+    _, schema = models_json_schema(
+        [(model, "validation") for model in models], ref_template=_REF
+    )
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path, summary, request, status, response, path_params, query_params in _OPERATIONS:
+        if routes is not None and path not in routes:
+            continue
+        op: dict[str, Any] = {
+            "summary": summary,
+            "operationId": f"{method}_{path.strip('/').replace('/', '_').replace('{', '').replace('}', '')}",
+            "responses": {
+                str(status): {
+                    "description": "success",
+                    "content": {"application/json": {"schema": _ref(response)}},
+                },
+                **{
+                    code: {
+                        "description": meaning,
+                        "content": {"application/json": {"schema": _ref(m.ErrorResponse)}},
+                    }
+                    for code, meaning in _ERRORS.items()
+                },
+            },
+        }
+        params = [
+            {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+            for p in path_params
+        ] + [
+            {"name": p, "in": "query", "required": False, "schema": {"type": "string"}}
+            for p in query_params
+        ]
+        if params:
+            op["parameters"] = params
+        if request is not None:
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": _ref(request)}},
+            }
+        elif method == "put":
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": {}}},
+            }
+        paths.setdefault(path, {})[method] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "toolselect", "version": __version__},
+        "paths": paths,
+        "components": {"schemas": schema.get("$defs", {})},
+    }
+
+
+def _ref(model: type[BaseModel] | None) -> dict[str, Any]:
+    return {"$ref": _REF.format(model=model.__name__)} if model is not None else {}

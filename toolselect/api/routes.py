@@ -1,0 +1,144 @@
+"""Route handlers of API v1; each validates with a model from `models.py` and calls the service."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from toolselect.api import models as m
+from toolselect.api.app import SERVICE, json_response, read_body, read_model
+from toolselect.api.errors import ApiError, not_found
+from toolselect.api.openapi import openapi_document
+from toolselect.catalog import candidates_to_tools, parse_tools
+from toolselect.errors import ToolselectError
+from toolselect.graph.store import Exemplar, Tool
+
+
+def _tool_out(tool: Tool) -> m.ToolOut:
+    return m.ToolOut(
+        name=tool.name,
+        description=tool.description,
+        input_schema=dict(tool.input_schema),
+        packs=list(tool.packs),
+    )
+
+
+def exemplar_out(e: Exemplar) -> m.ExemplarOut:
+    return m.ExemplarOut(
+        id=e.id, query=e.query, tool=e.tool, tier=e.tier, created_at=e.created_at.isoformat()
+    )
+
+
+async def rank(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    body = await read_model(request, m.RankRequest)
+    started = time.perf_counter()
+    ranking = await service.rank(body.query, body.k, tools=body.tools, pack=body.pack)
+    return json_response(
+        m.RankResponse(
+            results=[m.RankedTool(tool=r.tool, score=r.score) for r in ranking.results],
+            margin=ranking.margin,
+            embedder=service.embedder.id,
+            took_ms=round((time.perf_counter() - started) * 1e3, 3),
+        )
+    )
+
+
+async def select(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    body = await read_model(request, m.SelectRequest)
+    candidates = candidates_to_tools([c.model_dump() for c in body.candidates])
+    selection = await service.select(
+        body.query.Text, candidates, body.query.K, pack=body.query.PackID or None
+    )
+    return json_response(m.SelectResponse(selected=selection.selected, reason=selection.reason))
+
+
+async def put_tools(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    tools, pack = parse_tools(await read_body(request))
+    if len(tools) > service.settings.max_batch * 10:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"expected at most {service.settings.max_batch * 10} tools, got {len(tools)}",
+            "tools",
+        )
+    pack = request.query.get("pack") or pack
+    result = await service.upsert_tools(tools, pack)
+    return json_response(m.UpsertResponse(upserted=result.upserted, unchanged=result.unchanged))
+
+
+async def list_tools(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    tools = await service.store.list_tools(request.query.get("pack") or None)
+    return json_response(m.ToolList(tools=[_tool_out(t) for t in tools]))
+
+
+async def get_tool(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    name = request.match_info["name"]
+    tool = await service.store.get_tool(name)
+    if tool is None:
+        raise not_found(f"no tool named {name!r}", "name")
+    return json_response(_tool_out(tool))
+
+
+async def delete_tool(request: web.Request) -> web.Response:
+    await request.app[SERVICE].delete_tool(request.match_info["name"])
+    return json_response(m.DeletedResponse(deleted=True))
+
+
+async def tool_exemplars(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    name = request.match_info["name"]
+    if await service.store.get_tool(name) is None:
+        raise not_found(f"no tool named {name!r}", "name")
+    exemplars = await service.store.exemplars_for_tool(name)
+    return json_response(m.ExemplarList(exemplars=[exemplar_out(e) for e in exemplars]))
+
+
+async def delete_exemplar(request: web.Request) -> web.Response:
+    await request.app[SERVICE].delete_exemplar(request.match_info["id"])
+    return json_response(m.DeletedResponse(deleted=True))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return json_response(m.Health(status="ok"))
+
+
+async def readyz(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    try:
+        await service.store.ping()
+    except ToolselectError as exc:
+        raise ApiError(503, "not_ready", f"store unreachable: {exc}") from None
+    if service.catalog_version < 0:
+        raise ApiError(503, "not_ready", "catalog not loaded yet")
+    return json_response(m.Health(status="ready"))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[SERVICE].metrics.render()
+    return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+
+async def openapi(request: web.Request) -> web.Response:
+    served = frozenset(resource.canonical for resource in request.app.router.resources())
+    return web.json_response(openapi_document(served))
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/rank", rank)
+    app.router.add_post("/v1/select", select)
+    app.router.add_put("/v1/tools", put_tools)
+    app.router.add_get("/v1/tools", list_tools)
+    app.router.add_get("/v1/tools/{name}", get_tool)
+    app.router.add_delete("/v1/tools/{name}", delete_tool)
+    app.router.add_get("/v1/tools/{name}/exemplars", tool_exemplars)
+    app.router.add_delete("/v1/exemplars/{id}", delete_exemplar)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)

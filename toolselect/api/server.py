@@ -1,0 +1,77 @@
+"""`toolselect serve`: start the service, serve HTTP until SIGTERM/SIGINT, then shut down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import signal
+
+import structlog
+from aiohttp import web
+
+from toolselect.api.app import create_app
+from toolselect.config import Settings
+from toolselect.errors import ConfigError
+from toolselect.service import Service
+
+log = structlog.get_logger("toolselect.server")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(settings: Settings, insecure: bool) -> None:
+    """Refuse to expose an unauthenticated API beyond this machine unless told to."""
+    if not settings.api_keys and not _is_loopback(settings.host) and not insecure:
+        raise ConfigError(
+            f"refusing to serve on {settings.host} without TOOLSELECT_API_KEYS; "
+            "set keys or pass --insecure"
+        )
+
+
+async def run_server(settings: Settings, stop: asyncio.Event) -> None:
+    """Serve until `stop` is set; in-flight requests get `shutdown_timeout_s` to finish."""
+    service = await Service.start(settings)
+    runner = web.AppRunner(
+        create_app(service),
+        shutdown_timeout=settings.shutdown_timeout_s,
+        access_log=None,
+        handle_signals=False,
+    )
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
+        await site.start()
+        log.info(
+            "serving",
+            url=f"http://{settings.host}:{settings.port}",
+            store=service.store.uri,
+            embedder=service.embedder.id,
+            tools=service.ranker.size,
+        )
+        await stop.wait()
+        log.info("shutting_down")
+    finally:
+        await runner.cleanup()
+        await service.close()
+    log.info("stopped")
+
+
+def serve(settings: Settings, *, insecure: bool = False) -> int:
+    check_bind(settings, insecure)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_server(settings, stop)
+
+    asyncio.run(main())
+    return 0

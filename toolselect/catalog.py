@@ -1,0 +1,231 @@
+"""Tool catalogs as callers send them: MCP `tools/list`, OpenAI tools, native, PromptKit.
+
+Parsing checks what the ranker and the store rely on (a name, its length, text sizes, unique
+names) and reports the first violation with a JSON-pointer-like field (`tools[3].name`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from toolselect.errors import InvalidInput
+from toolselect.graph.store import Tool
+from toolselect.names import name_words
+
+MAX_NAME_CHARS = 256
+MAX_DESCRIPTION_BYTES = 8 << 10
+MAX_PACK_CHARS = 256
+_DEMO_FILE = "data/demo_tools.json"
+
+
+def parse_tools(body: object) -> tuple[list[Tool], str | None]:
+    """Tools (with empty `packs`) and the pack named by the body, if any.
+
+    Accepted: `{"tools": [{"name", "description", "inputSchema"}]}` (MCP), the same with
+    `input_schema` and an optional `"pack"` (native), and `[{"type": "function", "function":
+    {"name", "description", "parameters"}}]` (OpenAI). Unknown keys are ignored.
+    """
+    if isinstance(body, list):
+        return _parse_openai(body), None
+    if not isinstance(body, Mapping):
+        raise InvalidInput(
+            f'expected an object with "tools" or a list of OpenAI tools, got {_kind(body)}'
+        )
+    if "tools" not in body:
+        raise InvalidInput('expected a "tools" list', field="tools")
+    entries = body["tools"]
+    if not isinstance(entries, list):
+        raise InvalidInput(f'expected "tools" to be a list, got {_kind(entries)}', field="tools")
+    pack = _optional_pack(body.get("pack"))
+    tools: list[Tool] = []
+    for i, entry in enumerate(entries):
+        where = f"tools[{i}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidInput(f"expected a tool object, got {_kind(entry)}", field=where)
+        key = "inputSchema" if "inputSchema" in entry else "input_schema"
+        tools.append(_tool(entry, where, schema_key=key))
+    _check_unique(tools, "tools[{}].name")
+    return tools, pack
+
+
+def candidates_to_tools(candidates: object) -> list[Tool]:
+    """PromptKit selector candidates (`{"ID", "Name", "Description", "Metadata"}`) as tools.
+
+    `ID` is the tool name (PromptKit returns IDs); `Name` is only a fallback for a missing ID.
+    A schema in `Metadata` (`inputSchema`, `input_schema` or `parameters`) is kept.
+    """
+    if not isinstance(candidates, list):
+        raise InvalidInput(
+            f"expected a list of candidates, got {_kind(candidates)}", field="candidates"
+        )
+    tools: list[Tool] = []
+    for i, cand in enumerate(candidates):
+        where = f"candidates[{i}]"
+        if not isinstance(cand, Mapping):
+            raise InvalidInput(f"expected a candidate object, got {_kind(cand)}", field=where)
+        ident = cand.get("ID") or cand.get("Name")
+        name = _name(ident, f"{where}.ID")
+        description = _description(cand.get("Description"), f"{where}.Description")
+        metadata = cand.get("Metadata")
+        schema: Mapping[str, Any] = {}
+        if isinstance(metadata, Mapping):
+            for key in ("inputSchema", "input_schema", "parameters"):
+                if isinstance(metadata.get(key), Mapping):
+                    schema = metadata[key]
+                    break
+        tools.append(Tool(name=name, description=description, input_schema=schema))
+    _check_unique(tools, "candidates[{}].ID")
+    return tools
+
+
+def tool_text(tool: Tool) -> str:
+    """What gets embedded for a tool: its name as words, description and parameters.
+
+    Parameters contribute their names (as words) and descriptions, including the properties
+    of object-typed parameters one level down, where callers often hide the real fields.
+    """
+    parts = [name_words(tool.name) + ".", tool.description.strip()]
+    parts.extend(_property_texts(tool.input_schema, depth=2))
+    return " ".join(part for part in parts if part)
+
+
+def load_demo_catalog() -> list[Tool]:
+    """The bundled demo catalog (about 60 everyday agent tools, with the fallback tools)."""
+    return list(_demo_tools())
+
+
+@cache
+def _demo_tools() -> tuple[Tool, ...]:
+    text = resources.files("toolselect").joinpath(_DEMO_FILE).read_text(encoding="utf-8")
+    tools, _ = parse_tools(json.loads(text))
+    return tuple(tools)
+
+
+def _parse_openai(entries: list[Any]) -> list[Tool]:
+    tools: list[Tool] = []
+    for i, entry in enumerate(entries):
+        where = f"[{i}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidInput(f"expected an OpenAI tool object, got {_kind(entry)}", field=where)
+        kind = entry.get("type", "function")
+        if kind != "function":
+            raise InvalidInput(f'expected type "function", got {kind!r}', field=f"{where}.type")
+        function = entry.get("function")
+        if not isinstance(function, Mapping):
+            raise InvalidInput(
+                f'expected a "function" object, got {_kind(function)}', field=f"{where}.function"
+            )
+        tools.append(_tool(function, f"{where}.function", schema_key="parameters"))
+    _check_unique(tools, "[{}].function.name")
+    return tools
+
+
+def _tool(entry: Mapping[str, Any], where: str, *, schema_key: str) -> Tool:
+    name = _name(entry.get("name"), f"{where}.name")
+    description = _description(entry.get("description"), f"{where}.description")
+    schema = entry.get(schema_key)
+    if schema is None:
+        schema = {}
+    elif not isinstance(schema, Mapping):
+        raise InvalidInput(
+            f"expected the input schema to be an object, got {_kind(schema)}",
+            field=f"{where}.{schema_key}",
+        )
+    return Tool(name=name, description=description, input_schema=dict(schema))
+
+
+def _name(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"expected a tool name (a string), got {_kind(value)}", field=field)
+    if not value.strip():
+        raise InvalidInput(f"expected a non-empty tool name, got {value!r}", field=field)
+    if value != value.strip():
+        raise InvalidInput(
+            f"expected a tool name without surrounding spaces, got {value!r}", field=field
+        )
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidInput(
+            f"expected a tool name of at most {MAX_NAME_CHARS} characters, got {len(value)}",
+            field=field,
+        )
+    return value
+
+
+def _description(value: object, field: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidInput(f"expected a description string, got {_kind(value)}", field=field)
+    size = len(value.encode("utf-8"))
+    if size > MAX_DESCRIPTION_BYTES:
+        raise InvalidInput(
+            f"expected a description of at most {MAX_DESCRIPTION_BYTES} bytes, got {size}",
+            field=field,
+        )
+    return value
+
+
+def _optional_pack(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"expected a non-empty pack name, got {value!r}", field="pack")
+    if len(value) > MAX_PACK_CHARS:
+        raise InvalidInput(
+            f"expected a pack name of at most {MAX_PACK_CHARS} characters, got {len(value)}",
+            field="pack",
+        )
+    return value
+
+
+def _check_unique(tools: list[Tool], field_pattern: str) -> None:
+    first: dict[str, int] = {}
+    for i, tool in enumerate(tools):
+        if tool.name in first:
+            earlier = field_pattern.format(first[tool.name])
+            raise InvalidInput(
+                f"duplicate tool name {tool.name!r} (first at {earlier})",
+                field=field_pattern.format(i),
+            )
+        first[tool.name] = i
+
+
+def _property_texts(schema: object, depth: int) -> list[str]:
+    if depth <= 0 or not isinstance(schema, Mapping):
+        return []
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return []
+    texts: list[str] = []
+    for name, spec in properties.items():
+        texts.append(name_words(str(name)))
+        if isinstance(spec, Mapping):
+            description = spec.get("description")
+            if isinstance(description, str) and description.strip():
+                texts.append(description.strip())
+            texts.extend(_property_texts(spec, depth - 1))
+            items = spec.get("items")
+            if isinstance(items, Mapping):
+                texts.extend(_property_texts(items, depth - 1))
+    return texts
+
+
+def _kind(value: object) -> str:
+    """A JSON-flavoured type name for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value[:40]!r})"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__

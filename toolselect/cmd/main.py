@@ -1,0 +1,279 @@
+"""`toolselect`: serve, rank, select, tools, observe, analytics, config.
+
+Imports are deferred to the subcommand that needs them, so `toolselect select --url` (spawned by an
+agent runtime for every selection) starts without loading numpy, scikit-learn or the drivers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toolselect.config import Settings
+    from toolselect.service import Service
+
+
+class UsageError(Exception):
+    """Bad input on the command line or stdin: message to stderr, exit 2."""
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    from toolselect.config import load_settings
+
+    settings = load_settings()
+    return settings.override(
+        store=getattr(args, "store", None),
+        embedder=getattr(args, "embedder", None),
+        host=getattr(args, "host", None),
+        port=getattr(args, "port", None),
+    )
+
+
+def _run(coro: Coroutine[Any, Any, int]) -> int:
+    return asyncio.run(coro)
+
+
+async def _with_service(args: argparse.Namespace, body: Callable[[Service], Any]) -> int:
+    from toolselect.logs import configure_logging
+    from toolselect.service import Service
+
+    settings = _settings(args)
+    configure_logging("warning", settings.log_format)
+    service = await Service.start(settings)
+    try:
+        result = await body(service)
+        return int(result or 0)
+    finally:
+        await service.close()
+
+
+# -- serve -------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from toolselect.api.server import serve
+    from toolselect.logs import configure_logging
+
+    settings = _settings(args)
+    configure_logging(settings.log_level, settings.log_format)
+    return serve(settings, insecure=args.insecure)
+
+
+# -- rank --------------------------------------------------------------------------------
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    async def body(service: Service) -> int:
+        ranking = await service.rank(args.text, args.k, pack=args.pack)
+        if args.json:
+            out = {
+                "results": [{"tool": r.tool, "score": r.score} for r in ranking.results],
+                "margin": ranking.margin,
+                "embedder": service.embedder.id,
+            }
+            print(json.dumps(out, ensure_ascii=False))
+        else:
+            for i, r in enumerate(ranking.results, 1):
+                print(f"{i:>3}  {r.score:6.3f}  {r.tool}")
+            print(f"margin {ranking.margin:.3f}  ({service.embedder.id})")
+        return 0
+
+    return _run(_with_service(args, body))
+
+
+# -- tools -------------------------------------------------------------------------------
+
+
+def cmd_tools_import(args: argparse.Namespace) -> int:
+    from toolselect.catalog import parse_tools
+
+    try:
+        data = json.loads(Path(args.file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{args.file}: cannot read JSON: {exc}") from None
+    tools, pack = parse_tools(data)
+
+    async def body(service: Service) -> int:
+        chunk = 500
+        upserted = unchanged = 0
+        show = sys.stderr.isatty() and len(tools) > chunk
+        for start in range(0, len(tools), chunk):
+            result = await service.upsert_tools(tools[start : start + chunk], args.pack or pack)
+            upserted += result.upserted
+            unchanged += result.unchanged
+            if show:
+                done = min(start + chunk, len(tools))
+                print(f"\rimporting: {done}/{len(tools)}", end="", file=sys.stderr)
+        if show:
+            print(file=sys.stderr)
+        print(json.dumps({"upserted": upserted, "unchanged": unchanged}))
+        return 0
+
+    return _run(_with_service(args, body))
+
+
+def cmd_tools_list(args: argparse.Namespace) -> int:
+    async def body(service: Service) -> int:
+        for tool in await service.store.list_tools(args.pack):
+            packs = f"  [{', '.join(tool.packs)}]" if tool.packs else ""
+            print(f"{tool.name}{packs}  {tool.description[:80]}")
+        return 0
+
+    return _run(_with_service(args, body))
+
+
+# -- select (PromptKit exec selector) ------------------------------------------------------
+
+
+def _read_select_request() -> dict[str, Any]:
+    raw = sys.stdin.read()
+    if not raw.strip():
+        raise UsageError("expected one JSON object on stdin, got nothing")
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"stdin is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"expected a JSON object on stdin, got {type(data).__name__}")
+    return data
+
+
+def _select_remote(url: str, data: dict[str, Any], timeout: float) -> int:
+    """Thin client: POST to a running server with the standard library only."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(
+        url.rstrip("/") + "/v1/select",
+        data=json.dumps(data).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            sys.stdout.write(resp.read().decode() + "\n")
+            return 0
+    except urllib.error.HTTPError as exc:
+        try:
+            err = json.loads(exc.read())["error"]
+            message = f"{err['code']}: {err['message']}"
+        except (ValueError, KeyError, TypeError):
+            message = f"HTTP {exc.code}"
+        raise UsageError(f"selector server refused the request: {message}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"toolselect select: cannot reach {url}: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    data = _read_select_request()
+    if args.url:
+        return _select_remote(args.url, data, args.timeout)
+    from toolselect.api.app import validate
+    from toolselect.api.errors import ApiError
+    from toolselect.api.models import SelectRequest
+    from toolselect.catalog import candidates_to_tools
+
+    try:
+        request = validate(SelectRequest, data)
+    except ApiError as exc:
+        raise UsageError(exc.message) from None
+
+    async def body(service: Service) -> int:
+        tools = candidates_to_tools([c.model_dump() for c in request.candidates])
+        selection = await service.select(
+            request.query.Text, tools, request.query.K, pack=request.query.PackID or None
+        )
+        print(json.dumps({"selected": selection.selected, "reason": selection.reason}))
+        return 0
+
+    return _run(_with_service(args, body))
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from toolselect.config import settings_table
+
+    print(settings_table())
+    return 0
+
+
+# -- parser ------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolselect", description="Decide which tools an LLM agent should see for a turn."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--store", help="neo4j or sqlite:PATH (default: from settings)")
+        p.add_argument("--embedder", choices=["hashing", "minilm", "http", "hybrid"])
+        return p
+
+    serve = with_store(sub.add_parser("serve", help="run the HTTP API"))
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--insecure", action="store_true", help="allow a non-loopback bind without API keys"
+    )
+    serve.set_defaults(func=cmd_serve)
+
+    rank = with_store(sub.add_parser("rank", help="rank the catalog for TEXT"))
+    rank.add_argument("text")
+    rank.add_argument("-k", type=int, default=5)
+    rank.add_argument("--pack")
+    rank.add_argument("--json", action="store_true")
+    rank.set_defaults(func=cmd_rank)
+
+    tools = sub.add_parser("tools", help="manage the catalog").add_subparsers(
+        dest="tools_command", required=True
+    )
+    imp = with_store(tools.add_parser("import", help="import MCP, OpenAI or native JSON"))
+    imp.add_argument("file")
+    imp.add_argument("--pack")
+    imp.set_defaults(func=cmd_tools_import)
+    lst = with_store(tools.add_parser("list", help="list tools"))
+    lst.add_argument("--pack")
+    lst.set_defaults(func=cmd_tools_list)
+
+    sel = with_store(sub.add_parser("select", help="PromptKit exec selector: stdin -> stdout"))
+    sel.add_argument("--url", help="thin client of a running server (fast per-call spawn)")
+    sel.add_argument("--timeout", type=float, default=10.0)
+    sel.set_defaults(func=cmd_select)
+
+    cfg = sub.add_parser("config", help="print the configuration table")
+    cfg.set_defaults(func=cmd_config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except UsageError as exc:
+        print(f"toolselect {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        from toolselect.errors import ConfigError, InvalidInput, ToolselectError
+
+        if isinstance(exc, ConfigError | InvalidInput):
+            print(f"toolselect {args.command}: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, ToolselectError):
+            print(f"toolselect {args.command}: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,460 @@
+"""The Store contract on Neo4j: the production store every API replica shares.
+
+Each operation is one Cypher file from `cypher/queries/` with `$parameters`; reads are routed as
+reads, writes run in managed write transactions (retried by the driver on transient errors such as
+deadlocks) and the database is always named. Every write that moves a version first takes the
+write lock of the `(:Meta {key: 'state'})` node (`queries/lock_meta`), so concurrent writers on any
+replica get strictly increasing, unique versions.
+
+Driver errors never leave this module: unreachable servers and refused credentials become
+`StoreUnavailable`, anything else the server refuses becomes `StoreError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import fields
+from datetime import UTC, datetime, timedelta
+from typing import Any, Concatenate, LiteralString, ParamSpec, TypeVar, cast
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import structlog
+from neo4j import AsyncDriver, AsyncGraphDatabase, AsyncManagedTransaction, Record, RoutingControl
+from neo4j.exceptions import (
+    AuthError,
+    ConstraintError,
+    DriverError,
+    Neo4jError,
+    ServiceUnavailable,
+    SessionExpired,
+)
+from neo4j.time import DateTime
+
+from toolselect.errors import InvalidInput, NotFound, StoreError, StoreUnavailable
+from toolselect.graph import cypher
+from toolselect.graph.store import (
+    TIER_STRENGTH,
+    Exemplar,
+    ExemplarDelta,
+    OracleCall,
+    Retention,
+    StoreState,
+    Tool,
+    Turn,
+    UpsertResult,
+    canonical_json,
+)
+from toolselect.names import normalise_query
+
+log = structlog.get_logger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Work = Callable[Concatenate[AsyncManagedTransaction, P], Awaitable[R]]
+
+_TURN_CHUNK = 2_000  # turns per transaction: bounded transaction memory for large batches
+_UNAVAILABLE = (ServiceUnavailable, SessionExpired, AuthError, OSError)
+_TURN_FIELDS = tuple(f.name for f in fields(Turn))
+_CALL_FIELDS = tuple(f.name for f in fields(OracleCall))
+_EXEMPLAR_PROPS = tuple(f.name for f in fields(Exemplar) if f.name != "tool")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _q(name: str) -> LiteralString:
+    # Query text only ever comes from the Cypher files shipped in the package (mypy reads
+    # LiteralString as str, so no cast is needed for the driver's signature).
+    return cypher.query(f"queries/{name}")
+
+
+def _without_credentials(uri: str) -> str:
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _to_db(value: datetime) -> datetime:
+    """Aware UTC, so Neo4j stores a DateTime (a naive value is taken to be UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _from_db(value: Any) -> datetime:
+    native = value.to_native() if isinstance(value, DateTime) else value
+    return cast(datetime, native).astimezone(UTC)
+
+
+def _tool(props: Mapping[str, Any], packs: Sequence[str]) -> Tool:
+    schema = json.loads(props.get("input_schema") or "{}")
+    return Tool(props["name"], props.get("description", ""), schema, tuple(sorted(packs)))
+
+
+def _turn(props: Mapping[str, Any]) -> Turn:
+    values: dict[str, Any] = {name: props.get(name) for name in _TURN_FIELDS}
+    values["at"] = _from_db(values["at"])
+    values["flagged"] = bool(values["flagged"])
+    return Turn(**values)
+
+
+def _exemplar(props: Mapping[str, Any], tool: str) -> Exemplar:
+    return Exemplar(
+        id=props["id"],
+        query=props["query"],
+        tool=tool,
+        tier=props["tier"],
+        embedder=props["embedder"],
+        embedding=tuple(float(x) for x in props.get("embedding") or ()),
+        created_at=_from_db(props["created_at"]),
+        confidence=float(props["confidence"]),
+        turn_id=props.get("turn_id"),
+        version=int(props["version"]),
+    )
+
+
+def _call(props: Mapping[str, Any]) -> OracleCall:
+    values: dict[str, Any] = {name: props.get(name) for name in _CALL_FIELDS}
+    values["at"] = _from_db(values["at"])
+    return OracleCall(**values)
+
+
+async def _rows(tx: AsyncManagedTransaction, name: str, params: dict[str, Any]) -> list[Record]:
+    result = await tx.run(_q(name), params)
+    return [record async for record in result]
+
+
+async def _one(tx: AsyncManagedTransaction, name: str, params: dict[str, Any]) -> Record:
+    rows = await _rows(tx, name, params)
+    return rows[0]
+
+
+class Neo4jStore:
+    """`Store` on a Neo4j 5 database (Community or Enterprise, single server, cluster or Aura)."""
+
+    def __init__(
+        self,
+        driver: AsyncDriver,
+        database: str = "neo4j",
+        *,
+        uri: str = "",
+        retention: Retention = Retention(),  # noqa: B008 - frozen, so sharing it is safe
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self._driver = driver
+        self._database = database
+        self._uri = _without_credentials(uri)
+        self._retention = retention
+        self._clock = clock
+
+    @property
+    def uri(self) -> str:
+        return self._uri
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except _UNAVAILABLE as exc:
+            raise StoreUnavailable(f"cannot reach Neo4j at {self._uri}: {exc}") from exc
+        except (Neo4jError, DriverError) as exc:
+            raise StoreError(f"Neo4j at {self._uri} refused the operation: {exc}") from exc
+
+    async def _read(self, name: str, params: dict[str, Any]) -> list[Record]:
+        with self._translated():
+            result = await self._driver.execute_query(
+                _q(name), params, routing_=RoutingControl.READ, database_=self._database
+            )
+        return list(result.records)
+
+    async def _write_once(self, work: Work[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        async with self._driver.session(database=self._database) as session:
+            return await session.execute_write(work, *args, **kwargs)
+
+    async def _write(self, work: Work[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._translated():
+            try:
+                return await self._write_once(work, *args, **kwargs)
+            except ConstraintError:
+                # Two writers MERGEing one new key race once; the retry finds the winner's node.
+                return await self._write_once(work, *args, **kwargs)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def migrate(self) -> None:
+        """Create constraints, indexes and the state record; idempotent."""
+        count = 0
+        with self._translated():
+            for name in cypher.names("schema"):
+                for statement in cypher.statements(name):
+                    await self._driver.execute_query(statement, database_=self._database)
+                    count += 1
+            await self._driver.execute_query(
+                _q("await_indexes"), {"timeout_s": 300}, database_=self._database
+            )
+        await self._write(_lock_meta)
+        log.info("neo4j_migrated", store=self._uri, database=self._database, statements=count)
+
+    async def ping(self) -> None:
+        """Raise `StoreUnavailable` unless the database answers now."""
+        await self._read("ping", {})
+
+    async def state(self) -> StoreState:
+        row = (await self._read("state", {}))[0]
+        return StoreState(int(row["catalog_version"]), int(row["exemplar_version"]))
+
+    async def close(self) -> None:
+        with self._translated():
+            await self._driver.close()
+
+    # --- tools ------------------------------------------------------------------------------
+
+    async def upsert_tools(self, tools: Sequence[Tool], pack: str | None = None) -> UpsertResult:
+        by_name = {tool.name: tool for tool in tools}  # a name sent twice: the last one wins
+        if not by_name:
+            return UpsertResult(upserted=0, unchanged=0)
+        rows = [
+            {
+                "name": t.name,
+                "namespace": t.namespace,
+                "bare_name": t.bare_name,
+                "description": t.description,
+                "input_schema": canonical_json(t.input_schema),
+                "content_hash": t.content_hash,
+            }
+            for t in by_name.values()
+        ]
+        links = [] if pack is None else [{"tool": name, "pack": pack} for name in by_name]
+
+        async def work(tx: AsyncManagedTransaction) -> int:
+            await _lock_meta(tx)
+            params = {"tools": rows, "now": _to_db(self._clock())}
+            changed = int((await _one(tx, "upsert_tools", params))["changed"])
+            added = int((await _one(tx, "add_to_packs", {"links": links}))["added"]) if links else 0
+            if changed or added:
+                await _bump(tx, catalog=1)
+            return changed
+
+        changed = await self._write(work)
+        return UpsertResult(upserted=changed, unchanged=len(rows) - changed)
+
+    async def list_tools(self, pack: str | None = None) -> list[Tool]:
+        rows = await self._read("list_tools", {"pack": pack})
+        # Sorted here: Cypher orders strings by UTF-16 units, Python (and SQLite) by code points.
+        return sorted((_tool(r["tool"], r["packs"]) for r in rows), key=lambda t: t.name)
+
+    async def get_tool(self, name: str) -> Tool | None:
+        rows = await self._read("get_tool", {"name": name})
+        return _tool(rows[0]["tool"], rows[0]["packs"]) if rows else None
+
+    async def delete_tool(self, name: str) -> bool:
+        async def work(tx: AsyncManagedTransaction) -> bool:
+            state = await _lock_meta(tx)
+            ids = [r["id"] for r in await _rows(tx, "tool_exemplar_ids", {"name": name})]
+            if ids:
+                await _tombstone(tx, ids, state.exemplar_version + 1)
+            if not (await _one(tx, "delete_tool", {"name": name}))["deleted"]:
+                return False
+            await _bump(tx, catalog=1, exemplar=1 if ids else 0)
+            return True
+
+        return await self._write(work)
+
+    # --- turns ------------------------------------------------------------------------------
+
+    async def record_turns(self, turns: Sequence[Turn]) -> int:
+        # An id sent twice in one batch is one turn; its last version wins.
+        by_id = {turn.id: _turn_row(turn) for turn in turns}
+        rows = list(by_id.values())
+        created = 0
+        for start in range(0, len(rows), _TURN_CHUNK):
+            chunk = rows[start : start + _TURN_CHUNK]
+            created += await self._write(_record_turns, chunk)
+        return created
+
+    async def get_turn(self, turn_id: str) -> Turn | None:
+        rows = await self._read("get_turn", {"id": turn_id})
+        return _turn(rows[0]["turn"]) if rows else None
+
+    # --- exemplars --------------------------------------------------------------------------
+
+    async def save_exemplar(self, exemplar: Exemplar) -> bool:
+        """Keep `exemplar` as its normalised query's label unless that would downgrade it.
+
+        Returns whether anything changed. The saved exemplar gets the next exemplar version;
+        retention evictions that follow it get one more, shared by their tombstones.
+        """
+        strength = TIER_STRENGTH.get(exemplar.tier)
+        if strength is None:
+            tiers = ", ".join(TIER_STRENGTH)
+            raise InvalidInput(f"expected tier in {tiers}, got {exemplar.tier!r}", "tier")
+        props: dict[str, Any] = {name: getattr(exemplar, name) for name in _EXEMPLAR_PROPS}
+        props |= {
+            "query_norm": exemplar.query_norm,
+            "embedding": [float(x) for x in exemplar.embedding],
+            "created_at": _to_db(exemplar.created_at),
+        }
+
+        async def work(tx: AsyncManagedTransaction) -> tuple[bool, int]:
+            state = await _lock_meta(tx)
+            guard = {"tool": exemplar.tool, "query_norm": props["query_norm"]}
+            found = await _one(tx, "exemplar_guard", guard)
+            if not found["tool_exists"]:
+                raise NotFound(f"unknown tool {exemplar.tool!r}")
+            if found["tier"] is not None and (
+                TIER_STRENGTH.get(found["tier"], 0) > strength
+                or (found["tool"] == exemplar.tool and found["tier"] == exemplar.tier)
+            ):
+                return False, 0
+            version = state.exemplar_version + 1
+            await _rows(tx, "save_exemplar", {"exemplar": props | {"version": version}, **guard})
+            evicted = await self._evict(tx, exemplar.tool, version + 1)
+            await _bump(tx, exemplar=2 if evicted else 1)
+            return True, evicted
+
+        changed, evicted = await self._write(work)
+        if evicted:
+            log.info("exemplars_evicted", store=self._uri, count=evicted, tool=exemplar.tool)
+        return changed
+
+    async def _evict(self, tx: AsyncManagedTransaction, tool: str, version: int) -> int:
+        """Apply retention to non-feedback exemplars: expired, beyond the tool's cap, beyond all."""
+        limits = self._retention
+        cutoff = _to_db(self._clock() - timedelta(days=limits.max_age_days))
+        steps: tuple[tuple[str, dict[str, Any]], ...] = (
+            ("expired_exemplar_ids", {"cutoff": cutoff}),
+            ("excess_tool_exemplar_ids", {"tool": tool, "keep": max(limits.per_tool, 0)}),
+            ("excess_exemplar_ids", {"keep": max(limits.total, 0)}),
+        )
+        evicted = 0
+        for name, params in steps:
+            # One step at a time: each cap counts what the previous steps left.
+            ids = [r["id"] for r in await _rows(tx, name, params)]
+            if ids:
+                evicted += await _tombstone(tx, ids, version)
+        return evicted
+
+    async def exemplar_for_query(self, query: str) -> Exemplar | None:
+        rows = await self._read("exemplar_for_query", {"query_norm": normalise_query(query)})
+        return _exemplar(rows[0]["exemplar"], rows[0]["tool"]) if rows else None
+
+    async def exemplars_for_tool(self, tool: str) -> list[Exemplar]:
+        rows = await self._read("exemplars_for_tool", {"tool": tool})
+        return [_exemplar(r["exemplar"], r["tool"]) for r in rows]
+
+    async def exemplars_since(self, version: int) -> ExemplarDelta:
+        """Exemplars written (by version) and normalised queries deleted after `version`.
+
+        `ExemplarDelta.version` is read first, so a write committed meanwhile may appear in the
+        lists and again in the next delta (applying one twice is harmless), never be missed.
+        Saving a query drops its tombstone, so a query is normally in one list only; a consumer
+        should still apply `deleted` first and `upserted` second, which is right either way.
+        """
+
+        async def work(tx: AsyncManagedTransaction) -> ExemplarDelta:
+            current = int((await _one(tx, "state", {}))["exemplar_version"])
+            written = await _rows(tx, "exemplars_since", {"version": version})
+            gone = await _rows(tx, "tombstones_since", {"version": version})
+            return ExemplarDelta(
+                version=current,
+                upserted=tuple(_exemplar(r["exemplar"], r["tool"]) for r in written),
+                deleted=tuple(r["query_norm"] for r in gone),
+            )
+
+        with self._translated():
+            async with self._driver.session(database=self._database) as session:
+                return await session.execute_read(work)
+
+    async def delete_exemplar(self, exemplar_id: str) -> bool:
+        async def work(tx: AsyncManagedTransaction) -> bool:
+            state = await _lock_meta(tx)
+            if not await _tombstone(tx, [exemplar_id], state.exemplar_version + 1):
+                return False
+            await _bump(tx, exemplar=1)
+            return True
+
+        return await self._write(work)
+
+    # --- oracle calls -----------------------------------------------------------------------
+
+    async def record_oracle_call(self, call: OracleCall) -> None:
+        props = {name: getattr(call, name) for name in _CALL_FIELDS} | {"at": _to_db(call.at)}
+
+        async def work(tx: AsyncManagedTransaction) -> None:
+            await _rows(tx, "record_oracle_call", {"call": props})
+
+        await self._write(work)
+
+    async def oracle_calls(self, turn_id: str | None = None) -> list[OracleCall]:
+        rows = await self._read("oracle_calls", {"turn_id": turn_id})
+        return [_call(r["call"]) for r in rows]
+
+
+# --- transaction steps shared by several operations -------------------------------------------
+
+
+async def _lock_meta(tx: AsyncManagedTransaction) -> StoreState:
+    row = await _one(tx, "lock_meta", {})
+    return StoreState(int(row["catalog_version"]), int(row["exemplar_version"]))
+
+
+async def _bump(tx: AsyncManagedTransaction, *, catalog: int = 0, exemplar: int = 0) -> None:
+    await _rows(tx, "bump_versions", {"catalog": catalog, "exemplar": exemplar})
+
+
+async def _tombstone(tx: AsyncManagedTransaction, ids: Sequence[str], version: int) -> int:
+    row = await _one(tx, "tombstone_exemplars", {"ids": list(ids), "version": version})
+    return int(row["deleted"])
+
+
+async def _record_turns(tx: AsyncManagedTransaction, rows: list[dict[str, Any]]) -> int:
+    return int((await _one(tx, "record_turns", {"turns": rows}))["created"])
+
+
+def _turn_row(turn: Turn) -> dict[str, Any]:
+    row = {name: getattr(turn, name) for name in _TURN_FIELDS}
+    row["at"] = _to_db(turn.at)
+    return row
+
+
+async def connect_neo4j(
+    uri: str,
+    username: str,
+    password: str,
+    database: str,
+    *,
+    retention: Retention = Retention(),  # noqa: B008 - frozen, so sharing it is safe
+) -> Neo4jStore:
+    """A store on a reachable, authenticated Neo4j; `StoreUnavailable` otherwise.
+
+    Credentials may also come in the URI (`bolt://user:pw@host`); the arguments win. They are
+    passed to the driver as auth and never appear in `uri` or in messages.
+    """
+    parts = urlsplit(uri)
+    username = username or unquote(parts.username or "")
+    password = password or unquote(parts.password or "")
+    shown = _without_credentials(uri)
+
+    def unavailable(exc: BaseException) -> StoreUnavailable:
+        cause = str(exc).replace(uri, shown)
+        if password:
+            cause = cause.replace(password, "***")
+        return StoreUnavailable(f"cannot reach Neo4j at {shown}: {cause}")
+
+    try:
+        driver = AsyncGraphDatabase.driver(shown, auth=(username, password) if password else None)
+    except (DriverError, Neo4jError, ValueError) as exc:  # a malformed URI or unknown scheme
+        raise unavailable(exc) from exc
+    store = Neo4jStore(driver, database, uri=shown, retention=retention)
+    try:
+        await driver.verify_connectivity()
+        await store.ping()  # also proves the database exists
+    except (StoreError, DriverError, Neo4jError, OSError) as exc:
+        await driver.close()
+        cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
+        raise unavailable(cause) from cause
+    return store

@@ -1,0 +1,69 @@
+"""The mis-route detector: pure rules that say whether an observed turn looks mis-routed.
+
+Two signals, both cheap and embedding-free once the ranker has spoken:
+- `fallback`: the agent used a tool it improvises with when it missed the right one
+  (`shell_exec`, `fs_grep`, ...);
+- `disagreement`: the ranker was confident about another tool than the one the agent used.
+
+Names are compared by bare name (`mcp__shell_exec` is `shell_exec`), never by suffix
+(`my_shell_exec` is not `shell_exec`), so namespaced catalogs work without configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Literal
+
+from toolselect.names import same_tool
+
+FlagReason = Literal["fallback", "disagreement"]
+
+
+@dataclass(frozen=True, slots=True)
+class RankSignal:
+    """What the ranker said about a request: its top-1 tool and the top-1/top-2 margin."""
+
+    top1: str
+    margin: float
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """Why a turn was flagged as mis-routed."""
+
+    reason: FlagReason
+
+
+def is_fallback(tool: str, fallback_tools: Collection[str]) -> bool:
+    """True when `tool` is one of the configured fallback tools (by bare name)."""
+    return any(same_tool(tool, fallback) for fallback in fallback_tools)
+
+
+def detect(
+    request: str,
+    used_tool: str,
+    signal: RankSignal | None,
+    *,
+    fallback_tools: Collection[str],
+    margin_floor: float,
+) -> Flag | None:
+    """Flag a turn as mis-routed, or return None.
+
+    `signal` is None when the ranker is not wired or its catalog is empty; then only the
+    fallback rule applies. A fallback flag wins over a disagreement flag: it is the stronger
+    evidence (the agent improvised) and its policy row does not depend on the outcome.
+    """
+    if not request.strip() or not used_tool.strip():
+        return None
+    if is_fallback(used_tool, fallback_tools):
+        return Flag("fallback")
+    if (
+        signal is not None
+        and signal.top1.strip()
+        # NaN margins compare False, so a broken score never counts as confident.
+        and signal.margin >= margin_floor
+        and not same_tool(signal.top1, used_tool)
+    ):
+        return Flag("disagreement")
+    return None

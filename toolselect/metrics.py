@@ -1,0 +1,109 @@
+"""Prometheus metrics, one registry per service (no module globals, so tests can run several)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+_TEACHER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0)
+
+
+class Metrics:
+    """Every counter, gauge and histogram toolselect exports at `/metrics`."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.http_requests = Counter(
+            "toolselect_http_requests",
+            "HTTP requests by route and status",
+            ["route", "status"],
+            registry=r,
+        )
+        self.http_latency = Histogram(
+            "toolselect_http_request_seconds",
+            "HTTP request latency by route",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.http_rejected = Counter(
+            "toolselect_http_rejected",
+            "Requests refused before handling",
+            ["reason"],
+            registry=r,
+        )
+        self.http_inflight = Gauge("toolselect_http_inflight", "Requests in flight", registry=r)
+        self.catalog_size = Gauge("toolselect_catalog_tools", "Tools in the ranker", registry=r)
+        self.exemplars = Gauge(
+            "toolselect_exemplars", "Exemplars folded into the ranker", registry=r
+        )
+        self.ranker_rebuilds = Counter(
+            "toolselect_ranker_rebuilds",
+            "Ranker snapshot swaps",
+            ["reason"],
+            registry=r,
+        )
+        self.rank_latency = Histogram(
+            "toolselect_rank_seconds",
+            "In-process rank time (embedding included)",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge("toolselect_observe_queue_depth", "Turns waiting", registry=r)
+        self.observed = Counter("toolselect_observed_turns", "Turns queued", registry=r)
+        self.dropped = Counter(
+            "toolselect_observe_dropped",
+            "Turns dropped before processing",
+            ["reason"],
+            registry=r,
+        )
+        self.flags = Counter(
+            "toolselect_flagged_turns",
+            "Mis-routed turns by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "toolselect_oracle_decisions",
+            "Oracle decisions by tier and result",
+            ["tier", "result"],
+            registry=r,
+        )
+        self.teacher_latency = Histogram(
+            "toolselect_teacher_seconds",
+            "Teacher call latency",
+            ["provider"],
+            buckets=_TEACHER_BUCKETS,
+            registry=r,
+        )
+        self.teacher_tokens = Counter(
+            "toolselect_teacher_tokens",
+            "Teacher tokens",
+            ["provider", "direction"],
+            registry=r,
+        )
+        self.teacher_cost = Counter(
+            "toolselect_teacher_cost_usd",
+            "Estimated teacher cost",
+            ["provider"],
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "toolselect_store_errors",
+            "Store operations that failed",
+            ["operation"],
+            registry=r,
+        )
+        self.backlog = Gauge(
+            "toolselect_store_backlog",
+            "Writes waiting for the store to return",
+            registry=r,
+        )
+        self.replica_folds = Counter(
+            "toolselect_replica_folds",
+            "Exemplar deltas folded from the store poll",
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

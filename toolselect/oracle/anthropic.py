@@ -1,0 +1,130 @@
+"""Anthropic teacher: one Messages API call that must answer through the `choose_tool` tool.
+
+The SDK's own retries are switched off (`max_retries=0`): the `Oracle` retries, so that every
+attempt is traced and counted against the budget rules.
+
+No `temperature` is sent. SDK 2.x removed the sampling parameters and sends API version
+2026-10-21, which rejects them with 400 (even `temperature: 1.0`); the forced tool choice with an
+`enum` of candidate names already leaves the model nothing to be creative with.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import anthropic
+from anthropic.types import Message, ToolChoiceToolParam, ToolParam
+
+from toolselect.errors import TeacherError, TeacherUnavailable
+from toolselect.oracle.base import (
+    CHOICE_TOOL,
+    MAX_OUTPUT_TOKENS,
+    NONE_CHOICE,
+    SYSTEM_PROMPT,
+    Candidate,
+    RawAnswer,
+    RetryLater,
+    choice_schema,
+    match_candidate,
+    parse_retry_after,
+    user_prompt,
+)
+
+DEFAULT_MODEL = "claude-haiku-4-5"
+
+
+def anthropic_client(
+    *, api_key: str, base_url: str | None = None, timeout_s: float = 20.0
+) -> anthropic.AsyncAnthropic:
+    """An SDK client as the teacher wants it: no SDK retries, the per-attempt timeout."""
+    return anthropic.AsyncAnthropic(
+        api_key=api_key, base_url=base_url or None, timeout=timeout_s, max_retries=0
+    )
+
+
+def _transient_status(status: int) -> bool:
+    # The statuses the SDK itself would retry: timeout, lock conflict, rate limit, server side
+    # (500, 502, 503, 504, 529 overloaded).
+    return status in (408, 409, 429) or status >= 500
+
+
+class AnthropicTeacher:
+    """Asks a Claude model which candidate tool the agent should have used."""
+
+    provider = "anthropic"
+
+    def __init__(self, client: anthropic.AsyncAnthropic, model: str = DEFAULT_MODEL) -> None:
+        # A copy with retries off whatever the caller configured; copying does no I/O.
+        self._client = client.with_options(max_retries=0)
+        self._model = model or DEFAULT_MODEL
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    async def ask(self, request: str, used_tool: str, candidates: Sequence[Candidate]) -> RawAnswer:
+        """One Messages call; see `Teacher.ask` for the errors."""
+        tool: ToolParam = {
+            "name": CHOICE_TOOL,
+            "description": "Record the tool the agent should have used for the request.",
+            "input_schema": choice_schema(candidates),
+        }
+        choice: ToolChoiceToolParam = {
+            "type": "tool",
+            "name": CHOICE_TOOL,
+            "disable_parallel_tool_use": True,
+        }
+        try:
+            message = await self._client.messages.create(
+                model=self._model,
+                max_tokens=MAX_OUTPUT_TOKENS,
+                system=SYSTEM_PROMPT,
+                messages=[{"role": "user", "content": user_prompt(request, used_tool, candidates)}],
+                tools=[tool],
+                tool_choice=choice,
+            )
+        except anthropic.APIStatusError as exc:
+            detail = f"anthropic {exc.status_code}: {exc.message}"
+            if _transient_status(exc.status_code):
+                raise RetryLater(detail, parse_retry_after(exc.response.headers)) from exc
+            raise TeacherError(detail) from exc
+        except anthropic.APIConnectionError as exc:  # APITimeoutError is a subclass
+            raise TeacherUnavailable(f"anthropic unreachable: {exc.message}") from exc
+        except anthropic.AnthropicError as exc:  # response validation, credentials, ...
+            raise TeacherError(f"anthropic: {exc}") from exc
+        except json.JSONDecodeError as exc:  # a 200 whose body is not JSON
+            raise TeacherError(f"anthropic: malformed response: {exc}") from exc
+        return _parse(message, candidates)
+
+
+def _parse(message: Any, candidates: Sequence[Candidate]) -> RawAnswer:
+    # The SDK builds responses without validation, so any field may be missing or mistyped.
+    if not isinstance(message, Message):
+        raise TeacherError(f"anthropic: malformed response: {str(message)[:200]!r}")
+    blocks = getattr(message, "content", None)
+    if not isinstance(blocks, list):
+        raise TeacherError("anthropic: malformed response: no content")
+    for block in blocks:
+        if getattr(block, "type", None) == "tool_use" and getattr(block, "name", None) == (
+            CHOICE_TOOL
+        ):
+            arguments = getattr(block, "input", None)
+            picked = arguments.get("tool") if isinstance(arguments, dict) else None
+            if not isinstance(picked, str):
+                raise TeacherError(f"anthropic: malformed {CHOICE_TOOL} input: {arguments!r}")
+            usage = getattr(message, "usage", None)
+            return RawAnswer(
+                choice=None if picked == NONE_CHOICE else picked,
+                label=match_candidate(picked, candidates),
+                input_tokens=_count(usage, "input_tokens"),
+                output_tokens=_count(usage, "output_tokens"),
+            )
+    stop = getattr(message, "stop_reason", None)
+    raise TeacherError(f"anthropic: no {CHOICE_TOOL} call in the answer (stop_reason {stop})")
+
+
+def _count(usage: object, name: str) -> int:
+    value = getattr(usage, name, 0)
+    return value if isinstance(value, int) and value >= 0 else 0

@@ -1,0 +1,99 @@
+"""Cost controls of the teacher tier: the hourly call budget and the retry schedule.
+
+The kill switch is not here: the caller builds the `Oracle` with `enabled=(settings.oracle ==
+"on")`, and a disabled oracle never reaches the budget or the network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+WINDOW_S = 3600.0
+
+
+class Slot:
+    """One reserved call in the budget window; hand it back to `Budget.refund` on failure."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+
+class Budget:
+    """At most `per_hour` successful paid calls in any rolling hour.
+
+    Reserve a slot before a call and refund it when the call failed, so failures do not use up
+    the budget while concurrent calls can never overshoot it. Slots leave the window only by
+    age: there is deliberately no reset (a restart-free way to bypass the limit is a bug).
+    `clock` is monotonic seconds (injected so tests can move time).
+    """
+
+    def __init__(self, per_hour: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if per_hour < 0:
+            raise ValueError(f"expected a budget per hour >= 0, got {per_hour}")
+        self.per_hour = per_hour
+        self._clock = clock
+        self._slots: deque[Slot] = deque()
+
+    def _expire(self) -> None:
+        horizon = self._clock() - WINDOW_S
+        while self._slots and self._slots[0].at <= horizon:
+            self._slots.popleft()
+
+    def remaining(self) -> int:
+        """Calls still allowed in the current window."""
+        self._expire()
+        return max(self.per_hour - len(self._slots), 0)
+
+    def reserve(self) -> Slot | None:
+        """Take a slot for a call about to be made, or None when the budget is spent."""
+        self._expire()
+        if len(self._slots) >= self.per_hour:
+            return None
+        slot = Slot(self._clock())
+        self._slots.append(slot)
+        return slot
+
+    def refund(self, slot: Slot) -> None:
+        """Give back the slot of a call that failed (no-op when it has already expired)."""
+        with contextlib.suppress(ValueError):
+            self._slots.remove(slot)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how long to wait before retrying a transient teacher failure.
+
+    Exponential backoff from `initial_s` by `factor`, capped at `max_s`; a server's
+    `retry-after` is honoured (the longer of the two wins) within the same cap, so a hostile or
+    broken header cannot park a worker for an hour.
+    """
+
+    retries: int = 2
+    initial_s: float = 0.25
+    factor: float = 2.0
+    max_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError(f"expected retries >= 0, got {self.retries}")
+        if self.initial_s < 0 or self.factor < 1 or self.max_s < 0:
+            raise ValueError(
+                "expected initial_s >= 0, factor >= 1 and max_s >= 0, got "
+                f"{self.initial_s}, {self.factor}, {self.max_s}"
+            )
+
+    @property
+    def attempts(self) -> int:
+        return 1 + self.retries
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (0 is the first attempt)."""
+        backoff = self.initial_s * self.factor ** min(max(attempt, 0), 64)
+        wanted = max(backoff, retry_after or 0.0)
+        return min(wanted, self.max_s)

@@ -1,0 +1,316 @@
+"""The teacher tier with its controls: kill switch, hourly budget, timeout, retries, tracing.
+
+`Oracle.teach` turns one flagged request into a `TeacherAnswer`. The order of the checks is the
+cost contract: a disabled oracle (kill switch `TOOLSELECT_ORACLE=off`, or no teacher configured)
+answers `declined` without touching the network; a spent budget answers `limit_reached` without
+touching it either; otherwise up to `1 + retries` attempts are made, each under its own timeout
+and each traced as an `OracleCall`, whatever its result.
+
+Retries: only transient failures (`TeacherUnavailable`: 429, 5xx, 529 overloaded, connection,
+our per-attempt timeout) are retried, after `RetryPolicy.delay` (backoff or the server's
+`retry-after`, whichever is longer). A permanent `TeacherError` - including a malformed answer -
+is NOT retried: the request and the forced tool schema would be the same on the next attempt,
+so a retry most likely pays again for the same unusable answer.
+
+Budget: one slot is reserved per `teach` before the first attempt and refunded when no attempt
+succeeded, so failures never consume it. A successful call that picks `none` or a tool outside
+the candidates keeps its slot (it was paid for) and answers `declined`.
+
+Cancellation (service shutdown) propagates out of `teach`, refunding the slot on the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+
+import structlog
+
+from toolselect.errors import TeacherError, TeacherUnavailable
+from toolselect.graph.store import OracleCall
+from toolselect.metrics import Metrics
+from toolselect.oracle.base import (
+    Candidate,
+    RawAnswer,
+    RetryLater,
+    Teacher,
+    TeacherAnswer,
+    TeacherResult,
+)
+from toolselect.oracle.budget import Budget, RetryPolicy
+
+log = structlog.get_logger("toolselect.oracle")
+
+# USD per million (input, output) tokens. Keys match a model name or a prefix of it (dated
+# snapshots such as `claude-haiku-4-5-20251001`); unknown models (local servers) cost 0.
+DEFAULT_PRICES: Mapping[str, tuple[float, float]] = {
+    "claude-haiku-4-5": (1.0, 5.0),
+    "claude-sonnet-4-5": (3.0, 15.0),
+    "claude-sonnet-4": (3.0, 15.0),
+    "claude-opus-4-5": (5.0, 25.0),
+    "claude-opus-4-1": (15.0, 75.0),
+    "claude-opus-4": (15.0, 75.0),
+    "claude-3-5-haiku": (0.8, 4.0),
+    "claude-3-haiku": (0.25, 1.25),
+    "gpt-4o-mini": (0.15, 0.6),
+    "gpt-4o": (2.5, 10.0),
+    "gpt-4.1-nano": (0.1, 0.4),
+    "gpt-4.1-mini": (0.4, 1.6),
+    "gpt-4.1": (2.0, 8.0),
+}
+
+RecordCall = Callable[[OracleCall], Awaitable[None]]
+
+
+def price_of(model: str, prices: Mapping[str, tuple[float, float]]) -> tuple[float, float]:
+    """The (input, output) price of `model`: exact key, else the longest key it starts with."""
+    if model in prices:
+        return prices[model]
+    keys = [k for k in prices if model.startswith(k)]
+    return prices[max(keys, key=len)] if keys else (0.0, 0.0)
+
+
+def cost_usd(
+    model: str, input_tokens: int, output_tokens: int, prices: Mapping[str, tuple[float, float]]
+) -> float:
+    """Estimated USD cost of one call."""
+    price_in, price_out = price_of(model, prices)
+    return (input_tokens * price_in + output_tokens * price_out) / 1_000_000
+
+
+class InFlight:
+    """Normalised queries being labelled right now, so one query is never labelled twice at once.
+
+    The caller reserves before planning or teaching and releases when done (in `finally`).
+    The event loop is single-threaded, so a set is enough.
+    """
+
+    def __init__(self) -> None:
+        self._keys: set[str] = set()
+
+    def reserve(self, query_norm: str) -> bool:
+        """True when the query was free and is now reserved; False when it is taken."""
+        if query_norm in self._keys:
+            return False
+        self._keys.add(query_norm)
+        return True
+
+    def release(self, query_norm: str) -> None:
+        self._keys.discard(query_norm)
+
+    def __contains__(self, query_norm: object) -> bool:
+        return query_norm in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+class Oracle:
+    """The LLM teacher tier, guarded by the kill switch, the budget, timeouts and retries."""
+
+    def __init__(
+        self,
+        teacher: Teacher | None,
+        *,
+        enabled: bool,
+        budget: Budget,
+        retry: RetryPolicy,
+        timeout_s: float,
+        record_call: RecordCall,
+        prices: Mapping[str, tuple[float, float]] = DEFAULT_PRICES,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"expected a teacher timeout > 0 s, got {timeout_s}")
+        self._teacher = teacher
+        self._enabled = enabled
+        self.budget = budget
+        self.retry = retry
+        self._timeout_s = timeout_s
+        self._record = record_call
+        self._prices = prices
+        self._clock = clock
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._metrics = metrics
+
+    @property
+    def active(self) -> bool:
+        """True when a paid call may happen at all (switched on and a teacher configured)."""
+        return self._enabled and self._teacher is not None
+
+    async def teach(
+        self,
+        request: str,
+        used_tool: str,
+        candidates: Sequence[Candidate],
+        *,
+        turn_id: str | None = None,
+    ) -> TeacherAnswer:
+        """Ask the teacher which candidate the agent should have used.
+
+        Never raises, except `CancelledError` when the caller is cancelled (shutdown).
+        """
+        teacher = self._teacher
+        if not self._enabled or teacher is None:
+            return TeacherAnswer("declined", reason="teacher off")
+        if not candidates:
+            return TeacherAnswer("declined", reason="no candidates")
+        slot = self.budget.reserve()
+        if slot is None:
+            log.warning("teacher_budget_spent", turn_id=turn_id, per_hour=self.budget.per_hour)
+            reason = f"hourly budget of {self.budget.per_hour} calls spent"
+            return TeacherAnswer("limit_reached", reason=reason)
+        try:
+            answer = await self._attempts(teacher, request, used_tool, candidates, turn_id)
+        except BaseException:
+            self.budget.refund(slot)
+            raise
+        if answer.result == "error":
+            self.budget.refund(slot)
+        return answer
+
+    async def _attempts(
+        self,
+        teacher: Teacher,
+        request: str,
+        used_tool: str,
+        candidates: Sequence[Candidate],
+        turn_id: str | None,
+    ) -> TeacherAnswer:
+        error = "no attempt made"
+        for attempt in range(self.retry.attempts):
+            at = datetime.fromtimestamp(self._clock(), tz=UTC)
+            started = self._monotonic()
+            retry_after: float | None = None
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    raw = await teacher.ask(request, used_tool, candidates)
+            except TimeoutError:
+                error, transient = f"timed out after {self._timeout_s:g} s", True
+            except TeacherUnavailable as exc:
+                error, transient = str(exc) or type(exc).__name__, True
+                retry_after = exc.retry_after if isinstance(exc, RetryLater) else None
+            except TeacherError as exc:
+                error, transient = str(exc) or type(exc).__name__, False
+            except Exception as exc:  # a teacher bug must not kill the learner's worker
+                log.exception("teacher_failed_unexpectedly", turn_id=turn_id)
+                error, transient = f"{type(exc).__name__}: {exc}", False
+            else:
+                latency_ms = (self._monotonic() - started) * 1000.0
+                return await self._answered(
+                    teacher, raw, candidates, turn_id, at, latency_ms, attempt + 1
+                )
+            latency_ms = (self._monotonic() - started) * 1000.0
+            await self._trace(teacher, turn_id, at, latency_ms, "error", error=error)
+            last = attempt + 1 >= self.retry.attempts
+            delay = None if last or not transient else self.retry.delay(attempt, retry_after)
+            log.warning(
+                "teacher_attempt_failed",
+                turn_id=turn_id,
+                provider=teacher.provider,
+                attempt=attempt + 1,
+                transient=transient,
+                retry_in_s=delay,
+                error=error,
+            )
+            if delay is None:
+                return TeacherAnswer("error", error=error, attempts=attempt + 1)
+            await self._sleep(delay)
+        return TeacherAnswer("error", error=error, attempts=self.retry.attempts)
+
+    async def _answered(
+        self,
+        teacher: Teacher,
+        raw: RawAnswer,
+        candidates: Sequence[Candidate],
+        turn_id: str | None,
+        at: datetime,
+        latency_ms: float,
+        attempts: int,
+    ) -> TeacherAnswer:
+        # Re-checked here rather than trusted: any Teacher implementation may be plugged in.
+        names = {c.name for c in candidates}
+        label = raw.label if raw.label in names else None
+        cost = cost_usd(teacher.model, raw.input_tokens, raw.output_tokens, self._prices)
+        result: TeacherResult = "labeled" if label is not None else "declined"
+        reason = None
+        if label is None:
+            reason = (
+                "teacher picked none"
+                if raw.choice is None
+                else f"teacher picked {raw.choice!r}, not a candidate"
+            )
+        await self._trace(
+            teacher,
+            turn_id,
+            at,
+            latency_ms,
+            result,
+            input_tokens=raw.input_tokens,
+            output_tokens=raw.output_tokens,
+            cost=cost,
+        )
+        if self._metrics is not None:
+            self._metrics.teacher_tokens.labels(teacher.provider, "input").inc(raw.input_tokens)
+            self._metrics.teacher_tokens.labels(teacher.provider, "output").inc(raw.output_tokens)
+            self._metrics.teacher_cost.labels(teacher.provider).inc(cost)
+        log.info(
+            "teacher_answered",
+            turn_id=turn_id,
+            provider=teacher.provider,
+            model=teacher.model,
+            result=result,
+            label=label,
+            attempts=attempts,
+            latency_ms=round(latency_ms, 1),
+            cost_usd=cost,
+        )
+        return TeacherAnswer(
+            result,
+            label=label,
+            input_tokens=raw.input_tokens,
+            output_tokens=raw.output_tokens,
+            reason=reason,
+            attempts=attempts,
+            cost_usd=cost,
+        )
+
+    async def _trace(
+        self,
+        teacher: Teacher,
+        turn_id: str | None,
+        at: datetime,
+        latency_ms: float,
+        result: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost: float = 0.0,
+        error: str | None = None,
+    ) -> None:
+        if self._metrics is not None:
+            self._metrics.teacher_latency.labels(teacher.provider).observe(latency_ms / 1000.0)
+        call = OracleCall(
+            id=uuid.uuid4().hex,
+            provider=teacher.provider,
+            model=teacher.model,
+            result=result,
+            latency_ms=latency_ms,
+            at=at,
+            turn_id=turn_id,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=cost,
+            error=error,
+        )
+        try:
+            await self._record(call)
+        except Exception:  # a store outage loses the trace, not the label
+            log.warning("oracle_call_not_recorded", turn_id=turn_id, call_id=call.id, exc_info=True)

@@ -1,0 +1,109 @@
+"""The oracle policy: which tier labels a flagged turn (pure; no I/O, no clock).
+
+The default policy of ARCHITECTURE.md ("Oracle policy"), row by row:
+
+| why flagged             | outcome          | margin >= floor      | margin < floor |
+|-------------------------|------------------|----------------------|----------------|
+| fallback tool used      | any / none       | ranker top-1         | teacher        |
+| used != confident top-1 | none (unknown)   | ranker top-1         | teacher        |
+| used != confident top-1 | error/corrected  | ranker top-1         | teacher        |
+| used != confident top-1 | ok               | teacher              | teacher        |
+
+The last row escalates even when the ranker is confident: the agent's choice worked, so the
+ranker's disagreement is not evidence the agent was wrong. The `ratchet` tier (a label that
+already exists for the normalised query) is free and runs wherever it sits in the tier order;
+by default first. Tiers are tried in the configured order and the first that applies wins; when
+none applies the turn is `declined` with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from toolselect.learn.detect import Flag, FlagReason, RankSignal
+
+TierName = Literal["ratchet", "ranker", "teacher"]
+PlanTier = Literal["ratchet", "ranker", "teacher", "declined"]
+KNOWN_TIERS: tuple[TierName, ...] = ("ratchet", "ranker", "teacher")
+DEFAULT_TIERS: tuple[TierName, ...] = KNOWN_TIERS
+
+OutcomeClass = Literal["unknown", "failed", "ok"]
+
+# (why flagged, outcome class) -> may a confident ranker label it? Below the floor the ranker
+# never labels. The fallback rule ignores the outcome, so it has a row per outcome class.
+_RANKER_MAY_LABEL: dict[tuple[FlagReason, OutcomeClass], bool] = {
+    ("fallback", "unknown"): True,
+    ("fallback", "failed"): True,
+    ("fallback", "ok"): True,
+    ("disagreement", "unknown"): True,
+    ("disagreement", "failed"): True,
+    ("disagreement", "ok"): False,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to do with a flagged turn.
+
+    `tier` is the tier that decided; `label` is set for `ratchet` and `ranker`; `escalate` is
+    True only for `teacher` (the caller then asks the LLM teacher); `reason` says why a turn was
+    `declined` (and, for the other tiers, why the ranker could not label it, when relevant).
+    """
+
+    tier: PlanTier
+    label: str | None = None
+    escalate: bool = False
+    reason: str | None = None
+
+
+def outcome_class(outcome: str | None) -> OutcomeClass:
+    """`None` is unknown, `ok` worked, anything else (`error`, `corrected`) failed."""
+    if outcome is None or not outcome.strip():
+        return "unknown"
+    return "ok" if outcome.strip().lower() == "ok" else "failed"
+
+
+def ranker_refusal(
+    flag: Flag, outcome: str | None, signal: RankSignal | None, *, margin_floor: float
+) -> str | None:
+    """Why the ranker's top-1 is not an acceptable label here, or None when it is."""
+    if signal is None or not signal.top1.strip():
+        return "no ranker signal"
+    if not signal.margin >= margin_floor:  # written so that a NaN margin is refused too
+        return f"ranker margin {signal.margin:.4f} below floor {margin_floor:.4f}"
+    if not _RANKER_MAY_LABEL[(flag.reason, outcome_class(outcome))]:
+        return "agent and ranker disagree on a turn that worked"
+    return None
+
+
+def plan(
+    flag: Flag,
+    outcome: str | None,
+    signal: RankSignal | None,
+    *,
+    margin_floor: float,
+    ratchet_label: str | None,
+    tiers: Sequence[str] = DEFAULT_TIERS,
+) -> Plan:
+    """Decide which tier labels a flagged turn; see the module docstring for the table."""
+    unknown = [t for t in tiers if t not in KNOWN_TIERS]
+    if unknown:
+        raise ValueError(f"expected tiers among {', '.join(KNOWN_TIERS)}, got {unknown[0]!r}")
+    refusal = ranker_refusal(flag, outcome, signal, margin_floor=margin_floor)
+    for tier in tiers:
+        if tier == "ratchet" and ratchet_label:
+            return Plan("ratchet", label=ratchet_label)
+        if tier == "ranker" and refusal is None and signal is not None:
+            return Plan("ranker", label=signal.top1)
+        if tier == "teacher":
+            return Plan("teacher", escalate=True, reason=refusal)
+    return Plan("declined", reason=_declined_reason(tiers, refusal))
+
+
+def _declined_reason(tiers: Sequence[str], refusal: str | None) -> str:
+    enabled = ", ".join(tiers) if tiers else "none"
+    if refusal is not None and "ranker" in tiers:
+        return f"{refusal}; teacher tier not enabled (tiers: {enabled})"
+    return f"no enabled tier applies (tiers: {enabled})"

@@ -1,0 +1,299 @@
+"""The composition root: settings -> store -> embedder -> ranker (-> learner), shared by API and CLI.
+
+`Service.start(settings)` opens everything and loads the catalog and exemplars from the store;
+`close()` releases them. Ranking reads only the in-memory ranker snapshot, never the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import structlog
+
+from toolselect.catalog import load_demo_catalog, tool_text
+from toolselect.config import Settings
+from toolselect.embed import Embedder, build_embedder
+from toolselect.errors import InvalidInput, NotFound
+from toolselect.graph.store import Exemplar, Retention, Store, Tool, UpsertResult
+from toolselect.metrics import Metrics
+from toolselect.ranker import CentroidRanker, LearnedVector, Ranked, Ranking
+
+log = structlog.get_logger("toolselect.service")
+
+_CANDIDATE_CACHE_SIZE = 10_000
+_EMBED_CHUNK = 256
+
+
+async def open_store(settings: Settings) -> Store:
+    """The configured store, migrated; `StoreUnavailable` names the URI and the cause."""
+    retention = Retention(
+        per_tool=settings.exemplars_per_tool,
+        total=settings.exemplars_total,
+        max_age_days=settings.exemplar_max_age_days,
+    )
+    store: Store
+    if settings.store_kind == "neo4j":
+        from toolselect.graph.neo4j import connect_neo4j
+
+        store = await connect_neo4j(
+            settings.neo4j_uri,
+            settings.neo4j_username,
+            settings.neo4j_password,
+            settings.neo4j_database,
+            retention=retention,
+        )
+    else:
+        from toolselect.graph.sqlite import SqliteStore
+
+        store = SqliteStore(settings.sqlite_path, retention=retention)
+    try:
+        await store.migrate()
+    except BaseException:
+        await store.close()
+        raise
+    return store
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    selected: list[str]
+    reason: str
+
+
+class Service:
+    """Everything a request needs, built once from settings."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        embedder: Embedder,
+        *,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self.metrics = metrics or Metrics()
+        self.ranker = CentroidRanker(
+            description_weight=settings.description_weight,
+            exemplar_weight=settings.exemplar_weight,
+        )
+        self.catalog_version = -1
+        self.exemplar_version = 0
+        self._candidate_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._reload_lock = asyncio.Lock()
+
+    @classmethod
+    async def start(cls, settings: Settings, *, metrics: Metrics | None = None) -> Service:
+        """Open the store and the embedder, then load the catalog and exemplars."""
+        store = await open_store(settings)
+        embedder = build_embedder(
+            settings.embedder,
+            hybrid_weight=settings.hybrid_weight,
+            url=settings.embed_url,
+            model=settings.embed_model,
+            api_key=settings.embed_api_key,
+        )
+        service = cls(settings, store, embedder, metrics=metrics)
+        try:
+            if settings.load_demo and not await store.list_tools():
+                result = await store.upsert_tools(load_demo_catalog())
+                log.info("demo_catalog_loaded", tools=result.upserted)
+            await service.reload()
+        except BaseException:
+            await service.close()
+            raise
+        return service
+
+    async def close(self) -> None:
+        await self.embedder.close()
+        await self.store.close()
+
+    # -- loading -------------------------------------------------------------------------
+
+    async def _embed(self, texts: Sequence[str], what: str = "") -> np.ndarray:
+        """Embed many texts in chunks, with a progress line on a terminal for large loads."""
+        if len(texts) <= _EMBED_CHUNK:
+            return await self.embedder.embed(texts)
+        parts: list[np.ndarray] = []
+        show = sys.stderr.isatty()
+        for start in range(0, len(texts), _EMBED_CHUNK):
+            parts.append(await self.embedder.embed(texts[start : start + _EMBED_CHUNK]))
+            if show:
+                done = min(start + _EMBED_CHUNK, len(texts))
+                print(f"\rembedding {what}: {done}/{len(texts)}", end="", file=sys.stderr)
+        if show:
+            print(file=sys.stderr)
+        return np.vstack(parts)
+
+    async def reload(self) -> None:
+        """Rebuild the ranker from the store: every tool, then every exemplar."""
+        async with self._reload_lock:
+            state = await self.store.state()
+            tools = await self.store.list_tools()
+            vectors = await self._embed([tool_text(t) for t in tools], "tools")
+            self.ranker.set_catalog(tools, vectors)
+            self.catalog_version = state.catalog_version
+            self.exemplar_version = 0
+            await self._fold_since(0)
+            self._publish_sizes("reload")
+            log.info(
+                "catalog_loaded",
+                tools=self.ranker.size,
+                exemplars=self.ranker.exemplar_total,
+                catalog_version=state.catalog_version,
+                exemplar_version=self.exemplar_version,
+            )
+
+    async def _fold_since(self, version: int) -> int:
+        """Fold exemplars written after `version`; re-embed those of another embedder."""
+        delta = await self.store.exemplars_since(version)
+        if delta.upserted or delta.deleted:
+            await self.fold(delta.upserted, delta.deleted)
+        self.exemplar_version = max(self.exemplar_version, delta.version)
+        return len(delta.upserted) + len(delta.deleted)
+
+    async def fold(self, exemplars: Sequence[Exemplar], deleted: Sequence[str] = ()) -> None:
+        """Fold exemplars into the ranker, re-embedding any made by a different embedder."""
+        stale = [e for e in exemplars if e.embedder != self.embedder.id or not e.embedding]
+        fresh_vectors: dict[str, np.ndarray] = {}
+        if stale:
+            vectors = await self._embed([e.query for e in stale], "exemplars")
+            fresh_vectors = {e.id: vectors[i] for i, e in enumerate(stale)}
+        learned = [
+            LearnedVector(
+                query_norm=e.query_norm,
+                tool=e.tool,
+                vector=fresh_vectors.get(e.id)
+                if e.id in fresh_vectors
+                else np.asarray(e.embedding, dtype=np.float32),
+            )
+            for e in exemplars
+        ]
+        self.ranker.fold(learned, deleted)
+        self._publish_sizes("fold")
+
+    async def refresh(self) -> bool:
+        """Pick up other replicas' writes: reload on a catalog change, fold new exemplars."""
+        state = await self.store.state()
+        if state.catalog_version != self.catalog_version:
+            await self.reload()
+            return True
+        if state.exemplar_version > self.exemplar_version:
+            folded = await self._fold_since(self.exemplar_version)
+            self.metrics.replica_folds.inc()
+            log.info("replica_exemplars_folded", changes=folded, version=self.exemplar_version)
+            return True
+        return False
+
+    def _publish_sizes(self, reason: str) -> None:
+        self.metrics.catalog_size.set(self.ranker.size)
+        self.metrics.exemplars.set(self.ranker.exemplar_total)
+        self.metrics.ranker_rebuilds.labels(reason).inc()
+
+    # -- ranking -------------------------------------------------------------------------
+
+    def check_query(self, text: str, field: str) -> None:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if not text.strip():
+            raise InvalidInput(f"expected a non-empty {field}", field)
+        if size > self.settings.max_query_bytes:
+            raise InvalidInput(
+                f"expected {field} of at most {self.settings.max_query_bytes} bytes, got {size}",
+                field,
+            )
+
+    def check_k(self, k: int, field: str = "k") -> None:
+        if not 1 <= k <= self.settings.max_k:
+            raise InvalidInput(f"expected {field} in 1..{self.settings.max_k}, got {k}", field)
+
+    async def rank(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        tools: Sequence[str] | None = None,
+        pack: str | None = None,
+    ) -> Ranking:
+        """Top-k tools for `query`, optionally restricted to names and/or a pack."""
+        self.check_query(query, "query")
+        self.check_k(k)
+        started = time.perf_counter()
+        vector = (await self.embedder.embed([query]))[0]
+        ranking = self.ranker.rank(vector, k, restrict=tools, pack=pack)
+        self.metrics.rank_latency.observe(time.perf_counter() - started)
+        return ranking
+
+    async def select(
+        self, text: str, candidates: Sequence[Tool], k: int, *, pack: str | None = None
+    ) -> Selection:
+        """PromptKit selection: only candidate names, at most k, unknown ones ranked by text."""
+        self.check_query(text, "query.Text")
+        if k <= 0:
+            k = 5
+        k = min(k, self.settings.max_k)
+        if not candidates:
+            return Selection([], "no candidates")
+        vector = (await self.embedder.embed([text]))[0]
+        known = [c.name for c in candidates if self.ranker.has(c.name)]
+        scored: list[Ranked] = list(
+            self.ranker.rank(vector, len(known), restrict=known).results if known else ()
+        )
+        unknown = [c for c in candidates if not self.ranker.has(c.name)]
+        if unknown:
+            vectors = await self._candidate_matrix(unknown)
+            scores = vectors @ vector
+            scored += [Ranked(c.name, float(s)) for c, s in zip(unknown, scores, strict=True)]
+        scored.sort(key=lambda r: (-r.score, r.tool))
+        top = scored[:k]
+        margin = top[0].score - top[1].score if len(top) > 1 else (top[0].score if top else 0.0)
+        how = "centroid ranking" if not unknown else "centroid ranking + candidate descriptions"
+        return Selection([r.tool for r in top], f"{how}, margin {margin:.2f}")
+
+    async def _candidate_matrix(self, tools: Sequence[Tool]) -> np.ndarray:
+        """Vectors of tools not in the catalog, cached by content hash."""
+        missing = [t for t in tools if t.content_hash not in self._candidate_vectors]
+        if missing:
+            vectors = await self.embedder.embed([tool_text(t) for t in missing])
+            for tool, vec in zip(missing, vectors, strict=True):
+                self._candidate_vectors[tool.content_hash] = vec
+            while len(self._candidate_vectors) > _CANDIDATE_CACHE_SIZE:
+                self._candidate_vectors.popitem(last=False)
+        rows = []
+        for tool in tools:
+            self._candidate_vectors.move_to_end(tool.content_hash)
+            rows.append(self._candidate_vectors[tool.content_hash])
+        return np.vstack(rows)
+
+    # -- catalog -------------------------------------------------------------------------
+
+    async def upsert_tools(self, tools: Sequence[Tool], pack: str | None = None) -> UpsertResult:
+        """Write tools to the store, then swap them into the ranker."""
+        result = await self.store.upsert_tools(tools, pack)
+        if result.upserted or pack is not None:
+            stored = {t.name: t for t in await self.store.list_tools()}
+            fresh = [stored[t.name] for t in tools if t.name in stored]
+            vectors = await self._embed([tool_text(t) for t in fresh], "tools")
+            self.ranker.upsert_tools(fresh, vectors)
+            self.catalog_version = (await self.store.state()).catalog_version
+            self._publish_sizes("upsert")
+        return result
+
+    async def delete_tool(self, name: str) -> None:
+        if not await self.store.delete_tool(name):
+            raise NotFound(f"no tool named {name!r}")
+        self.ranker.remove_tools([name])
+        self.catalog_version = (await self.store.state()).catalog_version
+        self._publish_sizes("delete")
+
+    async def delete_exemplar(self, exemplar_id: str) -> None:
+        if not await self.store.delete_exemplar(exemplar_id):
+            raise NotFound(f"no exemplar with id {exemplar_id!r}")
+        await self._fold_since(self.exemplar_version)
