@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import pytest_asyncio
 
 from tests.neo4j_server import Neo4jServer, resolve
+from tests.stubs import Stub, start_stub
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +24,17 @@ def neo4j_server() -> Iterator[Neo4jServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def anthropic_stub() -> AsyncIterator[Stub]:
+    """A local stand-in for `POST /v1/messages`."""
+    async for stub in start_stub("/v1/messages"):
+        yield stub
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def openai_stub() -> AsyncIterator[Stub]:
+    """A local stand-in for `POST /v1/chat/completions`."""
+    async for stub in start_stub("/v1/chat/completions"):
+        yield stub

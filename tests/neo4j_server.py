@@ -72,9 +72,7 @@ def start_local(instance: Path | None = None, port: int | None = None) -> Neo4jS
     if done.returncode != 0:
         raise RuntimeError(f"neo4j-local start failed: {done.stderr.strip()[-2000:]}")
     uri = next(
-        line.split("=", 1)[1]
-        for line in done.stdout.splitlines()
-        if line.startswith("NEO4J_URI=")
+        line.split("=", 1)[1] for line in done.stdout.splitlines() if line.startswith("NEO4J_URI=")
     )
     return Neo4jServer(uri=uri, source="neo4j-local", instance=instance)
 

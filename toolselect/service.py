@@ -1,4 +1,4 @@
-"""The composition root: settings -> store -> embedder -> ranker (-> learner), shared by API and CLI.
+"""The composition root: settings -> store -> embedder -> ranker -> learner; for API and CLI.
 
 `Service.start(settings)` opens everything and loads the catalog and exemplars from the store;
 `close()` releases them. Ranking reads only the in-memory ranker snapshot, never the store.
@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 import structlog
@@ -21,7 +23,11 @@ from toolselect.config import Settings
 from toolselect.embed import Embedder, build_embedder
 from toolselect.errors import InvalidInput, NotFound
 from toolselect.graph.store import Exemplar, Retention, Store, Tool, UpsertResult
+from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.metrics import Metrics
+from toolselect.oracle.base import Teacher
+from toolselect.oracle.budget import Budget, RetryPolicy
+from toolselect.oracle.oracle import Oracle
 from toolselect.ranker import CentroidRanker, LearnedVector, Ranked, Ranking
 
 log = structlog.get_logger("toolselect.service")
@@ -60,6 +66,30 @@ async def open_store(settings: Settings) -> Store:
     return store
 
 
+def build_teacher(settings: Settings) -> Teacher | None:
+    """The configured LLM teacher, or None (`TOOLSELECT_TEACHER=none`)."""
+    kind = settings.teacher_kind
+    if kind == "anthropic":
+        from toolselect.oracle.anthropic import DEFAULT_MODEL, AnthropicTeacher, anthropic_client
+
+        client = anthropic_client(
+            api_key=settings.anthropic_api_key,
+            base_url=settings.anthropic_base_url or None,
+            timeout_s=settings.teacher_timeout_s,
+        )
+        return AnthropicTeacher(client, settings.teacher_model or DEFAULT_MODEL)
+    if kind == "openai":
+        from toolselect.oracle.openai_compat import OpenAICompatTeacher
+
+        return OpenAICompatTeacher(
+            None,
+            settings.openai_base_url,
+            settings.teacher_model or "default",
+            api_key=settings.openai_api_key,
+        )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Selection:
     selected: list[str]
@@ -76,6 +106,7 @@ class Service:
         embedder: Embedder,
         *,
         metrics: Metrics | None = None,
+        teacher: Teacher | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -87,8 +118,35 @@ class Service:
         )
         self.catalog_version = -1
         self.exemplar_version = 0
+        self._descriptions: dict[str, str] = {}
         self._candidate_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._reload_lock = asyncio.Lock()
+        self.teacher = teacher
+        self.oracle = Oracle(
+            teacher,
+            enabled=settings.oracle == "on",
+            budget=Budget(settings.teacher_budget_per_hour),
+            retry=RetryPolicy(retries=settings.teacher_retries),
+            timeout_s=settings.teacher_timeout_s,
+            record_call=store.record_oracle_call,
+            metrics=self.metrics,
+        )
+        self.learner = Learner(
+            store=store,
+            embedder=embedder,
+            ranker=self.ranker,
+            oracle=self.oracle,
+            on_saved=self._saved,
+            describe=lambda name: self._descriptions.get(name, ""),
+            config=LearnerConfig(
+                fallback_tools=settings.fallback_tools,
+                margin_floor=settings.margin_floor,
+                tiers=settings.oracle_tiers,
+                queue_size=settings.queue_size,
+                teacher_candidates=settings.teacher_candidates,
+            ),
+            metrics=self.metrics,
+        )
 
     @classmethod
     async def start(cls, settings: Settings, *, metrics: Metrics | None = None) -> Service:
@@ -101,20 +159,27 @@ class Service:
             model=settings.embed_model,
             api_key=settings.embed_api_key,
         )
-        service = cls(settings, store, embedder, metrics=metrics)
+        service = cls(settings, store, embedder, metrics=metrics, teacher=build_teacher(settings))
         try:
             if settings.load_demo and not await store.list_tools():
                 result = await store.upsert_tools(load_demo_catalog())
                 log.info("demo_catalog_loaded", tools=result.upserted)
             await service.reload()
+            service.learner.start()
         except BaseException:
             await service.close()
             raise
         return service
 
     async def close(self) -> None:
-        await self.embedder.close()
-        await self.store.close()
+        """Drain the learner within the shutdown timeout, then release every resource."""
+        try:
+            await self.learner.close(self.settings.shutdown_timeout_s)
+        finally:
+            if self.teacher is not None:
+                await self.teacher.aclose()
+            await self.embedder.close()
+            await self.store.close()
 
     # -- loading -------------------------------------------------------------------------
 
@@ -140,6 +205,7 @@ class Service:
             tools = await self.store.list_tools()
             vectors = await self._embed([tool_text(t) for t in tools], "tools")
             self.ranker.set_catalog(tools, vectors)
+            self._descriptions = {t.name: t.description for t in tools}
             self.catalog_version = state.catalog_version
             self.exemplar_version = 0
             await self._fold_since(0)
@@ -171,7 +237,7 @@ class Service:
             LearnedVector(
                 query_norm=e.query_norm,
                 tool=e.tool,
-                vector=fresh_vectors.get(e.id)
+                vector=fresh_vectors[e.id]
                 if e.id in fresh_vectors
                 else np.asarray(e.embedding, dtype=np.float32),
             )
@@ -282,6 +348,7 @@ class Service:
             fresh = [stored[t.name] for t in tools if t.name in stored]
             vectors = await self._embed([tool_text(t) for t in fresh], "tools")
             self.ranker.upsert_tools(fresh, vectors)
+            self._descriptions.update((t.name, t.description) for t in fresh)
             self.catalog_version = (await self.store.state()).catalog_version
             self._publish_sizes("upsert")
         return result
@@ -290,6 +357,7 @@ class Service:
         if not await self.store.delete_tool(name):
             raise NotFound(f"no tool named {name!r}")
         self.ranker.remove_tools([name])
+        self._descriptions.pop(name, None)
         self.catalog_version = (await self.store.state()).catalog_version
         self._publish_sizes("delete")
 
@@ -297,3 +365,45 @@ class Service:
         if not await self.store.delete_exemplar(exemplar_id):
             raise NotFound(f"no exemplar with id {exemplar_id!r}")
         await self._fold_since(self.exemplar_version)
+
+    # -- learning ------------------------------------------------------------------------
+
+    async def _saved(self, exemplar: Exemplar) -> None:
+        """A label was saved here: fold it (and any eviction it caused) into the ranker now."""
+        await self._fold_since(self.exemplar_version)
+
+    def observe(
+        self,
+        request: str,
+        used_tool: str,
+        *,
+        turn_id: str | None = None,
+        agent_id: str | None = None,
+        pack: str | None = None,
+        outcome: str | None = None,
+    ) -> bool:
+        """Hand a turn to the learner; never blocks, never raises for a full queue."""
+        return self.learner.observe(
+            request, used_tool, turn_id=turn_id, agent_id=agent_id, pack=pack, outcome=outcome
+        )
+
+    async def feedback(self, query: str, tool: str) -> tuple[bool, Exemplar]:
+        """Record a human-confirmed label (tier `feedback`): never expired, evicted or overridden."""
+        self.check_query(query, "query")
+        if not self.ranker.has(tool):
+            raise NotFound(f"no tool named {tool!r}")
+        vector = (await self.embedder.embed([query]))[0]
+        exemplar = Exemplar(
+            id=uuid.uuid4().hex,
+            query=query,
+            tool=tool,
+            tier="feedback",
+            embedder=self.embedder.id,
+            embedding=tuple(float(x) for x in vector),
+            created_at=datetime.now(UTC),
+        )
+        changed = await self.store.save_exemplar(exemplar)
+        if changed:
+            await self._saved(exemplar)
+        stored = await self.store.exemplar_for_query(query)
+        return changed, stored or exemplar

@@ -1,6 +1,11 @@
-// Every write that moves a version starts here: the no-op SET takes the Meta node's write lock,
-// which serialises those transactions so versions are strictly monotonic and unique.
+// Every write that moves a version starts here. Setting a property takes the Meta node's write
+// lock (held to commit), which serialises those transactions; the versions are read only after
+// that, so they are current and the versions a transaction assigns are unique and increasing.
+// The marker property is removed again at once, so nothing of it is ever committed.
 MERGE (m:Meta {key: 'state'})
   ON CREATE SET m.catalog_version = 0, m.exemplar_version = 0
-SET m.exemplar_version = m.exemplar_version
+SET m._lock = true
+WITH m
+REMOVE m._lock
+WITH m
 RETURN m.catalog_version AS catalog_version, m.exemplar_version AS exemplar_version

@@ -1,8 +1,12 @@
 // $call: the property map. A sequence number from a counter node keeps insertion order for calls
-// with equal `at`; a resent id keeps its first number. Linked to its turn when that turn is
-// already recorded (record_turns links calls recorded before their turn).
+// with equal `at` (the counter is locked before it is read); a resent id keeps its first number.
+// Linked to its turn when that turn is already recorded (record_turns links the other case).
 MERGE (s:Meta {key: 'oracle_calls'})
   ON CREATE SET s.seq = 0
+SET s._lock = true
+WITH s
+REMOVE s._lock
+WITH s
 SET s.seq = s.seq + 1
 MERGE (c:OracleCall {id: $call.id})
   ON CREATE SET c.seq = s.seq

@@ -100,15 +100,11 @@ async def test_k_bounds(client: Client) -> None:
 async def test_body_over_1_mib_is_413(client: Client) -> None:
     """A body over 1 MiB answers 413 too_large; one just under is parsed."""
     big = json.dumps({"query": "x", "pad": "a" * (1 << 20)})
-    resp = await client.post(
-        "/v1/rank", data=big, headers={"Content-Type": "application/json"}
-    )
+    resp = await client.post("/v1/rank", data=big, headers={"Content-Type": "application/json"})
     await error_of(resp, 413, "too_large")
     under = json.dumps({"query": "x" * 10, "k": 1})
     under += " " * ((1 << 20) - len(under))
-    resp = await client.post(
-        "/v1/rank", data=under, headers={"Content-Type": "application/json"}
-    )
+    resp = await client.post("/v1/rank", data=under, headers={"Content-Type": "application/json"})
     assert resp.status == 200
 
 

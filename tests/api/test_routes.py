@@ -7,8 +7,6 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from toolselect.service import Service
-
 Client = TestClient[Any, Any]
 
 

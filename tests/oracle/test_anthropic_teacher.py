@@ -18,35 +18,17 @@ from tests.oracle.conftest import (
     USED,
     Calls,
     FakeClock,
-    Reply,
     Sleeps,
-    Stub,
     sample,
 )
+from tests.stubs import ANTHROPIC_MODEL as MODEL
+from tests.stubs import Reply, Stub
+from tests.stubs import anthropic_message as message
 from toolselect.graph.store import OracleCall
 from toolselect.metrics import Metrics
 from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import Oracle
-
-MODEL = "claude-haiku-4-5"
-
-
-def message(tool: Any, *, name: str = "choose_tool", tokens: tuple[int, int] = (120, 12)) -> Any:
-    """A Messages API answer in the real wire format, calling `name` with {"tool": tool}."""
-    return {
-        "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
-        "type": "message",
-        "role": "assistant",
-        "model": MODEL,
-        "content": [
-            {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": name,
-             "input": {"tool": tool}},
-        ],
-        "stop_reason": "tool_use",
-        "stop_sequence": None,
-        "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]},
-    }  # fmt: skip
 
 
 def api_error(status: int, kind: str, headers: dict[str, str] | None = None) -> Reply:

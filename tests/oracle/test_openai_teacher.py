@@ -17,11 +17,10 @@ from tests.oracle.conftest import (
     USED,
     Calls,
     FakeClock,
-    Reply,
     Sleeps,
-    Stub,
     sample,
 )
+from tests.stubs import Reply, Stub
 from toolselect.metrics import Metrics
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.openai_compat import OpenAICompatTeacher

@@ -32,7 +32,8 @@ from toolselect.graph.store import (
 
 pytestmark = pytest.mark.neo4j
 
-T0 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+# Recent enough for the default 90-day retention, in the past, with microseconds.
+T0 = (datetime.now(UTC) - timedelta(days=1)).replace(microsecond=123456)
 
 CONSTRAINTS = {
     ("Tool", "name"),

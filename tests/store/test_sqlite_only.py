@@ -71,7 +71,7 @@ async def test_unmigrated_store_raises_store_error(tmp_path: Path) -> None:
 async def test_locked_database_is_unavailable(tmp_path: Path) -> None:
     """A write lock held elsewhere past the busy timeout surfaces as StoreUnavailable."""
     path = tmp_path / "store.db"
-    store = SqliteStore(path)
+    store = SqliteStore(path, busy_timeout=0.2)
     await store.migrate()
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")

@@ -80,7 +80,9 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
             response = _http_error(exc).response()
         except (ToolselectError, Exception):
             log.exception("request_failed", method=request.method, path=request.path)
-            response = ApiError(500, "internal", f"internal error (request {request_id})").response()
+            response = ApiError(
+                500, "internal", f"internal error (request {request_id})"
+            ).response()
         response.headers["X-Request-Id"] = request_id
         elapsed = time.perf_counter() - started
         metrics.http_requests.labels(route, str(response.status)).inc()

@@ -54,9 +54,7 @@ def openapi_document(routes: frozenset[str] | None = None) -> dict[str, Any]:
         | {m.ErrorResponse},
         key=lambda model: model.__name__,
     )
-    _, schema = models_json_schema(
-        [(model, "validation") for model in models], ref_template=_REF
-    )
+    _, schema = models_json_schema([(model, "validation") for model in models], ref_template=_REF)
     paths: dict[str, dict[str, Any]] = {}
     for method, path, summary, request, status, response, path_params, query_params in _OPERATIONS:
         if routes is not None and path not in routes:

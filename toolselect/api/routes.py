@@ -13,6 +13,7 @@ from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, parse_tools
 from toolselect.errors import ToolselectError
 from toolselect.graph.store import Exemplar, Tool
+from toolselect.service import Service
 
 
 def _tool_out(tool: Tool) -> m.ToolOut:
@@ -104,6 +105,74 @@ async def delete_exemplar(request: web.Request) -> web.Response:
     return json_response(m.DeletedResponse(deleted=True))
 
 
+async def observe(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    turn = await read_model(request, m.ObserveRequest)
+    _check_turn(service, turn, "")
+    queued = service.observe(
+        turn.request,
+        turn.used_tool,
+        turn_id=turn.turn_id,
+        agent_id=turn.agent_id,
+        pack=turn.pack,
+        outcome=turn.outcome,
+    )
+    reason = None if queued else "queue_full"
+    return json_response(m.ObserveResponse(queued=queued, reason=reason), status=202)
+
+
+async def observe_batch(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    body = await read_model(request, m.ObserveBatchRequest)
+    limit = service.settings.max_batch
+    if len(body.turns) > limit:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"expected at most {limit} turns, got {len(body.turns)}",
+            "turns",
+        )
+    for i, turn in enumerate(body.turns):
+        _check_turn(service, turn, f"turns[{i}].")
+    queued = sum(
+        service.observe(
+            t.request,
+            t.used_tool,
+            turn_id=t.turn_id,
+            agent_id=t.agent_id,
+            pack=t.pack,
+            outcome=t.outcome,
+        )
+        for t in body.turns
+    )
+    return json_response(
+        m.ObserveBatchResponse(queued=queued, dropped=len(body.turns) - queued), status=202
+    )
+
+
+def _check_turn(service: Service, turn: m.ObserveRequest, prefix: str) -> None:
+    """Text limits of a turn; an empty request or used tool is allowed (never flagged)."""
+    for field, value in (("request", turn.request), ("used_tool", turn.used_tool)):
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > service.settings.max_query_bytes:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"expected {prefix}{field} of at most {service.settings.max_query_bytes} bytes,"
+                f" got {size}",
+                f"{prefix}{field}",
+            )
+
+
+async def post_exemplar(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    body = await read_model(request, m.FeedbackRequest)
+    saved, exemplar = await service.feedback(body.query, body.tool)
+    return json_response(
+        m.FeedbackResponse(saved=saved, exemplar=exemplar_out(exemplar)), status=201
+    )
+
+
 async def healthz(request: web.Request) -> web.Response:
     return json_response(m.Health(status="ok"))
 
@@ -137,6 +206,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/tools/{name}", get_tool)
     app.router.add_delete("/v1/tools/{name}", delete_tool)
     app.router.add_get("/v1/tools/{name}/exemplars", tool_exemplars)
+    app.router.add_post("/v1/observe", observe)
+    app.router.add_post("/v1/observe/batch", observe_batch)
+    app.router.add_post("/v1/exemplars", post_exemplar)
     app.router.add_delete("/v1/exemplars/{id}", delete_exemplar)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

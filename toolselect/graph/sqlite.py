@@ -175,7 +175,9 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        conn.execute("ROLLBACK")
+        # Some errors (disk full, I/O) end the transaction themselves; don't mask them.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
 
@@ -221,7 +223,11 @@ def _call(row: sqlite3.Row) -> OracleCall:
 
 
 class SqliteStore:
-    """The `Store` on a local SQLite file; one instance per process is the intended use."""
+    """The `Store` on a local SQLite file; one instance per process is the intended use.
+
+    `busy_timeout` is how long (seconds) a write waits for another process's lock before the
+    call raises `StoreUnavailable`.
+    """
 
     def __init__(
         self,
@@ -229,8 +235,10 @@ class SqliteStore:
         *,
         retention: Retention | None = None,
         clock: Callable[[], datetime] = _utc_now,
+        busy_timeout: float = 5.0,
     ) -> None:
         self._path = Path(path)
+        self._busy_timeout = busy_timeout
         self._retention = retention or Retention()
         self._clock = clock
         # No thread starts until the first submit: construction does no I/O.
@@ -250,11 +258,15 @@ class SqliteStore:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreUnavailable(f"cannot create the folder of {self._path}: {exc}") from exc
-            conn = sqlite3.connect(self._path, isolation_level=None, timeout=5.0)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
+            conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_timeout)
+            try:
+                conn.row_factory = sqlite3.Row
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA foreign_keys=ON")
+            except sqlite3.Error:
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
 
@@ -299,11 +311,15 @@ class SqliteStore:
         if self._closed:
             return
         self._closed = True
-        conn, self._conn = self._conn, None
+
+        def work() -> None:
+            # Queued after any work still running, on the thread that owns the connection.
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
         try:
-            if conn is not None:
-                # Queued after any work still running, on the thread that owns the connection.
-                await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)
+            await asyncio.get_running_loop().run_in_executor(self._executor, work)
         finally:
             self._executor.shutdown(wait=False)
 

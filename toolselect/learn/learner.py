@@ -14,6 +14,7 @@ A saved exemplar is handed to `on_saved`, which folds it into the ranker at once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from collections import deque
@@ -172,29 +173,28 @@ class Learner:
         self._accepting = True
         self._worker = asyncio.create_task(self._run(), name="toolselect-learner-intake")
 
-    async def drain(self, timeout: float) -> bool:
+    async def drain(self, within_s: float) -> bool:
         """Wait until the queue is empty and no batch or teacher call is in progress."""
+
         async def settled() -> None:
             while self._queue or self.stats.in_progress or self._teaching:
                 self._idle.clear()
                 if self._teaching:
                     await asyncio.wait(set(self._teaching), timeout=0.05)
                 else:
-                    try:
+                    with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._idle.wait(), 0.05)
-                    except TimeoutError:
-                        pass
 
         try:
-            await asyncio.wait_for(settled(), timeout)
+            await asyncio.wait_for(settled(), within_s)
         except TimeoutError:
             return False
         return True
 
-    async def close(self, timeout: float = 10.0) -> None:
-        """Stop intake, drain within `timeout`, cancel teacher calls, join every task."""
+    async def close(self, within_s: float = 10.0) -> None:
+        """Stop intake, drain within `within_s`, cancel teacher calls, join every task."""
         self._accepting = False
-        drained = await self.drain(timeout) if self._worker is not None else True
+        drained = await self.drain(within_s) if self._worker is not None else True
         left = len(self._queue)
         if not drained:
             log.warning("learner_drain_timeout", left=left, teaching=len(self._teaching))
@@ -249,7 +249,9 @@ class Learner:
         saves: list[tuple[Turn, np.ndarray, str, Tier, float]] = []
         for obs, vector in zip(batch, vectors, strict=True):
             ranking = self._rank(vector, obs.pack)
-            signal = RankSignal(ranking.results[0].tool, ranking.margin) if ranking.results else None
+            signal = (
+                RankSignal(ranking.results[0].tool, ranking.margin) if ranking.results else None
+            )
             turn = Turn(
                 id=obs.turn_id,
                 request=obs.request,
@@ -348,9 +350,7 @@ class Learner:
             return
         try:
             async with self._teacher_slots:
-                candidates = [
-                    Candidate(r.tool, self._describe(r.tool)) for r in ranking.results
-                ]
+                candidates = [Candidate(r.tool, self._describe(r.tool)) for r in ranking.results]
                 answer = await self._oracle.teach(
                     turn.request, turn.used_tool, candidates, turn_id=turn.id
                 )

@@ -64,6 +64,9 @@ class AnthropicTeacher:
     def model(self) -> str:
         return self._model
 
+    async def aclose(self) -> None:
+        await self._client.close()
+
     async def ask(self, request: str, used_tool: str, candidates: Sequence[Candidate]) -> RawAnswer:
         """One Messages call; see `Teacher.ask` for the errors."""
         tool: ToolParam = {

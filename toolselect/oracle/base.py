@@ -111,6 +111,9 @@ class Teacher(Protocol):
         self, request: str, used_tool: str, candidates: Sequence[Candidate]
     ) -> RawAnswer: ...
 
+    async def aclose(self) -> None:
+        """Release the client's connections (called once at shutdown)."""
+
 
 def match_candidate(choice: str | None, candidates: Sequence[Candidate]) -> str | None:
     """The candidate's name `choice` denotes: exact, else the one candidate with its bare name.

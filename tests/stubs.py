@@ -1,0 +1,121 @@
+"""Local HTTP stubs standing in for paid or remote services (LLM teachers, embedding endpoints).
+
+A stub is a real aiohttp server on 127.0.0.1: the real SDK or HTTP client talks to it over TCP,
+and each test scripts the answers (status, JSON, headers, hangs) in order, or computes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+ANTHROPIC_MODEL = "claude-haiku-4-5"
+
+
+def anthropic_message(
+    tool: Any, *, name: str = "choose_tool", tokens: tuple[int, int] = (120, 12)
+) -> Any:
+    """A Messages API answer in the real wire format, calling `name` with {"tool": tool}."""
+    return {
+        "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
+        "type": "message",
+        "role": "assistant",
+        "model": ANTHROPIC_MODEL,
+        "content": [
+            {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": name,
+             "input": {"tool": tool}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]},
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer: a status with a body (JSON or raw text), headers, or a hang."""
+
+    status: int = 200
+    body: Any = None
+    text: str | None = None
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    hang: bool = False
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+Responder = Callable[[Any], Reply]
+
+
+class Stub:
+    """Serves `script` in order (the last reply repeats) and records every request received.
+
+    With a `responder`, each reply is computed from the request body instead (a teacher that
+    answers the right label for each request, say); the script then is not used.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.responder: Responder | None = None
+        self.script: list[Reply] = []
+        self.received: list[Received] = []
+        self.release = asyncio.Event()
+        self.arrived = asyncio.Event()
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw.decode(errors="replace")
+        self.received.append(Received(request.path, dict(request.headers), body))
+        self.arrived.set()
+        if self.responder is not None:
+            reply = self.responder(body)
+        elif not self.script:
+            return web.json_response({"error": "unscripted"}, status=599)
+        else:
+            reply = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if reply.hang:
+            # Held until the test ends (the client gives up first), then answered so the
+            # server can shut down without waiting.
+            await self.release.wait()
+            return web.json_response({}, status=504)
+        if reply.text is not None:
+            return web.Response(
+                status=reply.status,
+                text=reply.text,
+                content_type=reply.content_type,
+                headers=reply.headers,
+            )
+        return web.json_response(reply.body, status=reply.status, headers=reply.headers)
+
+    def reply(self, *replies: Reply) -> None:
+        self.script.extend(replies)
+
+
+async def start_stub(path: str) -> AsyncIterator[Stub]:
+    stub = Stub(path)
+    app = web.Application()
+    app.router.add_post(path, stub.handle)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    stub.url = str(server.make_url("")).rstrip("/")
+    try:
+        yield stub
+    finally:
+        stub.release.set()
+        await server.close()
