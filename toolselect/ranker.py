@@ -95,6 +95,27 @@ class Snapshot:
         """Centroids tool-major, shape `(n, dim)` (a read-only view)."""
         return self.columns.T
 
+    def rank(
+        self,
+        query_vec: npt.NDArray[np.floating],
+        k: int,
+        restrict: Collection[str] | None = None,
+        pack: str | None = None,
+    ) -> Ranking:
+        """See `CentroidRanker.rank`; a snapshot ranks the same way forever."""
+        if k <= 0 or not self.names:
+            return EMPTY_RANKING
+        query = np.asarray(query_vec, dtype=np.float32).reshape(-1)
+        if query.shape[0] != self.dim:
+            raise InvalidInput(
+                f"expected a query vector of {self.dim} dimensions, got {query.shape[0]}",
+                field="query",
+            )
+        rows = _candidate_rows(self, restrict, pack)
+        if rows is not None and rows.size == 0:
+            return EMPTY_RANKING
+        return _top(_scores(self, query, rows), rows, self.names, k)
+
 
 _EMPTY_SNAPSHOT = Snapshot(0, (), MappingProxyType({}), MappingProxyType({}), _NO_COLUMNS, 0)
 
@@ -192,19 +213,7 @@ class CentroidRanker:
         `restrict` keeps only the named tools (unknown names are ignored; an empty collection
         leaves nothing); `pack` keeps only that pack's tools; both together intersect.
         """
-        snap = self._snapshot
-        if k <= 0 or not snap.names:
-            return EMPTY_RANKING
-        query = np.asarray(query_vec, dtype=np.float32).reshape(-1)
-        if query.shape[0] != snap.dim:
-            raise InvalidInput(
-                f"expected a query vector of {snap.dim} dimensions, got {query.shape[0]}",
-                field="query",
-            )
-        rows = _candidate_rows(snap, restrict, pack)
-        if rows is not None and rows.size == 0:
-            return EMPTY_RANKING
-        return _top(_scores(snap, query, rows), rows, snap.names, k)
+        return self._snapshot.rank(query_vec, k, restrict, pack)
 
     # ---- writing -------------------------------------------------------------------------
 

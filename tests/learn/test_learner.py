@@ -1,0 +1,315 @@
+"""The learner with real parts: hashing embedder, centroid ranker, SQLite or a silent Bolt peer,
+and the real Anthropic SDK against a local Messages stub."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import neo4j
+import pytest
+import pytest_asyncio
+
+from tests.stubs import Reply, Stub, anthropic_message
+from toolselect.catalog import tool_text
+from toolselect.embed import HashingEmbedder
+from toolselect.graph.neo4j import Neo4jStore
+from toolselect.graph.sqlite import SqliteStore
+from toolselect.graph.store import Exemplar, Store, Tool
+from toolselect.learn.learner import Learner, LearnerConfig
+from toolselect.metrics import Metrics
+from toolselect.names import DEFAULT_FALLBACK_TOOLS
+from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
+from toolselect.oracle.budget import Budget, RetryPolicy
+from toolselect.oracle.oracle import Oracle
+from toolselect.ranker import CentroidRanker
+
+TOOLS = [
+    Tool("get_weather", "Current weather and forecast for a city: temperature, rain, wind."),
+    Tool("send_email", "Send an email message to a recipient with a subject and body."),
+    Tool("web_search", "Search the web for pages matching a query and return links."),
+    Tool("crypto_price", "Current price of a cryptocurrency such as bitcoin or ether."),
+    Tool("shell_exec", "Run a shell command on the host and return its output."),
+]
+
+
+# The hashing ranker is unsure about this one (top-1 web_search, margin about 0.02 < 0.05).
+LOW_MARGIN = "il prezzo di BTC ora"
+
+
+class Harness:
+    """A learner over real components, with what it saved collected for assertions."""
+
+    def __init__(self, store: Store, stub: Stub, *, queue_size: int = 1024) -> None:
+        self.store = store
+        self.stub = stub
+        self.embedder = HashingEmbedder()
+        self.ranker = CentroidRanker()
+        self.metrics = Metrics()
+        self.saved: list[Exemplar] = []
+        self.teacher = AnthropicTeacher(
+            anthropic_client(api_key="test", base_url=stub.url, timeout_s=5.0)
+        )
+        self.oracle = Oracle(
+            self.teacher,
+            enabled=True,
+            budget=Budget(60),
+            retry=RetryPolicy(retries=0),
+            timeout_s=5.0,
+            record_call=store.record_oracle_call,
+            metrics=self.metrics,
+        )
+        self.learner = Learner(
+            store=store,
+            embedder=self.embedder,
+            ranker=self.ranker,
+            oracle=self.oracle,
+            on_saved=self._on_saved,
+            describe=lambda name: name,
+            config=LearnerConfig(
+                fallback_tools=DEFAULT_FALLBACK_TOOLS, margin_floor=0.05, queue_size=queue_size
+            ),
+            metrics=self.metrics,
+        )
+
+    async def _on_saved(self, exemplar: Exemplar) -> None:
+        self.saved.append(exemplar)
+
+    async def load_catalog(self) -> None:
+        self.ranker.set_catalog(TOOLS, await self.embedder.embed([tool_text(t) for t in TOOLS]))
+
+    def counter(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(f"toolselect_{name}_total", labels)
+        return value or 0.0
+
+
+def teacher_answers(tool: str) -> Reply:
+    return Reply(body=anthropic_message(tool))
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(tmp_path / "learn.db")
+    await store.migrate()
+    await store.upsert_tools(TOOLS)
+    yield store
+    await store.close()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def harness(sqlite_store: SqliteStore, anthropic_stub: Stub) -> AsyncIterator[Harness]:
+    h = Harness(sqlite_store, anthropic_stub)
+    await h.load_catalog()
+    h.learner.start()
+    yield h
+    await h.learner.close(1.0)
+    await h.teacher.aclose()
+
+
+async def test_every_turn_is_recorded_and_unflagged_turns_cost_nothing(harness: Harness) -> None:
+    """A well-routed turn is recorded unflagged; no teacher request is made."""
+    assert harness.learner.observe("weather in Turin tomorrow", "get_weather", turn_id="t1")
+    assert await harness.learner.drain(5.0)
+    turn = await harness.store.get_turn("t1")
+    assert turn is not None and not turn.flagged and turn.top1 == "get_weather"
+    assert harness.stub.received == []
+
+
+async def test_confident_fallback_turn_is_labelled_by_the_ranker(harness: Harness) -> None:
+    """A fallback turn with a confident ranker is labelled with its top-1 for free."""
+    harness.learner.observe("send an email message to Marco", "shell_exec", turn_id="t2")
+    assert await harness.learner.drain(5.0)
+    turn = await harness.store.get_turn("t2")
+    assert turn is not None
+    assert (turn.flagged, turn.flag_reason, turn.tier, turn.result, turn.label) == (
+        True, "fallback", "ranker", "labeled", "send_email",
+    )  # fmt: skip
+    assert [e.tool for e in harness.saved] == ["send_email"]
+    assert harness.stub.received == []
+    assert harness.counter("flagged_turns", reason="fallback") == 1
+
+
+async def test_low_margin_fallback_turn_is_escalated_to_the_teacher(harness: Harness) -> None:
+    """A fallback turn the ranker is unsure about is labelled by the teacher and saved."""
+    vector = (await harness.embedder.embed([LOW_MARGIN]))[0]
+    assert harness.ranker.rank(vector, 2).margin < 0.05
+    harness.stub.reply(teacher_answers("crypto_price"))
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="t3")
+    assert await harness.learner.drain(5.0)
+    turn = await harness.store.get_turn("t3")
+    assert turn is not None
+    assert (turn.tier, turn.result, turn.label) == ("teacher", "labeled", "crypto_price")
+    assert len(harness.stub.received) == 1
+    sent = harness.stub.received[0].body
+    assert LOW_MARGIN in str(sent["messages"])
+    calls = await harness.store.oracle_calls("t3")
+    assert [c.result for c in calls] == ["labeled"]
+    exemplar = await harness.store.exemplar_for_query(LOW_MARGIN.upper())
+    assert exemplar is not None and exemplar.tier == "teacher" and exemplar.tool == "crypto_price"
+
+
+async def test_ratchet_reuses_a_label_without_a_teacher_call(harness: Harness) -> None:
+    """A query that already has a label reuses it: no second teacher call."""
+    harness.stub.reply(teacher_answers("crypto_price"))
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="a")
+    assert await harness.learner.drain(5.0)
+    harness.learner.observe("Il  prezzo di BTC ORA", "fs_read", turn_id="b")
+    assert await harness.learner.drain(5.0)
+    turn = await harness.store.get_turn("b")
+    assert turn is not None and (turn.tier, turn.label) == ("ratchet", "crypto_price")
+    assert len(harness.stub.received) == 1
+
+
+async def test_teacher_error_saves_nothing_and_records_error(harness: Harness) -> None:
+    """A failing teacher records the turn as `error` and saves no exemplar."""
+    harness.stub.reply(Reply(status=500, body={"type": "error", "error": {"type": "api_error",
+                                                                          "message": "x"}}))  # fmt: skip
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="t4")
+    assert await harness.learner.drain(5.0)
+    turn = await harness.store.get_turn("t4")
+    assert turn is not None and turn.result == "error"
+    assert harness.saved == []
+    assert await harness.store.exemplar_for_query(LOW_MARGIN) is None
+
+
+async def test_same_query_is_not_labelled_twice_at_once(harness: Harness) -> None:
+    """Two turns of one normalised query in flight make one teacher call, not two."""
+    harness.stub.reply(Reply(hang=True))
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="x1")
+    harness.learner.observe("IL PREZZO di btc ora", "shell_exec", turn_id="x2")
+    await asyncio.wait_for(harness.stub.arrived.wait(), 5.0)
+    await asyncio.sleep(0.2)
+    assert len(harness.stub.received) == 1
+    second = await harness.store.get_turn("x2")
+    assert second is not None and second.result == "declined"
+
+
+async def test_full_queue_drops_and_counts(sqlite_store: SqliteStore, anthropic_stub: Stub) -> None:
+    """Beyond the queue size observe() returns False at once and the drop is counted."""
+    h = Harness(sqlite_store, anthropic_stub, queue_size=3)
+    await h.load_catalog()
+    h.learner.start()
+    try:
+        results = [h.learner.observe(f"weather {i}", "get_weather") for i in range(5)]
+        assert results == [True, True, True, False, False]
+        assert h.counter("observe_dropped", reason="queue_full") == 2
+        assert await h.learner.drain(5.0)
+    finally:
+        await h.learner.close(1.0)
+        await h.teacher.aclose()
+
+
+async def test_observe_from_another_thread(harness: Harness) -> None:
+    """observe() from a plain thread queues the turn and the worker records it."""
+    outcome: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(
+            harness.learner.observe("weather", "get_weather", turn_id="th")
+        )
+    )
+    thread.start()
+    thread.join()
+    assert outcome == [True]
+    for _ in range(100):
+        if await harness.store.get_turn("th") is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert await harness.store.get_turn("th") is not None
+
+
+async def _silent_bolt_peer() -> tuple[asyncio.Server, list[int]]:
+    """A TCP listener that accepts Bolt connections and never answers: a hung database."""
+    accepted: list[int] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        await reader.read(1 << 20)  # until the client gives up
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    return server, accepted
+
+
+async def test_observe_returns_promptly_while_store_and_teacher_hang(anthropic_stub: Stub) -> None:
+    """With the store and the teacher both hung, observe() still returns at once, and the
+    work demonstrably reaches the worker (which is then blocked on the store)."""
+    server, accepted = await _silent_bolt_peer()
+    port = server.sockets[0].getsockname()[1]
+    driver = neo4j.AsyncGraphDatabase.driver(f"bolt://127.0.0.1:{port}", connection_timeout=60)
+    store = Neo4jStore(driver, "neo4j", uri=f"bolt://127.0.0.1:{port}")
+    anthropic_stub.reply(Reply(hang=True))
+    h = Harness(store, anthropic_stub)
+    await h.load_catalog()
+    h.learner.start()
+    try:
+        durations = []
+        for i in range(200):
+            started = time.perf_counter()
+            assert h.learner.observe(f"{LOW_MARGIN} {i}", "shell_exec")
+            durations.append(time.perf_counter() - started)
+        durations.sort()
+        assert durations[len(durations) // 2] < 0.001, durations[len(durations) // 2]
+        assert durations[-1] < 0.05, durations[-1]
+        for _ in range(100):
+            if accepted:
+                break
+            await asyncio.sleep(0.05)
+        assert accepted, "the worker never reached the store"
+        assert h.learner.stats.in_progress == 1
+    finally:
+        await h.learner.close(0.2)
+        await h.teacher.aclose()
+        await driver.close()
+        server.close()
+
+
+async def test_cancelled_turn_saves_nothing(harness: Harness) -> None:
+    """Closing the learner while the teacher hangs cancels the call and saves nothing."""
+    harness.stub.reply(Reply(hang=True))
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="c1")
+    await asyncio.wait_for(harness.stub.arrived.wait(), 5.0)
+    await harness.learner.close(0.2)
+    assert harness.saved == []
+    assert await harness.store.exemplar_for_query(LOW_MARGIN) is None
+    turn = await harness.store.get_turn("c1")
+    assert turn is not None and turn.tier == "teacher" and turn.label is None
+
+
+async def test_close_leaves_nothing_running(
+    sqlite_store: SqliteStore, anthropic_stub: Stub
+) -> None:
+    """After close() no learner task is pending, even with a teacher call in flight."""
+    anthropic_stub.reply(Reply(hang=True))
+    h = Harness(sqlite_store, anthropic_stub)
+    await h.load_catalog()
+    h.learner.start()
+    h.learner.observe(LOW_MARGIN, "shell_exec")
+    await asyncio.wait_for(anthropic_stub.arrived.wait(), 5.0)
+    await h.learner.close(0.1)
+    await h.teacher.aclose()
+    # The stub's own server task for the hung request is not ours; every learner task is named.
+    ours = [
+        t.get_name()
+        for t in asyncio.all_tasks()
+        if not t.done() and t.get_name().startswith(("toolselect-learner", "teach-"))
+    ]
+    assert ours == []
+    assert h.learner.depth == 0
+    assert not h.learner.observe("late", "shell_exec")
+    assert h.counter("observe_dropped", reason="closed") == 1
+
+
+@pytest.mark.parametrize("outcome", ["ok"])
+async def test_disagreement_on_a_turn_that_worked_escalates(harness: Harness, outcome: Any) -> None:
+    """The agent disagreed with a confident ranker but the turn worked: ask the teacher."""
+    harness.stub.reply(teacher_answers("web_search"))
+    harness.learner.observe(
+        "send an email message to Marco", "web_search", turn_id="d1", outcome=outcome
+    )
+    assert await harness.learner.drain(5.0)
+    turn = await harness.store.get_turn("d1")
+    assert turn is not None
+    assert (turn.flag_reason, turn.tier, turn.label) == ("disagreement", "teacher", "web_search")
