@@ -255,7 +255,8 @@ class CentroidRanker:
             added = [t.name for t in tools if t.name not in snap.rows]
             names = snap.names + tuple(added)
             columns = np.empty((state.dim, len(names)), dtype=np.float32)
-            columns[:, : snap.size] = snap.columns
+            if snap.size:  # an empty snapshot's columns are (0, 0), whatever the new dim
+                columns[:, : snap.size] = snap.columns
             rows = {**snap.rows, **{name: snap.size + i for i, name in enumerate(added)}}
             updated = [tool.name for tool in tools]
             columns[:, [rows[name] for name in updated]] = self._centroids(updated)

@@ -161,6 +161,9 @@ async def test_migrate_twice_changes_nothing(store: Neo4jStore, driver: neo4j.As
     await store.migrate()
     assert (await schema(driver, db), await store.state()) == before
     assert before[1] == StoreState(catalog_version=1, exemplar_version=0)
+    # The lock marker of version-moving writes is never committed.
+    meta = await rows(driver, db, "MATCH (m:Meta {key: 'state'}) RETURN keys(m) AS k")
+    assert [sorted(r["k"]) for r in meta] == [["catalog_version", "exemplar_version", "key"]]
 
 
 async def test_state_is_zero_on_an_empty_database(driver: neo4j.AsyncDriver) -> None:
@@ -220,7 +223,8 @@ def test_store_uri_drops_userinfo(driver: neo4j.AsyncDriver) -> None:
 async def test_operations_on_an_unreachable_server_raise_store_unavailable() -> None:
     """Every kind of call on a store whose server is gone raises StoreUnavailable."""
     uri = f"bolt://127.0.0.1:{free_port()}"
-    drv = neo4j.AsyncGraphDatabase.driver(uri, auth=None, connection_acquisition_timeout=5)
+    # No retries: the driver would otherwise retry each call for 30 s before giving up.
+    drv = neo4j.AsyncGraphDatabase.driver(uri, auth=None, max_transaction_retry_time=0)
     store = Neo4jStore(drv, uri=uri)
     try:
         with pytest.raises(StoreUnavailable, match=uri):

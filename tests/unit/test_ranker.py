@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -381,7 +382,7 @@ def test_ranking_invariants(
     ranking = ranker.rank(query, k)
     assert len(ranking.results) == min(k, n)
     scores = [r.score for r in ranking.results]
-    assert all(a >= b for a, b in zip(scores, scores[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(scores))
     assert ranking.margin >= 0.0
     assert len(set(ranking.tools)) == len(ranking.tools)
     assert all(-1.0 <= s <= 1.0 for s in scores)

@@ -55,6 +55,8 @@ R = TypeVar("R")
 Work = Callable[Concatenate[AsyncManagedTransaction, P], Awaitable[R]]
 
 _TURN_CHUNK = 2_000  # turns per transaction: bounded transaction memory for large batches
+_CONNECT_TIMEOUT_S = 5.0
+_RETRY_TIME_S = 5.0  # managed transactions retry transient errors (deadlocks, failover) this long
 _UNAVAILABLE = (ServiceUnavailable, SessionExpired, AuthError, OSError)
 _TURN_FIELDS = tuple(f.name for f in fields(Turn))
 _CALL_FIELDS = tuple(f.name for f in fields(OracleCall))
@@ -446,7 +448,14 @@ async def connect_neo4j(
         return StoreUnavailable(f"cannot reach Neo4j at {shown}: {cause}")
 
     try:
-        driver = AsyncGraphDatabase.driver(shown, auth=(username, password) if password else None)
+        driver = AsyncGraphDatabase.driver(
+            shown,
+            auth=(username, password) if password else None,
+            # Fail within seconds when the server is gone: callers degrade on StoreUnavailable,
+            # and the driver's default retries a transaction for 30 s.
+            connection_timeout=_CONNECT_TIMEOUT_S,
+            max_transaction_retry_time=_RETRY_TIME_S,
+        )
     except (DriverError, Neo4jError, ValueError) as exc:  # a malformed URI or unknown scheme
         raise unavailable(exc) from exc
     store = Neo4jStore(driver, database, uri=shown, retention=retention)

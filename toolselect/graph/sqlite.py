@@ -321,7 +321,9 @@ class SqliteStore:
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, work)
         finally:
-            self._executor.shutdown(wait=False)
+            # The thread is idle now (its last job was awaited above), so joining it is
+            # immediate; a joined thread means nothing of the store outlives close().
+            self._executor.shutdown(wait=True)
 
     # --- tools ----------------------------------------------------------------------------
 

@@ -1,0 +1,68 @@
+"""End-to-end fixtures: services on either store, each behind the real aiohttp app."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import neo4j
+import pytest
+import pytest_asyncio
+
+from tests.neo4j_server import Neo4jServer
+from toolselect.config import Settings
+from toolselect.service import Service
+
+
+async def wipe(server: Neo4jServer) -> None:
+    """Empty the test database so a test starts from nothing."""
+    async with neo4j.AsyncGraphDatabase.driver(server.uri, auth=server.auth) as driver:
+        await driver.execute_query("MATCH (n) DETACH DELETE n", database_=server.database)
+
+
+class ServiceFactory:
+    """Starts services on one store kind (`sqlite` file or the session Neo4j) and closes them."""
+
+    def __init__(self, kind: str, tmp_path: Path, server: Neo4jServer | None) -> None:
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.server = server
+        self.started: list[Service] = []
+
+    def settings(self, **overrides: Any) -> Settings:
+        base = Settings(data_dir=str(self.tmp_path), poll_interval_s=0.2, oracle="on")
+        if self.server is None:
+            base = base.override(store=f"sqlite:{self.tmp_path / 'toolselect.db'}")
+        else:
+            base = base.override(
+                store="neo4j",
+                neo4j_uri=self.server.uri,
+                neo4j_username=self.server.username,
+                neo4j_password=self.server.password,
+                neo4j_database=self.server.database,
+            )
+        return base.override(**overrides)
+
+    async def start(self, **overrides: Any) -> Service:
+        service = await Service.start(self.settings(**overrides))
+        self.started.append(service)
+        return service
+
+    async def aclose(self) -> None:
+        for service in reversed(self.started):
+            await service.close()
+
+
+@pytest_asyncio.fixture(params=["sqlite", "neo4j"], loop_scope="function")
+async def services(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ServiceFactory]:
+    """A factory of services on one store kind; the Neo4j database is wiped first."""
+    server: Neo4jServer | None = None
+    if request.param == "neo4j":
+        server = request.getfixturevalue("neo4j_server")
+        await wipe(server)
+    factory = ServiceFactory(request.param, tmp_path, server)
+    try:
+        yield factory
+    finally:
+        await factory.aclose()

