@@ -219,7 +219,7 @@ class CentroidRanker:
 
     def set_catalog(self, tools: Sequence[Tool], vectors: npt.NDArray[np.floating]) -> None:
         """Replace the whole catalog; exemplars are kept and attach to tools by name."""
-        matrix = self._check_vectors(tools, vectors, replacing=True)
+        matrix = self._check_vectors(tools, vectors)
         with self._lock:
             state = self._state
             if len(tools) and matrix.shape[1] != state.dim and state.exemplars:
@@ -238,7 +238,7 @@ class CentroidRanker:
 
     def upsert_tools(self, tools: Sequence[Tool], vectors: npt.NDArray[np.floating]) -> None:
         """Add new tools and replace known ones (description vector and packs)."""
-        matrix = self._check_vectors(tools, vectors, replacing=False)
+        matrix = self._check_vectors(tools, vectors)
         if not tools:
             return
         with self._lock:
@@ -389,9 +389,7 @@ class CentroidRanker:
         )
 
     @staticmethod
-    def _check_vectors(
-        tools: Sequence[Tool], vectors: npt.NDArray[np.floating], *, replacing: bool
-    ) -> Vector:
+    def _check_vectors(tools: Sequence[Tool], vectors: npt.NDArray[np.floating]) -> Vector:
         if not tools:
             return np.zeros((0, 0), dtype=np.float32)
         matrix = np.asarray(vectors, dtype=np.float32)

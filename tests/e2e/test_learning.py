@@ -124,7 +124,7 @@ async def test_kill_switch_sends_nothing(
             "request": "il prezzo di BTC ora",
             "used_tool": "shell_exec",
             "turn_id": "k1",
-        },  # fmt: skip
+        },
     )
     assert resp.status == 202 and await resp.json() == {"queued": True, "reason": None}
     assert await service.learner.drain(5.0)

@@ -49,7 +49,8 @@ CATALOG = [
 
 
 def vec(text: str) -> npt.NDArray[np.float32]:
-    return EMBEDDER.embed_now([text])[0]
+    row: npt.NDArray[np.float32] = EMBEDDER.embed_now([text])[0]
+    return row
 
 
 def build(tools: list[Tool] = CATALOG, **weights: float) -> CentroidRanker:
@@ -240,6 +241,20 @@ def test_exemplars_of_unknown_tools_wait_for_the_tool() -> None:
     assert ranker.has("book_restaurant")
     assert not np.allclose(column(ranker, "book_restaurant"), column(plain, "book_restaurant"))
     assert ranker.rank(vec("book a table for two"), 1).tools == ("book_restaurant",)
+
+
+def test_a_fresh_ranker_learns_before_and_grows_by_upserts() -> None:
+    """Exemplars folded before any catalog wait; upserts alone build the catalog."""
+    ranker = CentroidRanker()
+    ranker.fold([learned("bitcoin now", "crypto_price")])
+    assert ranker.size == 0
+    tools = CATALOG[:3]
+    ranker.upsert_tools(tools, EMBEDDER.embed_now([tool_text(t) for t in tools]))
+    assert ranker.size == 3
+    assert ranker.exemplar_count("crypto_price") == 1
+    assert ranker.rank(vec("bitcoin now"), 1).tools == ("crypto_price",)
+    assert ranker.remove_tools([t.name for t in tools]) == 3
+    assert ranker.rank(vec("bitcoin now"), 5) == Ranking((), 0.0)
 
 
 def test_removed_tools_are_not_ranked_and_keep_their_exemplars() -> None:

@@ -196,6 +196,42 @@ def cmd_select(args: argparse.Namespace) -> int:
     return _run(_with_service(args, body))
 
 
+def cmd_observe(args: argparse.Namespace) -> int:
+    """Observe one turn in-process: queue it, let the learner finish it, print what it decided."""
+
+    async def body(service: Service) -> int:
+        import uuid
+
+        turn_id = args.turn_id or uuid.uuid4().hex
+        queued = service.observe(
+            args.request,
+            args.used_tool,
+            turn_id=turn_id,
+            agent_id=args.agent_id,
+            pack=args.pack,
+            outcome=args.outcome,
+        )
+        if not queued:
+            print(json.dumps({"queued": False}))
+            return 1
+        await service.learner.drain(service.settings.shutdown_timeout_s)
+        turn = await service.store.get_turn(turn_id)
+        decided = {
+            "turn_id": turn_id,
+            "top1": turn.top1 if turn else None,
+            "margin": turn.margin if turn else None,
+            "flagged": turn.flagged if turn else None,
+            "flag_reason": turn.flag_reason if turn else None,
+            "tier": turn.tier if turn else None,
+            "label": turn.label if turn else None,
+            "result": turn.result if turn else None,
+        }
+        print(json.dumps({"queued": True, **decided}, ensure_ascii=False))
+        return 0
+
+    return _run(_with_service(args, body))
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     from toolselect.config import settings_table
 
@@ -248,6 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--timeout", type=float, default=10.0)
     sel.set_defaults(func=cmd_select)
 
+    obs = with_store(sub.add_parser("observe", help="report one turn (request, used tool)"))
+    obs.add_argument("request")
+    obs.add_argument("used_tool")
+    obs.add_argument("--outcome", choices=["ok", "error", "corrected"])
+    obs.add_argument("--turn-id")
+    obs.add_argument("--agent-id")
+    obs.add_argument("--pack")
+    obs.set_defaults(func=cmd_observe)
+
     cfg = sub.add_parser("config", help="print the configuration table")
     cfg.set_defaults(func=cmd_config)
     return parser
@@ -266,13 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         from toolselect.errors import ConfigError, InvalidInput, ToolselectError
 
-        if isinstance(exc, ConfigError | InvalidInput):
-            print(f"toolselect {args.command}: {exc}", file=sys.stderr)
-            return 2
-        if isinstance(exc, ToolselectError):
-            print(f"toolselect {args.command}: {exc}", file=sys.stderr)
-            return 1
-        raise
+        if not isinstance(exc, ToolselectError):
+            raise
+        # One line, whatever the cause's own formatting (driver messages span lines).
+        print(f"toolselect {args.command}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError | InvalidInput) else 1
 
 
 if __name__ == "__main__":

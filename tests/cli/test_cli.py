@@ -1,0 +1,218 @@
+"""The `toolselect` command as a user runs it: real subprocesses, real server, real stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+EXE = [sys.executable, "-m", "toolselect.cmd.main"]
+
+CATALOG = {
+    "tools": [
+        {"name": "send_email", "description": "Send an email message to a recipient."},
+        {"name": "get_weather", "description": "Current weather and forecast for a city."},
+        {"name": "web_search", "description": "Search the web for pages matching a query."},
+    ]
+}
+SELECT = {
+    "query": {"Text": "send the report to Marco by email", "Kind": "tool", "PackID": "p1",
+              "AgentID": "a1", "K": 2},
+    "candidates": [
+        {"ID": "send_email", "Name": "send_email", "Description": "Send an email", "Metadata": {}},
+        {"ID": "get_weather", "Name": "get_weather", "Description": "Weather", "Metadata": {}},
+        {"ID": "fax_it", "Name": "fax_it", "Description": "Send a fax", "Metadata": None},
+    ],
+}  # fmt: skip
+
+
+def run(
+    args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*EXE, *args], input=stdin, capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """A clean environment pointing the CLI at a fresh embedded store."""
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLSELECT_", "NEO4J_"))}
+    keep.pop("ANTHROPIC_API_KEY", None)
+    return {
+        **keep,
+        "TOOLSELECT_STORE": f"sqlite:{tmp_path / 'cli.db'}",
+        "TOOLSELECT_LOG_FORMAT": "json",
+    }
+
+
+@pytest.fixture
+def catalog_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The environment after `toolselect tools import` of a small catalog."""
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(CATALOG))
+    done = run(["tools", "import", str(path), "--pack", "assistant"], env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"upserted": 3, "unchanged": 0}
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(catalog_env: dict[str, str]) -> Iterator[str]:
+    """`toolselect serve` on a free loopback port, ready; stopped with SIGTERM afterwards."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*EXE, "serve", "--port", str(port)],
+        env=catalog_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=1) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            pass
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, "server did not become ready"
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+
+
+def test_select_in_process_round_trip(catalog_env: dict[str, str]) -> None:
+    """`toolselect select` reads a PromptKit request on stdin and writes only candidate IDs."""
+    done = run(["select"], catalog_env, stdin=json.dumps(SELECT))
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["selected"][0] == "send_email"
+    assert len(answer["selected"]) == 2
+    assert set(answer["selected"]) <= {"send_email", "get_weather", "fax_it"}
+    assert answer["reason"].startswith("centroid ranking")
+
+
+def test_select_thin_client_round_trip(server: str, catalog_env: dict[str, str]) -> None:
+    """`toolselect select --url` gives the same answer as the in-process selector."""
+    remote = run(["select", "--url", server], catalog_env, stdin=json.dumps(SELECT))
+    assert remote.returncode == 0, remote.stderr
+    local = run(["select"], catalog_env, stdin=json.dumps(SELECT))
+    assert json.loads(remote.stdout)["selected"] == json.loads(local.stdout)["selected"]
+
+
+def test_thin_client_imports_nothing_heavy(server: str, catalog_env: dict[str, str]) -> None:
+    """The --url path never imports numpy, scikit-learn, the drivers or the SDKs."""
+    code = (
+        "import sys, io, json\n"
+        "from toolselect.cmd.main import main\n"
+        f"sys.stdin = io.StringIO({json.dumps(json.dumps(SELECT))})\n"
+        f"rc = main(['select', '--url', {server!r}])\n"
+        "heavy = [m for m in ('numpy', 'sklearn', 'neo4j', 'anthropic', 'aiohttp', 'pydantic')"
+        " if m in sys.modules]\n"
+        "print(json.dumps({'rc': rc, 'heavy': heavy}), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=catalog_env, timeout=60
+    )
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report == {"rc": 0, "heavy": []}
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_select_bad_input_fails_loudly(
+    remote: bool, server: str, catalog_env: dict[str, str]
+) -> None:
+    """Bad stdin exits non-zero with a one-line message on stderr and nothing on stdout."""
+    args = ["select", "--url", server] if remote else ["select"]
+    for stdin, expected in (
+        ("", "expected one JSON object on stdin"),
+        ("{nope", "stdin is not JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        (json.dumps({"query": {"K": 1}, "candidates": []}), "query.Text"),
+    ):
+        done = run(args, catalog_env, stdin=stdin)
+        assert done.returncode != 0
+        assert done.stdout == ""
+        assert expected in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_select_unreachable_server_fails(catalog_env: dict[str, str]) -> None:
+    """A thin client whose server is down exits 1 naming the URL."""
+    url = f"http://127.0.0.1:{free_port()}"
+    done = run(["select", "--url", url], catalog_env, stdin=json.dumps(SELECT))
+    assert done.returncode == 1
+    assert url in done.stderr and done.stdout == ""
+
+
+def test_rank_json(catalog_env: dict[str, str]) -> None:
+    """`toolselect rank --json` prints results, margin and embedder."""
+    done = run(["rank", "weather in Turin tomorrow", "-k", "2", "--json"], catalog_env)
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["results"][0]["tool"] == "get_weather"
+    assert len(body["results"]) == 2 and body["embedder"] == "hashing-v1"
+
+
+def test_tools_list_and_observe(catalog_env: dict[str, str]) -> None:
+    """`tools list` shows the packs; `observe` reports the learner's decision for the turn."""
+    listed = run(["tools", "list", "--pack", "assistant"], catalog_env)
+    assert listed.returncode == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == [
+        "get_weather", "send_email", "web_search",
+    ]  # fmt: skip
+    done = run(["observe", "send an email message to Marco", "shell_exec", "--turn-id", "t1"],
+               catalog_env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    decision = json.loads(done.stdout)
+    assert decision["turn_id"] == "t1" and decision["flag_reason"] == "fallback"
+    assert (decision["tier"], decision["label"], decision["result"]) == (
+        "ranker", "send_email", "labeled",
+    )  # fmt: skip
+
+
+def test_unreachable_neo4j_is_one_clear_line(env: dict[str, str]) -> None:
+    """A store that cannot be reached: one line naming the URI and the cause, exit non-zero."""
+    uri = f"bolt://127.0.0.1:{free_port()}"
+    bad = {**env, "TOOLSELECT_STORE": "neo4j", "NEO4J_URI": uri}
+    done = run(["rank", "anything"], bad)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert uri in lines[0] and "Traceback" not in done.stderr
+
+
+def test_bad_setting_is_one_clear_line(env: dict[str, str]) -> None:
+    """A malformed setting names the variable and the rule, exit 2."""
+    done = run(["rank", "anything"], {**env, "TOOLSELECT_MAX_K": "zero"})
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "toolselect rank: TOOLSELECT_MAX_K: expected a whole number, got 'zero'"
+    )
+
+
+def test_serve_refuses_public_bind_without_keys(env: dict[str, str]) -> None:
+    """Binding beyond loopback without API keys is refused unless --insecure is given."""
+    done = run(["serve", "--host", "0.0.0.0", "--port", str(free_port())], env)
+    assert done.returncode == 2
+    assert "TOOLSELECT_API_KEYS" in done.stderr
