@@ -1,0 +1,78 @@
+"""A restart with another embedder re-embeds the catalog and the stored exemplars from their
+text, and ranks correctly in the new vector space."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+
+from tests.e2e.conftest import ServiceFactory
+from tests.stubs import Reply, Stub, start_stub
+from toolselect.embed import HashingEmbedder
+from toolselect.graph.store import Tool
+
+TOOLS = [
+    Tool("get_weather", "Current weather and forecast for a city."),
+    Tool("send_email", "Send an email message to a recipient."),
+    Tool("web_search", "Search the web for pages matching a query."),
+    Tool("crypto_price", "Current price of a cryptocurrency like bitcoin."),
+]
+LEARNED = "il prezzo di BTC ora"
+
+# The "remote model" behind the stub: a hashing space of another size, so vectors from the
+# first run are not even the same length (re-embedding is the only way to rank).
+REMOTE = HashingEmbedder(dim=512)
+
+
+def embeddings_endpoint(body: Any) -> Reply:
+    """An OpenAI-compatible /v1/embeddings answer for the texts in the request."""
+    vectors = REMOTE.embed_now(body["input"])
+    return Reply(
+        body={
+            "object": "list",
+            "model": body["model"],
+            "data": [
+                {"object": "embedding", "index": i, "embedding": [float(x) for x in row]}
+                for i, row in enumerate(vectors)
+            ],
+            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+        }
+    )
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def embeddings_stub() -> AsyncIterator[Stub]:
+    async for stub in start_stub("/v1/embeddings"):
+        stub.responder = embeddings_endpoint
+        yield stub
+
+
+async def test_restart_with_another_embedder_reembeds(
+    services: ServiceFactory, embeddings_stub: Stub
+) -> None:
+    """Exemplars saved under `hashing-v1` still steer ranking after a restart on `http`."""
+    first = await services.start()
+    await first.upsert_tools(TOOLS)
+    before = await first.rank(LEARNED, 2)
+    assert before.results[0].tool != "crypto_price"
+    await first.feedback(LEARNED, "crypto_price")
+    assert (await first.rank(LEARNED, 1)).results[0].tool == "crypto_price"
+    stored = await first.store.exemplar_for_query(LEARNED)
+    assert stored is not None and stored.embedder == "hashing-v1"
+    await first.close()
+    services.started.remove(first)
+
+    second = await services.start(
+        embedder="http", embed_url=embeddings_stub.url, embed_model="stub-model"
+    )
+    assert second.embedder.id == "http-stub-model"
+    assert second.ranker.dim == 512
+    assert second.ranker.exemplar_total == 1
+    ranking = await second.rank(LEARNED, 2)
+    assert ranking.results[0].tool == "crypto_price"
+    # Weather still goes to weather: the description vectors were re-embedded too.
+    assert (await second.rank("weather forecast for Turin", 1)).results[0].tool == "get_weather"
+    texts = [t for r in embeddings_stub.received for t in r.body["input"]]
+    assert LEARNED in texts
