@@ -126,7 +126,7 @@ async def test_kill_switch_sends_nothing(
             "turn_id": "k1",
         },
     )
-    assert resp.status == 202 and await resp.json() == {"queued": True, "reason": None}
+    assert resp.status == 202 and await resp.json() == {"queued": True}
     assert await service.learner.drain(5.0)
     turn = await service.store.get_turn("k1")
     assert turn is not None and turn.tier == "teacher" and turn.result == "declined"

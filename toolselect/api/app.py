@@ -178,7 +178,7 @@ async def read_model(request: web.Request, model: type[M]) -> M:
 def json_response(model: BaseModel, status: int = 200) -> web.Response:
     return web.Response(
         status=status,
-        text=model.model_dump_json(),
+        text=model.model_dump_json(exclude_none=True),
         content_type="application/json",
     )
 

@@ -32,7 +32,7 @@ class ApiError(Exception):
             body["field"] = self.field
         return web.Response(
             status=self.status,
-            text=json.dumps({"error": body}, ensure_ascii=False),
+            text=json.dumps({"error": body}, ensure_ascii=False, separators=(",", ":")),
             content_type="application/json",
             headers=self.headers,
         )
