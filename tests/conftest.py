@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from tests.neo4j_server import Neo4jServer, resolve
+from tests.services import ServiceFactory, wipe
 from tests.stubs import Stub, start_stub
 
 
@@ -38,3 +40,17 @@ async def openai_stub() -> AsyncIterator[Stub]:
     """A local stand-in for `POST /v1/chat/completions`."""
     async for stub in start_stub("/v1/chat/completions"):
         yield stub
+
+
+@pytest_asyncio.fixture(params=["sqlite", "neo4j"], loop_scope="function")
+async def services(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ServiceFactory]:
+    """A factory of services on one store kind; the Neo4j database is wiped first."""
+    server: Neo4jServer | None = None
+    if request.param == "neo4j":
+        server = request.getfixturevalue("neo4j_server")
+        await wipe(server)
+    factory = ServiceFactory(request.param, tmp_path, server)
+    try:
+        yield factory
+    finally:
+        await factory.aclose()

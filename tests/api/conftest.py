@@ -1,16 +1,16 @@
-"""API fixtures: a started service on a fresh embedded store, behind aiohttp's test server."""
+"""API fixtures: a started service on each store holding a small hand-made catalog, behind
+aiohttp's test server on a real socket."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
+import pytest_asyncio
 from aiohttp.test_utils import TestClient
 
+from tests.services import ServiceFactory
 from toolselect.api.app import create_app
-from toolselect.config import Settings
 from toolselect.graph.store import Tool
 from toolselect.service import Service
 
@@ -27,32 +27,18 @@ HAND_CATALOG = [
     Tool("fs_read", "Read a file from the local filesystem.", {}),
 ]  # fmt: skip
 
-
-def settings_for(tmp_path: Path, **overrides: Any) -> Settings:
-    """Settings of an isolated embedded store in `tmp_path` (no environment read)."""
-    base = Settings(
-        store=f"sqlite:{tmp_path / 'toolselect.db'}",
-        data_dir=str(tmp_path),
-        poll_interval_s=0.2,
-    )
-    return base.override(**overrides)
-
-
-@pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[Service]:
-    """A service over a fresh embedded store holding the hand-made catalog."""
-    svc = await Service.start(settings_for(tmp_path))
-    await svc.upsert_tools(HAND_CATALOG, pack="assistant")
-    try:
-        yield svc
-    finally:
-        await svc.close()
-
-
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="function")
+async def service(services: ServiceFactory) -> Service:
+    """A service on a fresh store (SQLite, then Neo4j) holding the hand-made catalog."""
+    svc = await services.start()
+    await svc.upsert_tools(HAND_CATALOG, pack="assistant")
+    return svc
+
+
+@pytest_asyncio.fixture(loop_scope="function")
 async def client(service: Service, aiohttp_client: ClientFactory) -> TestClient[Any, Any]:
     """An HTTP client of the real aiohttp app over the service, on a real socket."""
     return await aiohttp_client(create_app(service))

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from tests.e2e.conftest import ServiceFactory
+from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, anthropic_message
 from toolselect.api.app import create_app
 from toolselect.graph.store import Tool

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest_asyncio
 
-from tests.e2e.conftest import ServiceFactory
+from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, start_stub
 from toolselect.embed import HashingEmbedder
 from toolselect.graph.store import Tool

@@ -32,10 +32,12 @@ from neo4j.exceptions import (
 )
 from neo4j.time import DateTime
 
+from toolselect.analytics import finish, get_analysis
 from toolselect.errors import InvalidInput, NotFound, StoreError, StoreUnavailable
 from toolselect.graph import cypher
 from toolselect.graph.store import (
     TIER_STRENGTH,
+    AnalyticsResult,
     Exemplar,
     ExemplarDelta,
     OracleCall,
@@ -394,6 +396,21 @@ class Neo4jStore:
     async def oracle_calls(self, turn_id: str | None = None) -> list[OracleCall]:
         rows = await self._read("oracle_calls", {"turn_id": turn_id})
         return [_call(r["call"]) for r in rows]
+
+    # --- analytics --------------------------------------------------------------------------
+
+    async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
+        """Run `cypher/analytics/<name>.cypher` as a read; rows finished as every store does."""
+        columns = get_analysis(name).columns  # NotFound before any I/O
+        params = {"since": None if since is None else _to_db(since).isoformat()}
+        with self._translated():
+            result = await self._driver.execute_query(
+                cypher.query(f"analytics/{name}"),
+                params,
+                routing_=RoutingControl.READ,
+                database_=self._database,
+            )
+        return finish(name, ([record[c] for c in columns] for record in result.records))
 
 
 # --- transaction steps shared by several operations -------------------------------------------

@@ -22,9 +22,12 @@ from typing import Any, TypeVar
 
 import structlog
 
+from toolselect.analytics import finish, get_analysis
 from toolselect.errors import InvalidInput, NotFound, StoreError, StoreUnavailable
+from toolselect.graph import sqlite_analytics
 from toolselect.graph.store import (
     TIER_STRENGTH,
+    AnalyticsResult,
     Exemplar,
     ExemplarDelta,
     OracleCall,
@@ -577,3 +580,12 @@ class SqliteStore:
             return [_call(row) for row in rows]
 
         return await self._run(work)
+
+    # --- analytics ------------------------------------------------------------------------
+
+    async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
+        """One analysis of `cypher/analytics/`, in SQL (`sqlite_analytics`), finished alike."""
+        get_analysis(name)  # NotFound before any I/O
+        since_text = None if since is None else _ts(since)
+        rows = await self._run(lambda conn: sqlite_analytics.raw_rows(conn, name, since_text))
+        return finish(name, rows)

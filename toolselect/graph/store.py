@@ -133,6 +133,19 @@ class ExemplarDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class AnalyticsResult:
+    """The rows of one named analysis (`toolselect.analytics.ANALYSES` lists them).
+
+    Values are plain JSON-ready Python: ints, floats already rounded, strings, None, and tuples
+    (sorted) for list values; both stores give equal results for equal data.
+    """
+
+    name: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Retention:
     """Exemplar limits the store enforces; `feedback` exemplars are exempt from all three."""
 
@@ -224,6 +237,14 @@ class Store(Protocol):
 
     async def state(self) -> StoreState:
         """The current catalog and exemplar versions."""
+        ...
+
+    async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
+        """Run one named analysis over turns (and exemplars, oracle calls) at or after `since`.
+
+        `since=None` means all time; a naive `since` is taken to be UTC. An unknown name raises
+        `NotFound`.
+        """
         ...
 
     async def close(self) -> None:

@@ -1,14 +1,11 @@
-"""End-to-end fixtures: services on either store, each behind the real aiohttp app."""
+"""Services on either store for API and end-to-end tests (the `services` fixture is in conftest)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import neo4j
-import pytest
-import pytest_asyncio
 
 from tests.neo4j_server import Neo4jServer
 from toolselect.config import Settings
@@ -52,17 +49,3 @@ class ServiceFactory:
     async def aclose(self) -> None:
         for service in reversed(self.started):
             await service.close()
-
-
-@pytest_asyncio.fixture(params=["sqlite", "neo4j"], loop_scope="function")
-async def services(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ServiceFactory]:
-    """A factory of services on one store kind; the Neo4j database is wiped first."""
-    server: Neo4jServer | None = None
-    if request.param == "neo4j":
-        server = request.getfixturevalue("neo4j_server")
-        await wipe(server)
-    factory = ServiceFactory(request.param, tmp_path, server)
-    try:
-        yield factory
-    finally:
-        await factory.aclose()

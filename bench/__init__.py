@@ -1,0 +1,23 @@
+"""Benchmarks of toolselect on this machine; `python -m bench [accuracy|learning|perf|report|all]`.
+
+Modules:
+  data      the public tool-retrieval data (bfcl-eval: `live_multiple`, `simple_python`), the
+            seeded learn / held-out split, tool-text variants
+  cache     embedding cache (bench/out/cache/) so each text is embedded once across arms
+  accuracy  top-1, recall@5, MRR@10 and per-query latency per embedder, BM25 and
+            semantic-router baselines, knob sweeps -> bench/results/accuracy.json
+  learning  the learning curve through the real learner (teacher stub on / off), margin-floor
+            sweep -> bench/results/learning.json, learning_curve.png
+  perf      latency and throughput (`python -m bench.perf`) -> bench/results/perf.json, perf.md
+  report    BENCHMARKS.md from the JSON results (regenerated from scratch)
+
+Committed results live in bench/results/; bench/out/ is scratch (git-ignored).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+RESULTS = ROOT / "bench" / "results"

@@ -1,0 +1,1081 @@
+"""Latency, throughput and load benchmarks: `python -m bench.perf [--quick] [--only SECTIONS]`.
+
+Sections (all side by side in one run, medians reported; the machine is noisy):
+  inproc  `CentroidRanker.rank` at 100 / 1,000 / 10,000 tools, alone and with the query
+          embedding, per embedder, with numpy's default BLAS threads and with one thread
+  http    `/v1/rank` at 1,000 tools, closed-loop clients 1 / 8 / 64 from `bench.loadgen`
+  cold    `toolselect select --url` spawned per call, the in-process `select`, -X importtime
+  intake  `Service.observe` call time and end-to-end intake throughput into each store
+  load    open-loop 90% rank / 10% observe at a fixed rate against the server on each store
+
+Writes bench/results/perf.json and perf.md; caches synthetic catalogs and MiniLM vectors in
+bench/out/. Neo4j runs only when NEO4J_URI is set, and WIPES that database (benchmark only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import hashlib
+import json
+import os
+import platform
+import random
+import re
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from toolselect.catalog import load_demo_catalog, parse_tools, tool_text
+from toolselect.config import Settings
+from toolselect.embed import Embedder, build_embedder
+from toolselect.graph.store import Tool
+from toolselect.ranker import CentroidRanker
+from toolselect.service import Service
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+RESULTS = ROOT / "bench" / "results"
+BIN = Path(sys.executable).parent
+TOOLSELECT = str(BIN / "toolselect")
+SEED = 20240611
+SECTIONS = ("inproc", "http", "cold", "intake", "load")
+TARGETS = {
+    "ranker_p50_ms_10k": 1.0,
+    "http_rps_hashing_1k": 2000.0,
+    "select_url_cold_p50_ms": 150.0,
+}
+
+# -- synthetic catalogs --------------------------------------------------------------------
+
+_SERVICES_TEXT = """
+github gitlab jira slack gmail outlook gcal notion confluence salesforce hubspot stripe
+shopify zendesk asana trello linear dropbox gdrive s3 postgres mysql redis mongo k8s
+docker ec2 gcp azure twilio sendgrid spotify youtube twitter reddit weather maps finance
+discord figma airtable datadog pagerduty sentry translate wiki arxiv news calendly
+intercom
+"""
+_SERVICES = tuple(_SERVICES_TEXT.split())
+_ACTIONS = {
+    "get": ("Get", "show me", "what is", "look up"),
+    "list": ("List", "list all", "show every", "give me the"),
+    "create": ("Create", "create a new", "make a", "open a new"),
+    "update": ("Update", "update the", "change the", "edit the"),
+    "delete": ("Delete", "delete the", "remove the", "get rid of the"),
+    "search": ("Search for", "search for", "find", "look for"),
+    "send": ("Send", "send a", "post a", "share a"),
+    "archive": ("Archive", "archive the", "put away the", "file away the"),
+    "export": ("Export", "export the", "download a copy of the", "dump the"),
+    "assign": ("Assign", "assign the", "give the", "hand over the"),
+    "close": ("Close", "close the", "resolve the", "mark as done the"),
+    "comment": ("Comment on", "comment on the", "reply to the", "add a note to the"),
+    "upload": ("Upload", "upload the", "attach the", "push the"),
+    "schedule": ("Schedule", "schedule the", "plan the", "book the"),
+    "cancel": ("Cancel", "cancel the", "call off the", "stop the"),
+    "summarize": ("Summarize", "summarize the", "give me a summary of the", "tl;dr the"),
+    "sync": ("Synchronise", "sync the", "refresh the", "mirror the"),
+    "tag": ("Tag", "tag the", "label the", "categorise the"),
+    "move": ("Move", "move the", "relocate the", "transfer the"),
+    "approve": ("Approve", "approve the", "sign off on the", "accept the"),
+}
+_OBJECTS_TEXT = """
+issue pull_request message channel email event page document contact deal invoice
+payment order customer ticket task board card file folder bucket table row record secret
+pod deployment container instance user team project playlist video post thread report
+alert incident dashboard metric repository branch release label note meeting reminder
+subscription refund product
+"""
+_OBJECTS = tuple(_OBJECTS_TEXT.split())
+_QUALIFIERS = (
+    "from last week",
+    "for the marketing team",
+    "about the login bug",
+    "that Alice mentioned",
+    "for project apollo",
+    "before friday",
+    "with high priority",
+    "in the staging environment",
+    "for customer 4411",
+    "from this morning",
+    "",
+    "",
+)
+_PARAMS = {
+    "id": "Identifier of the {o}",
+    "query": "Free-text filter for {o}s",
+    "limit": "Maximum number of {o}s to return",
+    "title": "Title of the {o}",
+    "body": "Text content of the {o}",
+    "owner": "Who owns the {o}",
+    "due_date": "When the {o} is due (ISO 8601)",
+    "tags": "Tags to attach to the {o}",
+}
+
+
+def _words(name: str) -> str:
+    return name.replace("_", " ")
+
+
+def synth_catalog(n: int, seed: int = SEED) -> list[dict[str, Any]]:
+    """`n` native tool dicts: the demo catalog first, then seeded `service__action_object` tools."""
+    rng = random.Random(seed)
+    tools = [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
+        for t in load_demo_catalog()
+    ][:n]
+    combos = [(s, a, o) for s in _SERVICES for a in _ACTIONS for o in _OBJECTS]
+    rng.shuffle(combos)
+    taken = {t["name"] for t in tools}
+    fresh = [c for c in combos if f"{c[0]}__{c[1]}_{c[2]}" not in taken]
+    for service, action, obj in fresh[: n - len(tools)]:
+        verb = _ACTIONS[action][0]
+        what = _words(obj)
+        params = rng.sample(sorted(_PARAMS), rng.randint(1, 4))
+        tools.append(
+            {
+                "name": f"{service}__{action}_{obj}",
+                "description": (
+                    f"{verb} a {what} in {service.capitalize()}. "
+                    f"{rng.choice(('Returns', 'Responds with', 'Gives back'))} the {what} "
+                    f"{rng.choice(('as JSON', 'with its metadata', 'and its id', 'fields'))}; "
+                    f"{rng.choice(('needs', 'requires', 'uses'))} "
+                    f"{service.capitalize()} {rng.choice(('credentials', 'an API token', 'OAuth'))}."
+                ),
+                "input_schema": {
+                    "type": "object",
+                    "properties": {
+                        p: {"type": "string", "description": _PARAMS[p].format(o=what)}
+                        for p in params
+                    },
+                },
+            }
+        )
+    return tools
+
+
+def synth_queries(tools: list[dict[str, Any]], n: int, seed: int = SEED + 1) -> list[str]:
+    """`n` agent-like requests, each aimed at a random synthetic tool (seeded)."""
+    rng = random.Random(seed)
+    named = [t["name"] for t in tools if _synthetic(t["name"])] or [t["name"] for t in tools]
+    queries = []
+    for _ in range(n):
+        name = rng.choice(named)
+        if _synthetic(name):
+            service, rest = name.split("__", 1)
+            action, obj = rest.split("_", 1)
+            phrase = rng.choice(_ACTIONS[action][1:])
+            text = f"{phrase} {_words(obj)} {rng.choice(_QUALIFIERS)} in {service}"
+        else:
+            text = f"please {_words(name)} {rng.choice(_QUALIFIERS)}"
+        queries.append(" ".join(text.split()))
+    return queries
+
+
+def _synthetic(name: str) -> bool:
+    service, _, rest = name.partition("__")
+    return service in _SERVICES and rest.split("_", 1)[0] in _ACTIONS
+
+
+def as_tools(dicts: list[dict[str, Any]]) -> list[Tool]:
+    tools, _ = parse_tools({"tools": dicts})
+    return tools
+
+
+def catalog_file(n: int) -> Path:
+    """The synthetic catalog of `n` tools as a native JSON file (for `toolselect tools import`)."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"catalog_{n}.json"
+    if not path.exists():
+        path.write_text(json.dumps({"tools": synth_catalog(n)}), encoding="utf-8")
+    return path
+
+
+def embed_cached(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """Vectors of `texts`, cached in bench/out/ by embedder id and content (MiniLM is slow)."""
+    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+    path = OUT / f"vectors_{embedder.id}_{len(texts)}_{digest}.npy"
+    if path.exists():
+        return np.load(path)
+    vectors = asyncio.run(embedder.embed(texts))
+    OUT.mkdir(parents=True, exist_ok=True)
+    np.save(path, vectors)
+    return vectors
+
+
+# -- statistics ------------------------------------------------------------------------------
+
+
+def summarise(seconds: list[float]) -> dict[str, float]:
+    """Median, p90, p99 and mean in milliseconds."""
+    ordered = sorted(seconds)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+    return {
+        "n": len(ordered),
+        "p50_ms": round(statistics.median(ordered) * 1e3, 4),
+        "p90_ms": round(at(0.90), 4),
+        "p99_ms": round(at(0.99), 4),
+        "mean_ms": round(statistics.fmean(ordered) * 1e3, 4),
+    }
+
+
+@contextmanager
+def blas_threads(limit: int | None) -> Iterator[None]:
+    with threadpool_limits(limits=limit) if limit else nullcontext():
+        yield
+
+
+def timed(fn: Callable[[int], object], iterations: int, warmup: int = 50) -> list[float]:
+    """Per-call wall times of `fn(i)`; the collector is paused so it does not pick a victim."""
+    for i in range(warmup):
+        fn(i)
+    out = []
+    gc.disable()
+    try:
+        for i in range(iterations):
+            t0 = time.perf_counter()
+            fn(i)
+            out.append(time.perf_counter() - t0)
+    finally:
+        gc.enable()
+    return out
+
+
+def machine_facts() -> dict[str, Any]:
+    """What the numbers depend on: CPU, cores, memory, Python, numpy's BLAS and its threads."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    except OSError:
+        mem_kb = 0
+    blas = [
+        {k: info.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+        for info in threadpool_info()
+    ]
+    return {
+        "cpu": model or platform.processor(),
+        "cores": os.cpu_count(),
+        "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": blas,
+        "platform": platform.platform(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+# -- 1. in-process rank ----------------------------------------------------------------------
+
+
+async def _embed_and_rank(
+    embedder: Embedder, ranker: CentroidRanker, queries: list[str], iterations: int
+) -> list[float]:
+    """Per-call time of what `Service.rank` does: embed one query, then rank it."""
+    for q in queries[:20]:
+        ranker.rank((await embedder.embed([q]))[0], 5)
+    out = []
+    gc.disable()
+    try:
+        for i in range(iterations):
+            query = queries[i % len(queries)]
+            t0 = time.perf_counter()
+            vector = (await embedder.embed([query]))[0]
+            ranker.rank(vector, 5)
+            out.append(time.perf_counter() - t0)
+    finally:
+        gc.enable()
+    return out
+
+
+def bench_inproc(quick: bool, embedders: list[str]) -> dict[str, Any]:
+    """Ranker alone (vector given) and embedding included, per size, embedder and BLAS threads."""
+    sizes = (100, 1_000, 10_000)
+    catalog = as_tools(synth_catalog(max(sizes)))
+    queries = synth_queries(synth_catalog(max(sizes)), 500)
+    texts = [tool_text(t) for t in catalog]
+    rows: list[dict[str, Any]] = []
+    runtime: dict[str, Any] = {}
+    for kind in embedders:
+        embedder = build_embedder(kind)
+        started = time.perf_counter()
+        tool_vectors = embed_cached(embedder, texts)
+        query_vectors = embed_cached(embedder, queries)
+        runtime[kind] = {
+            "embedder_id": embedder.id,
+            "dim": int(tool_vectors.shape[1]),
+            "catalog_embed_or_cache_s": round(time.perf_counter() - started, 2),
+        }
+        rank_iters = 300 if quick else 2_000
+        embed_iters = (30 if quick else 300) if kind != "hashing" else rank_iters
+        for n in sizes:
+            ranker = CentroidRanker()
+            ranker.set_catalog(catalog[:n], tool_vectors[:n])
+            for threads in (None, 1):
+                with blas_threads(threads):
+                    alone = timed(
+                        lambda i, r=ranker, v=query_vectors: r.rank(v[i % 500], 5), rank_iters
+                    )
+                    embedded = asyncio.run(_embed_and_rank(embedder, ranker, queries, embed_iters))
+                rows.append(
+                    {
+                        "embedder": kind,
+                        "tools": n,
+                        "blas_threads": "default" if threads is None else str(threads),
+                        "ranker_alone": summarise(alone),
+                        "embed_and_rank": summarise(embedded),
+                    }
+                )
+                print(
+                    f"  inproc {kind:8} {n:>6} tools threads={rows[-1]['blas_threads']:7} "
+                    f"rank p50 {rows[-1]['ranker_alone']['p50_ms']:.3f} ms, "
+                    f"embed+rank p50 {rows[-1]['embed_and_rank']['p50_ms']:.3f} ms",
+                    flush=True,
+                )
+        if kind == "minilm":
+            import torch
+
+            runtime[kind]["torch_threads"] = torch.get_num_threads()
+        asyncio.run(embedder.close())
+    runtime["threadpools_after_load"] = [
+        {k: info.get(k) for k in ("user_api", "internal_api", "num_threads", "prefix")}
+        for info in threadpool_info()
+    ]
+    return {"rows": rows, "runtime": runtime, "k": 5, "queries": len(queries)}
+
+
+# -- the server as a subprocess --------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def server_env(store: str, workdir: Path) -> dict[str, str]:
+    """A clean environment: no inherited toolselect settings, no teacher, quiet logs."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TOOLSELECT_", "ANTHROPIC_", "NEO4J_"))
+    }
+    env.update(
+        TOOLSELECT_STORE=store,
+        TOOLSELECT_DATA_DIR=str(workdir),
+        TOOLSELECT_LOG_LEVEL="warning",
+        TOOLSELECT_TEACHER="none",
+    )
+    if store == "neo4j":
+        env.update({k: v for k, v in os.environ.items() if k.startswith("NEO4J_")})
+    return env
+
+
+def import_catalog(env: dict[str, str], path: Path, workdir: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [TOOLSELECT, "tools", "import", str(path)],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def wipe_neo4j() -> None:
+    """Delete everything in the benchmark's Neo4j database (schema is kept)."""
+    from neo4j import GraphDatabase
+
+    password = os.environ.get("NEO4J_PASSWORD", "")
+    auth = (os.environ.get("NEO4J_USERNAME", "neo4j"), password) if password else None
+    database = os.environ.get("NEO4J_DATABASE", "neo4j")
+    with GraphDatabase.driver(os.environ["NEO4J_URI"], auth=auth) as driver:
+        while True:
+            records, _, _ = driver.execute_query(
+                "MATCH (n) WITH n LIMIT 20000 DETACH DELETE n RETURN count(*) AS c",
+                database_=database,
+            )
+            if records[0]["c"] == 0:
+                return
+
+
+def count_turns(store: str, db_path: Path | None, prefix: str) -> dict[str, int]:
+    """Turns recorded under ids starting with `prefix`, by `tier/result`, read from the store."""
+    if store == "neo4j":
+        from neo4j import GraphDatabase
+
+        password = os.environ.get("NEO4J_PASSWORD", "")
+        auth = (os.environ.get("NEO4J_USERNAME", "neo4j"), password) if password else None
+        with GraphDatabase.driver(os.environ["NEO4J_URI"], auth=auth) as driver:
+            records, _, _ = driver.execute_query(
+                "MATCH (t:Turn) WHERE t.id STARTS WITH $p "
+                "RETURN coalesce(t.tier, '-') + '/' + coalesce(t.result, '-') AS k, count(*) AS c",
+                p=prefix,
+                database_=os.environ.get("NEO4J_DATABASE", "neo4j"),
+            )
+            return {r["k"]: r["c"] for r in records}
+    assert db_path is not None
+    with sqlite3.connect(db_path) as conn:
+        rows = conn.execute(
+            "SELECT coalesce(tier, '-') || '/' || coalesce(result, '-'), count(*) FROM turns "
+            "WHERE id LIKE ? GROUP BY 1",
+            (prefix + "%",),
+        ).fetchall()
+    return {k: c for k, c in rows}
+
+
+class ServerProcess:
+    """`toolselect serve` on a free loopback port; RSS, CPU time and metrics read from outside."""
+
+    def __init__(self, env: dict[str, str], workdir: Path) -> None:
+        self.env = env
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / f"server-{self.port}.log"
+
+    def __enter__(self) -> ServerProcess:
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [TOOLSELECT, "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+                env=self.env,
+                cwd=self.workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("server not ready within 300 s")
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> dict[str, Any]:
+        """SIGTERM, then wait; returns the exit code and how long the graceful stop took."""
+        if self.proc is None or self.proc.poll() is not None:
+            return {}
+        t0 = time.perf_counter()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        return {"exit_code": code, "stop_s": round(time.perf_counter() - t0, 2)}
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+        return 0.0
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def metric(self, name: str) -> float:
+        """Sum of every sample of a Prometheus metric (all label sets)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name) and (line[len(name)] in " {"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def post(self, path: str, body: object) -> Any:
+        req = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
+
+def run_loadgen(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """Run `bench.loadgen` as a separate process and return its JSON result."""
+    path = workdir / f"spec-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    budget = float(spec["duration_s"]) + float(spec.get("warmup_s", 2)) + 120
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.loadgen", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=budget,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+# -- 2. HTTP throughput ------------------------------------------------------------------------
+
+
+def bench_http(server: ServerProcess, queries: list[str], quick: bool) -> dict[str, Any]:
+    """Closed-loop `/v1/rank` at 1, 8 and 64 clients; server CPU use per level from /proc."""
+    duration, warmup = (3.0, 1.0) if quick else (10.0, 2.0)
+    mix = [{"path": "/v1/rank", "weight": 1.0, "bodies": [{"query": q, "k": 5} for q in queries]}]
+    levels = []
+    for clients in (1, 8, 64):
+        cpu0, wall0 = server.cpu_s(), time.perf_counter()
+        result = run_loadgen(
+            {
+                "url": server.url,
+                "mode": "closed",
+                "concurrency": clients,
+                "duration_s": duration,
+                "warmup_s": warmup,
+                "mix": mix,
+            },
+            server.workdir,
+        )
+        result["server_cpu_cores"] = round(
+            (server.cpu_s() - cpu0) / (time.perf_counter() - wall0), 2
+        )
+        result["client_cpu_cores"] = round(result["client_cpu_s"] / result["client_wall_s"], 2)
+        result["loadavg"] = round(os.getloadavg()[0], 2)
+        levels.append(result)
+        print(
+            f"  http clients={clients:>3}: {result['throughput_rps']:.0f} req/s, "
+            f"p50 {result['latency']['p50_ms']:.2f} ms, p99 {result['latency']['p99_ms']:.2f} ms, "
+            f"errors {result['errors']}, server {result['server_cpu_cores']} cores, "
+            f"client {result['client_cpu_cores']} cores",
+            flush=True,
+        )
+    return {"tools": 1000, "embedder": "hashing", "store": "sqlite", "levels": levels}
+
+
+# -- 3. cold start of `toolselect select` ----------------------------------------------------
+
+
+def _spawn_times(
+    argv: list[str], env: dict[str, str], stdin: str, calls: int, *, answer: bool = True
+) -> list[float]:
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, input=stdin, env=env, capture_output=True, text=True)
+        times.append(time.perf_counter() - t0)
+        if done.returncode != 0:
+            raise RuntimeError(f"{argv[1:3]} failed: {done.stderr.strip()}")
+        if answer:
+            json.loads(done.stdout)  # a real answer, not an empty line
+    return times
+
+
+def importtime_top(argv: list[str], env: dict[str, str], stdin: str, top: int = 12) -> list[Any]:
+    """The top-level imports of one `--url` call by cumulative time (`python -X importtime`)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = []
+    for line in done.stderr.splitlines():
+        m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)", line)
+        if m and not m.group(3):  # not indented: imported by the program itself
+            rows.append({"module": m.group(4), "self_ms": int(m.group(1)) / 1e3,
+                         "cumulative_ms": int(m.group(2)) / 1e3})  # fmt: skip
+    rows.sort(key=lambda r: -r["cumulative_ms"])
+    total = round(sum(r["cumulative_ms"] for r in rows), 1)
+    return [{"total_import_ms": total}, *rows[:top]]
+
+
+def bench_cold(server: ServerProcess, catalog: list[dict[str, Any]], quick: bool) -> dict[str, Any]:
+    """Per-call wall time of a spawned `select` (thin `--url` client and in-process)."""
+    rng = random.Random(SEED + 2)
+    picked = rng.sample(catalog, 20)
+    request = json.dumps(
+        {
+            "query": {"Text": synth_queries(picked, 1)[0], "Kind": "tool", "K": 5},
+            "candidates": [
+                {"ID": t["name"], "Name": t["name"], "Description": t["description"]}
+                for t in picked
+            ],
+        }
+    )
+    env = dict(server.env)
+    url_argv = [TOOLSELECT, "select", "--url", server.url]
+    calls = 8 if quick else 30
+    _spawn_times(url_argv, env, request, 2)  # page cache warm
+    url_times = _spawn_times(url_argv, env, request, calls)
+    python_times = _spawn_times([sys.executable, "-c", "pass"], env, "", calls, answer=False)
+    local_times = _spawn_times([TOOLSELECT, "select"], env, request, 3 if quick else 10)
+    result = {
+        "calls": calls,
+        "select_url": summarise(url_times),
+        "python_startup": summarise(python_times),
+        "select_in_process": summarise(local_times),
+        "importtime_url": importtime_top(url_argv, env, request),
+        "catalog_tools": 1000,
+        "candidates": 20,
+    }
+    print(
+        f"  cold: select --url p50 {result['select_url']['p50_ms']:.1f} ms "
+        f"(python -c pass {result['python_startup']['p50_ms']:.1f} ms), "
+        f"in-process p50 {result['select_in_process']['p50_ms']:.0f} ms",
+        flush=True,
+    )
+    return result
+
+
+# -- 4. learning intake ----------------------------------------------------------------------
+
+
+def _settings(store: str, workdir: Path) -> Settings:
+    if store == "neo4j":
+        settings = Settings(
+            store="neo4j",
+            neo4j_uri=os.environ["NEO4J_URI"],
+            neo4j_username=os.environ.get("NEO4J_USERNAME", "neo4j"),
+            neo4j_password=os.environ.get("NEO4J_PASSWORD", ""),
+            neo4j_database=os.environ.get("NEO4J_DATABASE", "neo4j"),
+            data_dir=str(workdir),
+            teacher="none",
+        )
+    else:
+        settings = Settings(store=f"sqlite:{workdir / 'intake.db'}", data_dir=str(workdir))
+    settings.validate()
+    return settings
+
+
+async def _intake(
+    store: str, workdir: Path, catalog: list[dict[str, Any]], queries: list[str], quick: bool
+) -> dict[str, Any]:
+    settings = _settings(store, workdir)
+    service = await Service.start(settings)
+    try:
+        await service.upsert_tools(as_tools(catalog))
+        floor = settings.margin_floor
+        plain: list[tuple[str, str]] = []
+        confident: list[str] = []
+        for q in queries:
+            ranking = await service.rank(q, 2)
+            plain.append((q, ranking.results[0].tool))
+            if ranking.margin >= floor:
+                confident.append(q)
+
+        calls, chunk = (2_000 if quick else 10_000), 500
+        call_times: list[float] = []
+        for start in range(0, calls, chunk):
+            for i in range(start, min(start + chunk, calls)):
+                q, tool = plain[i % len(plain)]
+                t0 = time.perf_counter()
+                queued = service.observe(q, tool, turn_id=f"call-{i}")
+                call_times.append(time.perf_counter() - t0)
+                assert queued, "the queue must not be full between chunks"
+            await service.learner.drain(300)
+
+        scenarios: dict[str, tuple[int, Callable[[int], tuple[str, str]]]] = {
+            # used tool = the ranker's top-1: recorded, not flagged
+            "unflagged": (
+                2_000 if quick else 20_000,
+                lambda i: plain[i % len(plain)],
+            ),
+            # a fallback tool with a confident ranker: the free tier labels it and an exemplar
+            # is saved and folded (a unique suffix, so the ratchet never short-cuts it)
+            "flagged_ranker_tier": (
+                500 if quick else 5_000,
+                lambda i: (f"{confident[i % len(confident)]} ref {i}", "shell_exec"),
+            ),
+        }
+        out: dict[str, Any] = {
+            "store": store,
+            "observe_call": summarise(call_times),
+            "confident_queries": len(confident),
+            "queries": len(queries),
+        }
+        for name, (total, make) in scenarios.items():
+            cap = settings.queue_size
+            t0 = time.perf_counter()
+            sent = 0
+            while sent < total:
+                if service.learner.depth < cap:
+                    request, used = make(sent)
+                    service.observe(request, used, turn_id=f"{name}-{sent}")
+                    sent += 1
+                else:
+                    await asyncio.sleep(0.001)
+            drained = await service.learner.drain(900)
+            elapsed = time.perf_counter() - t0
+            db = settings.sqlite_path if store == "sqlite" else None
+            counts = await asyncio.to_thread(count_turns, store, db, f"{name}-")
+            recorded = sum(counts.values())
+            out[name] = {
+                "turns": total,
+                "recorded": recorded,
+                "drained": drained,
+                "seconds": round(elapsed, 2),
+                "turns_per_s": round(recorded / elapsed, 1),
+                "tier_result": counts,
+                "exemplars_in_ranker": service.ranker.exemplar_total,
+            }
+            print(
+                f"  intake {store:6} {name:20} {recorded}/{total} turns in {elapsed:.1f} s "
+                f"= {recorded / elapsed:.0f} turns/s {counts}",
+                flush=True,
+            )
+        return out
+    finally:
+        await service.close()
+
+
+def bench_intake(stores: list[str], quick: bool, catalog: list[dict[str, Any]]) -> list[Any]:
+    queries = synth_queries(catalog, 400, seed=SEED + 3)
+    results = []
+    for store in stores:
+        if store == "neo4j":
+            wipe_neo4j()
+        with tempfile.TemporaryDirectory(prefix="toolselect-intake-") as tmp:
+            result = asyncio.run(_intake(store, Path(tmp), catalog, queries, quick))
+        print(
+            f"  intake {store}: observe() p50 {result['observe_call']['p50_ms'] * 1e3:.1f} us, "
+            f"p99 {result['observe_call']['p99_ms'] * 1e3:.1f} us",
+            flush=True,
+        )
+        results.append(result)
+    return results
+
+
+# -- 5. fixed-rate mixed load ----------------------------------------------------------------
+
+
+def bench_load(
+    store: str, catalog_path: Path, queries: list[str], rate: float, quick: bool
+) -> dict[str, Any]:
+    """Open-loop 90% rank / 10% observe against a fresh server; RSS sampled every second."""
+    duration, warmup = (10.0, 2.0) if quick else (60.0, 5.0)
+    with tempfile.TemporaryDirectory(prefix="toolselect-load-") as tmp:
+        workdir = Path(tmp)
+        spec = "neo4j" if store == "neo4j" else f"sqlite:{workdir / 'load.db'}"
+        if store == "neo4j":
+            wipe_neo4j()
+        env = server_env(spec, workdir)
+        import_catalog(env, catalog_path, workdir)
+        with ServerProcess(env, workdir) as server:
+            observe_bodies = []
+            for i, q in enumerate(queries[:200]):
+                top = server.post("/v1/rank", {"query": q, "k": 2})["results"][0]["tool"]
+                # one in five turns used a fallback tool: flagged, labelled by the free tier
+                observe_bodies.append({"request": q, "used_tool": top if i % 5 else "shell_exec"})
+            rss_idle = server.rss_mb()
+            samples: list[tuple[float, float]] = []
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.loadgen", _write_spec(workdir, {
+                    "url": server.url, "mode": "open", "rate": rate, "duration_s": duration,
+                    "warmup_s": warmup, "max_inflight": 2000,
+                    "mix": [
+                        {"path": "/v1/rank", "weight": 0.9,
+                         "bodies": [{"query": q, "k": 5} for q in queries]},
+                        {"path": "/v1/observe", "weight": 0.1, "bodies": observe_bodies},
+                    ],
+                })],
+                cwd=ROOT, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            while proc.poll() is None:
+                samples.append((round(time.perf_counter() - t0, 1), server.rss_mb()))
+                time.sleep(1.0)
+            result: dict[str, Any] = json.loads(proc.communicate()[0])
+            time.sleep(1.0)  # let the intake worker finish the last batch
+            dropped = server.metric("toolselect_observe_dropped_total")
+            observed = server.metric("toolselect_observed_turns_total")
+            stopped = server.stop()
+        recorded = sum(count_turns(store, workdir / "load.db", "").values())
+    after_warmup = [rss for t, rss in samples if t >= warmup] or [rss_idle]
+    result.update(
+        store=store,
+        rss_mb={
+            "idle": rss_idle,
+            "start": after_warmup[0],
+            "end": after_warmup[-1],
+            "max": max(after_warmup),
+            "change_pct": round((after_warmup[-1] / after_warmup[0] - 1) * 100, 1),
+            "samples": samples,
+        },
+        observe_dropped=dropped,
+        observe_queued=observed,
+        turns_recorded=recorded,
+        shutdown=stopped,
+    )
+    print(
+        f"  load {store:6} {rate:.0f} req/s x {duration:.0f} s: sent {result['sent']}, "
+        f"errors {result['errors']}, p50 {result['latency']['p50_ms']:.2f} ms, "
+        f"p99 {result['latency']['p99_ms']:.2f} ms, RSS {after_warmup[0]} -> "
+        f"{after_warmup[-1]} MB, dropped {dropped:.0f}, turns {recorded}/{observed:.0f}",
+        flush=True,
+    )
+    return result
+
+
+def _write_spec(workdir: Path, spec: dict[str, Any]) -> str:
+    path = workdir / f"spec-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return str(path)
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def _ms(x: float) -> str:
+    return f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 100 else f"{x:.0f}"
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target with its measurement, whether it is met, and by how much it is missed."""
+    out = []
+    rows = results.get("inproc", {}).get("rows", [])
+    best = [r for r in rows if r["tools"] == 10_000]
+    for r in best:
+        out.append(_target(
+            f"ranker alone p50 at 10,000 tools ({r['embedder']}, BLAS threads {r['blas_threads']})",
+            r["ranker_alone"]["p50_ms"], TARGETS["ranker_p50_ms_10k"], "ms", lower=True,
+        ))  # fmt: skip
+    levels = results.get("http", {}).get("levels", [])
+    if levels:
+        top = max(levels, key=lambda x: x["throughput_rps"])
+        out.append(_target(
+            f"/v1/rank throughput, hashing, 1,000 tools (best: {top['concurrency']} clients)",
+            top["throughput_rps"], TARGETS["http_rps_hashing_1k"], "req/s", lower=False,
+        ))  # fmt: skip
+    if "cold" in results:
+        out.append(_target(
+            "`toolselect select --url` cold start p50",
+            results["cold"]["select_url"]["p50_ms"], TARGETS["select_url_cold_p50_ms"], "ms",
+            lower=True,
+        ))  # fmt: skip
+    for load in results.get("load", []):
+        out.append({"target": f"load on {load['store']}: zero errors",
+                    "measured": load["errors"], "limit": 0, "met": load["errors"] == 0,
+                    "miss": ""})  # fmt: skip
+        change = load["rss_mb"]["change_pct"]
+        out.append({"target": f"load on {load['store']}: RSS flat within 10%",
+                    "measured": f"{change:+.1f}%", "limit": "±10%", "met": abs(change) <= 10,
+                    "miss": "" if abs(change) <= 10 else f"{abs(change) - 10:.1f} points over"})  # fmt: skip
+    return out
+
+
+def _target(name: str, value: float, limit: float, unit: str, *, lower: bool) -> dict[str, Any]:
+    met = value <= limit if lower else value >= limit
+    miss = ""
+    if not met:
+        gap = value - limit if lower else limit - value
+        miss = f"by {gap:.2f} {unit} ({gap / limit * 100:.0f}%)"
+    return {"target": name, "measured": f"{value:g} {unit}", "limit": f"{limit:g} {unit}",
+            "met": met, "miss": miss}  # fmt: skip
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        "## Latency, throughput and load",
+        "",
+        f"Command: `{results['command']}` ({'quick smoke run' if results['quick'] else 'full run'},"
+        f" {results['finished_at']}). Medians unless noted; the machine is shared and noisy.",
+        "",
+        "| machine | |",
+        "|---|---|",
+        f"| CPU | {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB |",
+        f"| Python / numpy | {m['python']} / {m['numpy']} |",
+        "| BLAS | " + "; ".join(
+            f"{b['internal_api']} {b['version']} ({b['architecture']}), {b['num_threads']} threads"
+            for b in m["blas"]) + " |",
+        f"| load average at start / end | {m['loadavg_at_start']} / {m.get('loadavg_at_end')} |",
+        "",
+        "### Targets",
+        "",
+        "| target | measured | limit | met | missed by |",
+        "|---|---|---|---|---|",
+    ]  # fmt: skip
+    for t in targets(results):
+        met = "yes" if t["met"] else "**no**"
+        lines.append(f"| {t['target']} | {t['measured']} | {t['limit']} | {met} | {t['miss']} |")
+    if "inproc" in results:
+        lines += ["", "### In-process rank (k = 5)", "",
+                  "| embedder | tools | BLAS threads | ranker p50 ms | ranker p99 ms "
+                  "| embed + rank p50 ms | embed + rank p99 ms |",
+                  "|---|---:|---|---:|---:|---:|---:|"]  # fmt: skip
+        for r in results["inproc"]["rows"]:
+            a, e = r["ranker_alone"], r["embed_and_rank"]
+            lines.append(
+                f"| {r['embedder']} | {r['tools']:,} | {r['blas_threads']} | {_ms(a['p50_ms'])} "
+                f"| {_ms(a['p99_ms'])} | {_ms(e['p50_ms'])} | {_ms(e['p99_ms'])} |"
+            )
+    if "http" in results:
+        lines += ["", "### HTTP `/v1/rank`, 1,000 tools, hashing, SQLite store (closed loop)", "",
+                  "| clients | req/s | p50 ms | p99 ms | errors | server CPU (cores) "
+                  "| load generator CPU (cores) |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for lv in results["http"]["levels"]:
+            lat = lv["latency"]
+            lines.append(
+                f"| {lv['concurrency']} | {lv['throughput_rps']:.0f} | {_ms(lat['p50_ms'])} "
+                f"| {_ms(lat['p99_ms'])} | {lv['errors']} | {lv['server_cpu_cores']} "
+                f"| {lv['client_cpu_cores']} |"
+            )
+    if "cold" in results:
+        c = results["cold"]
+        lines += ["", "### Cold start of `toolselect select` (spawned per call)", "",
+                  "| what | calls | p50 ms | p90 ms |", "|---|---:|---:|---:|",
+                  f"| `select --url` (thin client) | {c['select_url']['n']} "
+                  f"| {_ms(c['select_url']['p50_ms'])} | {_ms(c['select_url']['p90_ms'])} |",
+                  f"| `python -c pass` (interpreter floor) | {c['python_startup']['n']} "
+                  f"| {_ms(c['python_startup']['p50_ms'])} | {_ms(c['python_startup']['p90_ms'])} |",
+                  f"| `select` in-process (opens the store, embeds 1,000 tools) "
+                  f"| {c['select_in_process']['n']} | {_ms(c['select_in_process']['p50_ms'])} "
+                  f"| {_ms(c['select_in_process']['p90_ms'])} |",
+                  "", f"`-X importtime` of one `--url` call: "
+                  f"{c['importtime_url'][0]['total_import_ms']} ms of imports in all; "
+                  "top-level imports by cumulative time:", "",
+                  "| module | cumulative ms | self ms |", "|---|---:|---:|"]  # fmt: skip
+        for row in c["importtime_url"][1:]:
+            lines.append(
+                f"| `{row['module']}` | {row['cumulative_ms']:.1f} | {row['self_ms']:.1f} |"
+            )
+    if "intake" in results:
+        lines += ["", "### Learning intake (in-process `Service`, 1,000 tools, hashing)", "",
+                  "| store | `observe()` p50 µs | `observe()` p99 µs | scenario | turns recorded "
+                  "| turns/s | decided as (tier/result: turns) |",
+                  "|---|---:|---:|---|---:|---:|---|"]  # fmt: skip
+        for r in results["intake"]:
+            call = r["observe_call"]
+            for name in ("unflagged", "flagged_ranker_tier"):
+                s = r[name]
+                tiers = ", ".join(f"{k}: {v}" for k, v in sorted(s["tier_result"].items()))
+                lines.append(
+                    f"| {r['store']} | {call['p50_ms'] * 1e3:.1f} | {call['p99_ms'] * 1e3:.1f} "
+                    f"| {name} | {s['recorded']:,} / {s['turns']:,} | {s['turns_per_s']:.0f} "
+                    f"| {tiers} |"
+                )
+    if "load" in results:
+        lines += ["", "### Fixed-rate mixed load (open loop: 90% `/v1/rank`, 10% `/v1/observe`)",
+                  "", "| store | rate req/s | seconds | sent | errors | p50 ms | p99 ms "
+                  "| rank p99 ms | observe p99 ms | RSS MB start → end (max) | observe drops "
+                  "| turns recorded / queued | SIGTERM exit, stop s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]  # fmt: skip
+        for r in results["load"]:
+            rss, by = r["rss_mb"], r["by_path"]
+            lines.append(
+                f"| {r['store']} | {r['rate']:.0f} | {r['duration_s']:.0f} | {r['sent']:,} "
+                f"| {r['errors']} | {_ms(r['latency']['p50_ms'])} | {_ms(r['latency']['p99_ms'])} "
+                f"| {_ms(by.get('/v1/rank', {}).get('p99_ms', 0))} "
+                f"| {_ms(by.get('/v1/observe', {}).get('p99_ms', 0))} "
+                f"| {rss['start']} → {rss['end']} ({rss['max']}; {rss['change_pct']:+.1f}%) "
+                f"| {r['observe_dropped']:.0f} | {r['turns_recorded']:,} / "
+                f"{r['observe_queued']:.0f} | {r['shutdown'].get('exit_code')}, "
+                f"{r['shutdown'].get('stop_s')} |"
+            )
+    lines += ["", NOTES.strip(), ""]
+    return "\n".join(lines)
+
+
+NOTES = """
+### Notes
+
+(filled in after profiling)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.perf", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="short smoke run")
+    parser.add_argument("--only", help=f"comma list of sections ({','.join(SECTIONS)})")
+    parser.add_argument("--no-minilm", action="store_true", help="skip the minilm embedder")
+    parser.add_argument("--rate", type=float, default=500.0, help="load test rate (req/s)")
+    args = parser.parse_args(argv)
+    only = set(args.only.split(",")) if args.only else set(SECTIONS)
+    from toolselect.logs import configure_logging
+
+    configure_logging("warning", "console")
+    stores = ["sqlite", *(["neo4j"] if os.environ.get("NEO4J_URI") else [])]
+    path = RESULTS / "perf.json"
+    # A partial run (--only) updates its sections and keeps the others.
+    results: dict[str, Any] = json.loads(path.read_text()) if args.only and path.exists() else {}
+    results.update(
+        machine=machine_facts(),
+        quick=args.quick,
+        command=" ".join(["python -m bench.perf", *(argv if argv is not None else sys.argv[1:])]),
+        targets_spec=TARGETS,
+    )
+    catalog_path = catalog_file(1_000)
+    catalog = json.loads(catalog_path.read_text())["tools"]
+    queries = synth_queries(catalog, 500)
+    if "inproc" in only:
+        print("in-process rank", flush=True)
+        embedders = ["hashing"] + ([] if args.no_minilm else ["minilm"])
+        results["inproc"] = bench_inproc(args.quick, embedders)
+    if only & {"http", "cold"}:
+        with tempfile.TemporaryDirectory(prefix="toolselect-http-") as tmp:
+            env = server_env(f"sqlite:{Path(tmp) / 'bench.db'}", Path(tmp))
+            import_catalog(env, catalog_path, Path(tmp))
+            with ServerProcess(env, Path(tmp)) as server:
+                if "http" in only:
+                    print("HTTP /v1/rank", flush=True)
+                    results["http"] = bench_http(server, queries, args.quick)
+                if "cold" in only:
+                    print("cold start", flush=True)
+                    results["cold"] = bench_cold(server, catalog, args.quick)
+    if "intake" in only:
+        print("learning intake", flush=True)
+        results["intake"] = bench_intake(stores, args.quick, catalog)
+    if "load" in only:
+        print("fixed-rate load", flush=True)
+        results["load"] = [
+            bench_load(store, catalog_path, queries, args.rate, args.quick) for store in stores
+        ]
+    results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["finished_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    (RESULTS / "perf.md").write_text(render_markdown(results), encoding="utf-8")
+    print(f"wrote {path} and {RESULTS / 'perf.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+// cold_tools: which catalog tools has nothing ever pointed at?
+// A tool is cold when no turn ranked it first (top1), no turn used it (used_tool) and no
+// exemplar selects it (it was never labelled).
+// Parameters: $since - ISO-8601 datetime string or null (all time); only turns with
+//   at >= $since and exemplars with created_at >= $since count as pointing at a tool.
+//   In Neo4j Browser: :param since => null
+// Columns: tool. Order: tool.
+OPTIONAL MATCH (t:Turn)
+WHERE $since IS NULL OR t.at >= datetime($since)
+WITH collect(DISTINCT t.top1) + collect(DISTINCT t.used_tool) AS seen
+OPTIONAL MATCH (e:ToolSelectionExample)-[:SELECTS]->(labelled:Tool)
+WHERE $since IS NULL OR e.created_at >= datetime($since)
+WITH seen, collect(DISTINCT labelled.name) AS labelled_names
+WITH seen + labelled_names AS seen
+MATCH (tool:Tool)
+WHERE NOT tool.name IN seen
+RETURN tool.name AS tool
+ORDER BY tool

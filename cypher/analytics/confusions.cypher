@@ -1,0 +1,13 @@
+// confusions: which tool did agents use when the oracle says another one was right?
+// Parameters: $since - ISO-8601 datetime string or null (all time); counts turns with at >= $since.
+//   In Neo4j Browser: :param since => null
+// Columns: used_tool, label (the labelled tool), turns (flagged turns with that pair).
+// Only flagged turns with a label that differs from the used tool (exact names) count.
+// Order: turns descending, then used_tool, then label.
+MATCH (t:Turn)
+WHERE t.flagged
+  AND t.label IS NOT NULL
+  AND t.label <> t.used_tool
+  AND ($since IS NULL OR t.at >= datetime($since))
+RETURN t.used_tool AS used_tool, t.label AS label, count(t) AS turns
+ORDER BY turns DESC, used_tool, label

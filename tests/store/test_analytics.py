@@ -1,0 +1,478 @@
+"""The analytics contract: one fixed data set, every analysis, the same exact rows from both stores.
+
+The expected tables below are computed by hand from the data set; SQLite and Neo4j must both
+equal them, so they equal each other.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import neo4j
+import pytest
+
+from tests.neo4j_server import Neo4jServer
+from tests.store.conftest import StoreFactory
+from toolselect import analytics
+from toolselect.errors import InvalidInput, NotFound
+from toolselect.graph import cypher
+from toolselect.graph.store import (
+    AnalyticsResult,
+    Exemplar,
+    OracleCall,
+    Retention,
+    Store,
+    Tool,
+    Turn,
+)
+
+DAY1, DAY2, DAY3, DAY4 = (datetime(2025, 3, d, tzinfo=UTC) for d in (1, 2, 3, 4))
+# The data set is from 2025: keep exemplars from expiring on save.
+KEEP_ALL = Retention(max_age_days=100_000)
+
+TOOLS = (
+    "calendar__add_event",
+    "fs_read",
+    "github__create_issue",
+    "maps__route",
+    "notes__archive",
+    "pdf__extract",
+    "search_web",
+    "send_email",
+    "zz_unused",
+)
+
+
+def at(day: datetime, hour: int, minute: int = 0) -> datetime:
+    return day + timedelta(hours=hour, minutes=minute)
+
+
+def flagged_turn(
+    turn_id: str,
+    when: datetime,
+    request: str,
+    used: str,
+    top1: str | None,
+    reason: str,
+    tier: str | None,
+    label: str | None,
+    result: str | None,
+) -> Turn:
+    return Turn(
+        id=turn_id,
+        request=request,
+        used_tool=used,
+        at=when,
+        top1=top1,
+        margin=0.1,
+        flagged=True,
+        flag_reason=reason,
+        tier=tier,
+        label=label,
+        result=result,
+    )
+
+
+def plain_turn(turn_id: str, when: datetime, request: str, used: str, top1: str | None) -> Turn:
+    return Turn(id=turn_id, request=request, used_tool=used, at=when, top1=top1, margin=0.4)
+
+
+# 2025-03-02T01:00+03:00 is 2025-03-01T22:00Z: a UTC day-1 turn, day 2 in local time.
+EAST = timezone(timedelta(hours=3))
+TURNS = (
+    flagged_turn("t01", at(DAY1, 9), "Find the weather in Paris", "fs_read", "search_web",
+                 "fallback_tool", "ranker", "search_web", "labeled"),
+    flagged_turn("t02", at(DAY1, 10), "email bob the report", "fs_read", "send_email",
+                 "fallback_tool", "teacher", "send_email", "labeled"),
+    plain_turn("t03", at(DAY1, 11), "search for cats", "search_web", "search_web"),
+    flagged_turn("t04", datetime(2025, 3, 2, 1, tzinfo=EAST), "  find THE weather   in paris",
+                 "send_email", "search_web", "disagrees_with_ranker", "teacher", "send_email",
+                 "labeled"),
+    flagged_turn("t05", at(DAY2, 9), "Find the weather in Paris", "fs_read", "search_web",
+                 "fallback_tool", "ratchet", "search_web", "labeled"),
+    flagged_turn("t06", at(DAY2, 10), "Ｆｉｌｅ an issue", "fs_read", "github__create_issue",
+                 "fallback_tool", "teacher", "github__create_issue", "labeled"),
+    flagged_turn("t07", at(DAY2, 11), "file an issue", "github__create_issue",
+                 "calendar__add_event", "disagrees_with_ranker", "teacher",
+                 "calendar__add_event", "labeled"),
+    flagged_turn("t08", at(DAY2, 12), "book a meeting", "fs_read", "calendar__add_event",
+                 "fallback_tool", "teacher", None, "limit_reached"),
+    plain_turn("t09", at(DAY2, 13), "send it", "send_email", "send_email"),
+    flagged_turn("t10", at(DAY3, 9), "what's up", "fs_read", "search_web", "fallback_tool",
+                 "teacher", None, "error"),
+    plain_turn("t11", at(DAY3, 10), "send the memo", "send_email", "send_email"),
+    plain_turn("t12", at(DAY3, 11), "hello", "text_response", None),
+    flagged_turn("t13", at(DAY3, 12), "ignored", "fs_read", "search_web", "fallback_tool",
+                 None, None, "declined"),
+    flagged_turn("t14", at(DAY3, 13), "look up stock price", "search_web", "send_email",
+                 "disagrees_with_ranker", "ranker", "send_email", "labeled"),
+    flagged_turn("t15", at(DAY3, 14), "redo search", "search_web", "search_web",
+                 "agent_corrected", None, None, "declined"),
+    plain_turn("t16", at(DAY4, 9), "plain", "search_web", "search_web"),
+)  # fmt: skip
+
+
+def oracle_call(
+    call_id: str,
+    turn_id: str | None,
+    when: datetime,
+    ms: float,
+    tokens: tuple[int, int],
+    usd: float,
+) -> OracleCall:
+    return OracleCall(
+        id=call_id,
+        provider="anthropic",
+        model="claude-haiku",
+        result="labeled" if usd else "error",
+        latency_ms=ms,
+        at=when,
+        turn_id=turn_id,
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
+        cost_usd=usd,
+    )
+
+
+CALLS = (
+    oracle_call("c1", "t02", at(DAY1, 10, 1), 800.0, (400, 5), 0.0001),
+    oracle_call("c2", "t04", at(DAY1, 22, 1), 1200.0, (420, 6), 0.00012),
+    oracle_call("c3", "t06", at(DAY2, 10, 1), 600.0, (380, 4), 0.000098),
+    oracle_call("c4", "t07", at(DAY2, 11, 1), 2000.0, (500, 7), 0.00015),
+    oracle_call("c5", "t07", at(DAY2, 11, 2), 950.0, (500, 7), 0.00015),  # a retry
+    oracle_call("c6", "t10", at(DAY3, 9, 1), 20000.0, (0, 0), 0.0),
+    oracle_call("c7", "t10", at(DAY3, 9, 2), 150.5, (0, 0), 0.0),
+    oracle_call("c8", None, at(DAY3, 9, 3), 300.0, (100, 1), 0.5),  # no turn: not counted
+    oracle_call("c9", "t03", at(DAY1, 11, 1), 300.0, (100, 1), 0.5),  # unflagged turn
+)
+
+
+def exemplar(exemplar_id: str, query: str, tool: str, tier: Any, when: datetime) -> Exemplar:
+    return Exemplar(
+        id=exemplar_id,
+        query=query,
+        tool=tool,
+        tier=tier,
+        embedder="hashing-v1",
+        embedding=(0.5, -0.25),
+        created_at=when,
+    )
+
+
+EXEMPLARS = (
+    exemplar("e01", "Find the weather in Paris", "search_web", "ranker", at(DAY1, 9, 1)),
+    exemplar("e02", "email bob the report", "send_email", "teacher", at(DAY1, 10, 2)),
+    exemplar("e03", "file an issue", "calendar__add_event", "teacher", at(DAY2, 11, 3)),
+    exemplar("e04", "look up stock price", "send_email", "ranker", at(DAY3, 13, 1)),
+    exemplar("e05", "send a note", "send_email", "feedback", at(DAY3, 15)),
+    exemplar("e06", "quick search", "search_web", "ranker", at(DAY3, 16)),
+    exemplar("e07", "search the docs", "search_web", "ranker", at(DAY3, 17)),
+    # 23:30 at UTC-2 is 01:30Z the next day.
+    exemplar("e08", "late note", "send_email", "ranker",
+             datetime(2025, 3, 3, 23, 30, tzinfo=timezone(timedelta(hours=-2)))),
+    exemplar("e09", "route me home", "maps__route", "ranker", at(DAY1, 8)),
+    exemplar("e10", "undone label", "search_web", "ranker", at(DAY2, 8)),  # deleted below
+)  # fmt: skip
+
+EXPECTED: dict[str, list[tuple[Any, ...]]] = {
+    "misroute_rate": [
+        ("fs_read", 7, 7, 1.0, "fallback_tool"),
+        ("search_web", 4, 2, 0.5, "agent_corrected"),  # a 1-1 tie of reasons: by name
+        ("github__create_issue", 1, 1, 1.0, "disagrees_with_ranker"),
+        ("send_email", 3, 1, 0.3333, "disagrees_with_ranker"),
+        ("text_response", 1, 0, 0.0, None),
+    ],
+    "confusions": [
+        ("fs_read", "search_web", 2),
+        ("fs_read", "github__create_issue", 1),
+        ("fs_read", "send_email", 1),
+        ("github__create_issue", "calendar__add_event", 1),
+        ("search_web", "send_email", 1),
+    ],
+    "oracle_usage": [
+        ("ranker", "labeled", 2, 0, 0, 0, 0.0, None, None),
+        ("ratchet", "labeled", 1, 0, 0, 0, 0.0, None, None),
+        ("teacher", "error", 1, 2, 0, 0, 0.0, 150.5, 20000.0),
+        ("teacher", "labeled", 4, 5, 2200, 29, 0.000618, 950.0, 2000.0),
+        ("teacher", "limit_reached", 1, 0, 0, 0, 0.0, None, None),
+        (None, "declined", 2, 0, 0, 0, 0.0, None, None),
+    ],
+    "exemplar_growth": [
+        ("maps__route", "2025-03-01", "ranker", 1),
+        ("search_web", "2025-03-01", "ranker", 1),
+        ("send_email", "2025-03-01", "teacher", 1),
+        ("calendar__add_event", "2025-03-02", "teacher", 1),
+        ("search_web", "2025-03-03", "ranker", 2),
+        ("send_email", "2025-03-03", "feedback", 1),
+        ("send_email", "2025-03-03", "ranker", 1),
+        ("send_email", "2025-03-04", "ranker", 1),
+    ],
+    "cold_tools": [("notes__archive",), ("pdf__extract",), ("zz_unused",)],
+    "label_conflicts": [
+        ("find the weather in paris", ("search_web", "send_email"), ("ranker", "ratchet", "teacher"), 3),
+        ("file an issue", ("calendar__add_event", "github__create_issue"), ("teacher",), 2),
+    ],
+    "drift": [
+        ("2025-03-01", 4, 0.75, 0.6667),
+        ("2025-03-02", 5, 0.8, 0.75),
+        ("2025-03-03", 6, 0.6667, 0.25),
+        ("2025-03-04", 1, 0.0, 0.0),
+    ],
+}  # fmt: skip
+
+# The same data seen from 2025-03-02T00:00Z on (t04 is 22:00Z on day 1: out).
+EXPECTED_SINCE_DAY2: dict[str, list[tuple[Any, ...]]] = {
+    "misroute_rate": [
+        ("fs_read", 5, 5, 1.0, "fallback_tool"),
+        ("search_web", 3, 2, 0.6667, "agent_corrected"),
+        ("github__create_issue", 1, 1, 1.0, "disagrees_with_ranker"),
+        ("send_email", 2, 0, 0.0, None),
+        ("text_response", 1, 0, 0.0, None),
+    ],
+    "oracle_usage": [
+        ("ranker", "labeled", 1, 0, 0, 0, 0.0, None, None),
+        ("ratchet", "labeled", 1, 0, 0, 0, 0.0, None, None),
+        ("teacher", "error", 1, 2, 0, 0, 0.0, 150.5, 20000.0),
+        ("teacher", "labeled", 2, 3, 1380, 18, 0.000398, 950.0, 2000.0),
+        ("teacher", "limit_reached", 1, 0, 0, 0, 0.0, None, None),
+        (None, "declined", 2, 0, 0, 0, 0.0, None, None),
+    ],
+    "exemplar_growth": EXPECTED["exemplar_growth"][3:],
+    # maps__route's only pointer is a day-1 exemplar.
+    "cold_tools": [("maps__route",), ("notes__archive",), ("pdf__extract",), ("zz_unused",)],
+    "label_conflicts": [
+        ("file an issue", ("calendar__add_event", "github__create_issue"), ("teacher",), 2),
+    ],
+    "drift": EXPECTED["drift"][1:],
+}  # fmt: skip
+
+
+async def seeded(store_factory: StoreFactory) -> Store:
+    """A store holding the fixed data set (one exemplar saved and then deleted)."""
+    store = await store_factory.make(retention=KEEP_ALL)
+    await store.upsert_tools([Tool(name, f"does {name}") for name in TOOLS])
+    await store.record_turns(TURNS)
+    for call in CALLS:
+        await store.record_oracle_call(call)
+    for ex in EXEMPLARS:
+        assert await store.save_exemplar(ex)
+    assert await store.delete_exemplar("e10")
+    return store
+
+
+def rows(result: AnalyticsResult) -> list[tuple[Any, ...]]:
+    return list(result.rows)
+
+
+async def test_every_analysis_gives_the_expected_rows(store_factory: StoreFactory) -> None:
+    """Each analysis over the fixed data set equals its hand-computed table on both stores."""
+    store = await seeded(store_factory)
+    assert set(EXPECTED) == set(analytics.NAMES)
+    for name in analytics.NAMES:
+        result = await store.analytics(name)
+        assert result.name == name
+        assert result.columns == analytics.ANALYSES[name].columns
+        assert rows(result) == EXPECTED[name], name
+
+
+async def test_value_types_are_identical_across_stores(store_factory: StoreFactory) -> None:
+    """Ints stay ints and ratios and costs are floats (1.0, 0.0), not ints, on both stores."""
+    store = await seeded(store_factory)
+    for name in analytics.NAMES:
+        for row, want in zip((await store.analytics(name)).rows, EXPECTED[name], strict=True):
+            assert [type(v) for v in row] == [type(v) for v in want], (name, row)
+
+
+async def test_since_limits_turns_exemplars_and_calls(store_factory: StoreFactory) -> None:
+    """With `since`, only turns, exemplars and oracle calls at or after it count."""
+    store = await seeded(store_factory)
+    for name, want in EXPECTED_SINCE_DAY2.items():
+        assert rows(await store.analytics(name, since=DAY2)) == want, name
+
+
+async def test_since_in_another_zone_and_naive_mean_the_same_instant(
+    store_factory: StoreFactory,
+) -> None:
+    """`since` given at another UTC offset, or naive (UTC), selects the same instant."""
+    store = await seeded(store_factory)
+    east = DAY2.astimezone(EAST)
+    naive = DAY2.replace(tzinfo=None)
+    for since in (east, naive):
+        assert rows(await store.analytics("drift", since=since)) == EXPECTED["drift"][1:]
+
+
+async def test_since_after_everything_gives_no_activity(store_factory: StoreFactory) -> None:
+    """A `since` after all data leaves every analysis empty except cold_tools (all tools)."""
+    store = await seeded(store_factory)
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    for name in analytics.NAMES:
+        want = [(t,) for t in TOOLS] if name == "cold_tools" else []
+        assert rows(await store.analytics(name, since=later)) == want, name
+
+
+async def test_empty_store_gives_empty_rows(store_factory: StoreFactory) -> None:
+    """On an empty store every analysis runs and returns no rows."""
+    store = await store_factory.make()
+    for name in analytics.NAMES:
+        result = await store.analytics(name)
+        assert result.rows == (), name
+        assert result.columns == analytics.ANALYSES[name].columns
+
+
+async def test_catalog_without_activity_is_all_cold(store_factory: StoreFactory) -> None:
+    """With tools but no turns or exemplars, cold_tools lists every tool by name."""
+    store = await store_factory.make()
+    await store.upsert_tools([Tool(name) for name in reversed(TOOLS)])
+    assert rows(await store.analytics("cold_tools")) == [(t,) for t in TOOLS]
+    assert rows(await store.analytics("misroute_rate")) == []
+
+
+async def test_unknown_analysis_is_not_found(store_factory: StoreFactory) -> None:
+    """An unknown name raises NotFound listing the known analyses."""
+    store = await store_factory.make()
+    with pytest.raises(NotFound, match=r"no analysis named 'nope'; known: misroute_rate, "):
+        await store.analytics("nope")
+
+
+async def test_label_conflicts_merge_by_normalised_query(store_factory: StoreFactory) -> None:
+    """Requests differing only in case, width or spacing are one query; one label is no conflict."""
+    store = await store_factory.make()
+    await store.record_turns(
+        [
+            flagged_turn("a", DAY1, "Straße  nach X", "fs_read", None, "r", "ranker", "maps", "x"),
+            flagged_turn("b", DAY1, "STRASSE nach x", "fs_read", None, "r", None, "web", "x"),
+            flagged_turn(
+                "c", DAY1, "Ｓｔｒａｓｓｅ nach x ", "fs_read", None, "r", None, "maps", "x"
+            ),
+            flagged_turn("d", DAY1, "same label", "fs_read", None, "r", "ranker", "maps", "x"),
+            flagged_turn("e", DAY1, "Same Label", "fs_read", None, "r", "teacher", "maps", "x"),
+            flagged_turn("f", DAY1, "no label", "fs_read", None, "r", "teacher", None, "x"),
+        ]
+    )
+    assert rows(await store.analytics("label_conflicts")) == [
+        ("strasse nach x", ("maps", "web"), ("ranker",), 3)
+    ]
+
+
+async def test_cost_sum_and_percentiles_match_exactly(store_factory: StoreFactory) -> None:
+    """Many small costs and latencies give the same cost (to 6 places) and nearest-rank values."""
+    store = await store_factory.make()
+    turns = [
+        flagged_turn(f"t{i}", DAY1, f"q{i}", "fs_read", None, "r", "teacher", "x", "labeled")
+        for i in range(7)
+    ]
+    await store.record_turns(turns)
+    costs = [0.1, 0.2, 0.3, 1e-7, 0.0000015, 0.0000035, 0.00012345] * 3
+    latencies = [float(v) for v in (37, 5, 99, 12.25, 61, 8, 70)] * 3
+    for i, (usd, ms) in enumerate(zip(costs, latencies, strict=True)):
+        await store.record_oracle_call(oracle_call(f"c{i}", f"t{i % 7}", DAY1, ms, (i, 1), usd))
+    (row,) = (await store.analytics("oracle_usage")).rows
+    assert row[:6] == ("teacher", "labeled", 7, 21, sum(range(21)), 21)
+    assert row[6] == round(analytics.ordered_sum(costs), 6)
+    assert row[7:] == (
+        analytics.nearest_rank(latencies, 0.5),
+        analytics.nearest_rank(latencies, 0.95),
+    )
+    assert row[7:] == (37.0, 99.0)
+
+
+# --- surfaces over a real store -------------------------------------------------------------
+
+
+async def test_analysis_payload_is_the_http_body(store_factory: StoreFactory) -> None:
+    """The HTTP body carries name, columns and rows with lists as JSON arrays; since is parsed."""
+    store = await seeded(store_factory)
+    body = await analytics.analysis_payload(store, "label_conflicts", "2025-03-02T00:00:00Z")
+    assert json.loads(json.dumps(body)) == {
+        "name": "label_conflicts",
+        "columns": ["query", "labels", "tiers", "turns"],
+        "rows": [
+            ["file an issue", ["calendar__add_event", "github__create_issue"], ["teacher"], 2]
+        ],
+    }
+    assert analytics.analyses_payload() == {"analyses": list(analytics.NAMES)}
+
+
+async def test_analysis_payload_refuses_bad_name_and_since(store_factory: StoreFactory) -> None:
+    """An unknown name is NotFound (404) and an unreadable since is InvalidInput on `since` (422)."""
+    store = await store_factory.make()
+    with pytest.raises(NotFound):
+        await analytics.analysis_payload(store, "nope", None)
+    with pytest.raises(InvalidInput) as caught:
+        await analytics.analysis_payload(store, "drift", "yesterday")
+    assert caught.value.field == "since"
+
+
+async def test_cli_runs_all_analyses_with_titles(store_factory: StoreFactory) -> None:
+    """Without a name the CLI shows every analysis under a title line, in the listed order."""
+    store = await seeded(store_factory)
+    out = await analytics.cli_analytics(store, None, None, "table", None)
+    titles = [line for line in out.splitlines() if line.startswith("== ")]
+    assert titles == [f"== {name} ==" for name in analytics.NAMES]
+    lines = await analytics.cli_analytics(store, None, DAY2, "json", None)
+    parsed = [json.loads(line) for line in lines.splitlines()]
+    assert [p["name"] for p in parsed] == list(analytics.NAMES)
+    assert parsed[-1]["rows"] == [list(r) for r in EXPECTED["drift"][1:]]
+
+
+async def test_cli_one_analysis_as_csv_and_plot(
+    store_factory: StoreFactory, tmp_path: Path
+) -> None:
+    """One named analysis renders alone; --plot writes its PNG (or one per analysis in a folder)."""
+    pytest.importorskip("matplotlib")
+    store = await seeded(store_factory)
+    png = tmp_path / "confusions.png"
+    out = await analytics.cli_analytics(store, "confusions", None, "csv", png)
+    assert out.splitlines()[:2] == ["used_tool,label,turns", "fs_read,search_web,2"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    folder = tmp_path / "all"
+    await analytics.cli_analytics(store, None, None, "table", folder)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.png" for n in analytics.NAMES)
+
+
+async def test_cli_refuses_an_unknown_format(store_factory: StoreFactory) -> None:
+    """A format other than table, csv or json is InvalidInput on `format`."""
+    store = await store_factory.make()
+    with pytest.raises(InvalidInput) as caught:
+        await analytics.cli_analytics(store, "drift", None, "xml", None)
+    assert caught.value.field == "format"
+
+
+# --- the Cypher files themselves ------------------------------------------------------------
+
+
+def test_every_analysis_has_a_documented_cypher_file() -> None:
+    """Each analysis has a Cypher file whose header names $since and every column it returns."""
+    assert cypher.names("analytics") == sorted(f"analytics/{n}" for n in analytics.NAMES)
+    for name, analysis in analytics.ANALYSES.items():
+        text = cypher.query(f"analytics/{name}")
+        header = "\n".join(line for line in text.splitlines() if line.startswith("//"))
+        assert text.startswith(f"// {name}:"), name
+        assert "$since" in header and ":param since => null" in header, name
+        for column in analysis.columns:
+            assert column in header, (name, column)
+            assert f"AS {column}" in text or f".{column}" in text, (name, column)
+
+
+async def test_percentile_disc_is_nearest_rank(neo4j_server: Neo4jServer) -> None:
+    """Neo4j's percentileDisc picks index ceil(p*n)-1, as nearest_rank does, for n up to 60."""
+    driver = neo4j.AsyncGraphDatabase.driver(neo4j_server.uri, auth=neo4j_server.auth)
+    try:
+        result = await driver.execute_query(
+            "UNWIND range(1, 60) AS n UNWIND range(1, n) AS x WITH n, x * 1.5 AS v "
+            "RETURN n, percentileDisc(v, 0.5) AS p50, percentileDisc(v, 0.95) AS p95, "
+            "collect(v) AS vs",
+            database_=neo4j_server.database,
+        )
+    finally:
+        await driver.close()
+    assert len(result.records) == 60
+    for record in result.records:
+        values = record["vs"]
+        assert record["p50"] == analytics.nearest_rank(values, 0.5)
+        assert record["p95"] == analytics.nearest_rank(values, 0.95)
+        assert record["p95"] == sorted(values)[math.ceil(0.95 * record["n"]) - 1]

@@ -1,0 +1,93 @@
+"""Settings: environment and TOML parsing, validation messages, and derived choices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolselect.config import Settings, load_settings, settings_table
+from toolselect.errors import ConfigError
+
+
+def test_defaults_without_environment(tmp_path: Path) -> None:
+    """No variables: the embedded store under XDG_DATA_HOME, hashing, limits of API.md."""
+    s = load_settings({"XDG_DATA_HOME": str(tmp_path)}, toml_path=None)
+    assert s.store_kind == "sqlite"
+    assert s.sqlite_path == tmp_path / "toolselect" / "toolselect.db"
+    assert (s.embedder, s.max_k, s.max_body_bytes, s.max_query_bytes) == (
+        "hashing", 100, 1 << 20, 8 << 10,
+    )  # fmt: skip
+    assert s.teacher_kind == "none"
+
+
+def test_neo4j_uri_selects_neo4j() -> None:
+    """Unset TOOLSELECT_STORE means Neo4j when NEO4J_URI is set."""
+    s = load_settings({"NEO4J_URI": "bolt://db:7687"})
+    assert s.store_kind == "neo4j" and s.neo4j_uri == "bolt://db:7687"
+    forced = load_settings({"NEO4J_URI": "bolt://db:7687", "TOOLSELECT_STORE": "sqlite:/x.db"})
+    assert forced.store_kind == "sqlite" and forced.sqlite_path == Path("/x.db")
+
+
+def test_anthropic_key_selects_the_anthropic_teacher() -> None:
+    """ANTHROPIC_API_KEY alone makes Anthropic the teacher; TOOLSELECT_TEACHER overrides it."""
+    assert load_settings({"ANTHROPIC_API_KEY": "k"}).teacher_kind == "anthropic"
+    off = load_settings({"ANTHROPIC_API_KEY": "k", "TOOLSELECT_TEACHER": "none"})
+    assert off.teacher_kind == "none"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TOOLSELECT_MAX_K": "zero"}, "TOOLSELECT_MAX_K: expected a whole number, got 'zero'"),
+        ({"TOOLSELECT_PORT": "70000"}, "TOOLSELECT_PORT: expected a number in 0..65535, got 70000"),
+        ({"TOOLSELECT_EMBEDDER": "bert"}, "TOOLSELECT_EMBEDDER: expected one of hashing, minilm, http, hybrid, got 'bert'"),
+        ({"TOOLSELECT_ORACLE": "maybe"}, "TOOLSELECT_ORACLE: expected one of on, off, got 'maybe'"),
+        ({"TOOLSELECT_STORE": "postgres"}, "TOOLSELECT_STORE: expected 'neo4j' or 'sqlite:PATH', got 'postgres'"),
+        ({"TOOLSELECT_STORE": "neo4j"}, "TOOLSELECT_STORE=neo4j needs NEO4J_URI (e.g. bolt://host:7687)"),
+        ({"TOOLSELECT_ORACLE_TIERS": "ratchet,oracle"}, "TOOLSELECT_ORACLE_TIERS: expected a comma list of ratchet, ranker, teacher, got 'ratchet,oracle'"),
+        ({"TOOLSELECT_HYBRID_WEIGHT": "1.5"}, "TOOLSELECT_HYBRID_WEIGHT: expected a number in 0.0..1.0, got 1.5"),
+        ({"TOOLSELECT_LOAD_DEMO": "perhaps"}, "TOOLSELECT_LOAD_DEMO: expected true/false, got 'perhaps'"),
+    ],
+)  # fmt: skip
+def test_bad_values_name_the_variable_and_rule(env: dict[str, str], message: str) -> None:
+    """Each malformed value raises ConfigError with the variable, the rule and the value."""
+    with pytest.raises(ConfigError) as info:
+        load_settings(env)
+    assert str(info.value) == message
+
+
+def test_toml_file_and_environment_precedence(tmp_path: Path) -> None:
+    """toolselect.toml sets values; the environment wins over it; unknown keys are refused."""
+    path = tmp_path / "toolselect.toml"
+    path.write_text('[toolselect]\nembedder = "hybrid"\nmax_k = 50\nfallback_tools = ["a", "b"]\n')
+    s = load_settings({"TOOLSELECT_MAX_K": "20"}, toml_path=path)
+    assert (s.embedder, s.max_k, s.fallback_tools) == ("hybrid", 20, ("a", "b"))
+    path.write_text("emedder = 'x'\n")
+    with pytest.raises(ConfigError, match="unknown setting 'emedder'"):
+        load_settings({}, toml_path=path)
+    with pytest.raises(ConfigError, match="settings file not found"):
+        load_settings({"TOOLSELECT_CONFIG": str(tmp_path / "missing.toml")})
+
+
+def test_api_keys_from_a_file(tmp_path: Path) -> None:
+    """TOOLSELECT_API_KEYS=@FILE reads one key a line, skipping blanks and comments."""
+    keys = tmp_path / "keys"
+    keys.write_text("# ops\nalpha\n\n beta \n")
+    assert load_settings({"TOOLSELECT_API_KEYS": f"@{keys}"}).api_keys == ("alpha", "beta")
+    assert load_settings({"TOOLSELECT_API_KEYS": "a, b"}).api_keys == ("a", "b")
+
+
+def test_override_ignores_none_and_validates() -> None:
+    """CLI overrides replace only given values and are validated like the environment."""
+    s = Settings().override(port=None, embedder="minilm")
+    assert (s.port, s.embedder) == (8080, "minilm")
+    with pytest.raises(ConfigError):
+        Settings().override(store="neo4j")
+
+
+def test_settings_table_lists_every_variable() -> None:
+    """The README table names every variable with its default."""
+    table = settings_table()
+    assert "| `TOOLSELECT_MAX_K` | `100` |" in table
+    assert "| `TOOLSELECT_LOAD_DEMO` | `false` |" in table
