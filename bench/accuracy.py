@@ -54,7 +54,9 @@ def score(ranked: Sequence[Sequence[str]], queries: Sequence[Query]) -> dict[str
     pairs = [(tools, q.label) for tools, q in zip(ranked, queries, strict=True)]
     out = block(pairs)
     out["by_category"] = {
-        cat: block([(t, q.label) for t, q in zip(ranked, queries, strict=True) if q.category == cat])
+        cat: block(
+            [(t, q.label) for t, q in zip(ranked, queries, strict=True) if q.category == cat]
+        )
         for cat in sorted({q.category for q in queries})
     }
     return out
@@ -149,7 +151,9 @@ async def toolselect_methods(data: Dataset, encoders: Encoders, url: str) -> lis
 async def _http_method(data: Dataset, url: str) -> dict[str, Any]:
     """The `http` embedder (TOOLSELECT_EMBED_URL, TOOLSELECT_EMBED_MODEL), uncached."""
     model = os.environ.get("TOOLSELECT_EMBED_MODEL", "")
-    real = build_embedder("http", url=url, model=model, api_key=os.environ.get("TOOLSELECT_EMBED_API_KEY", ""))
+    real = build_embedder(
+        "http", url=url, model=model, api_key=os.environ.get("TOOLSELECT_EMBED_API_KEY", "")
+    )
     try:
         vectors = await real.embed([tool_text(t) for t in data.tools])
         ranker = build_ranker(data.tools, vectors)
@@ -201,7 +205,9 @@ BM25_TOKENISERS: dict[str, Callable[[str], list[str]]] = {
 class BM25Index:
     """bm25s over tool texts; `rank(query)` gives the top-k tool names."""
 
-    def __init__(self, names: Sequence[str], texts: Sequence[str], tokenise: Callable[[str], list[str]]) -> None:
+    def __init__(
+        self, names: Sequence[str], texts: Sequence[str], tokenise: Callable[[str], list[str]]
+    ) -> None:
         import bm25s
 
         self.names = list(names)
@@ -340,7 +346,9 @@ async def text_variants(data: Dataset, encoders: Encoders, weight: float) -> lis
             ranker = build_ranker(data.tools, await embedder.embed(texts))
             held = await _held_vectors(encoders, kind, weight, data)
             row = score(rank_all(ranker, held), data.held)
-            row.update(variant=variant, method=method_name(kind, weight if kind == "hybrid" else None))
+            row.update(
+                variant=variant, method=method_name(kind, weight if kind == "hybrid" else None)
+            )
             out.append(row)
         for label, tokenise in BM25_TOKENISERS.items():
             index = BM25Index(data.names, texts, tokenise)
@@ -362,7 +370,9 @@ def run(data: Dataset, encoders: Encoders, url: str = "") -> dict[str, Any]:
     asyncio.run(encoders.minilm.embed(texts))
     encoders.save()
     prepare_s = time.perf_counter() - t0
-    print(f"  MiniLM cache ready ({encoders.minilm.misses} new texts, {prepare_s:.0f} s)", flush=True)
+    print(
+        f"  MiniLM cache ready ({encoders.minilm.misses} new texts, {prepare_s:.0f} s)", flush=True
+    )
     methods = asyncio.run(toolselect_methods(data, encoders, url))
     methods += bm25_methods(data)
     try:

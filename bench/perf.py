@@ -257,6 +257,37 @@ def timed(fn: Callable[[int], object], iterations: int, warmup: int = 50) -> lis
     return out
 
 
+def proc_stat() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine since boot."""
+    values = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return sum(values) - values[3] - values[4], sum(values)
+
+
+def busy_since(start: tuple[int, int]) -> float:
+    """Cores busy machine-wide since `start` (a `proc_stat()`), whoever used them."""
+    busy, total = proc_stat()
+    return round((busy - start[0]) / max(total - start[1], 1) * (os.cpu_count() or 1), 2)
+
+
+def busy_cores(seconds: float = 1.0) -> float:
+    start = proc_stat()
+    time.sleep(seconds)
+    return busy_since(start)
+
+
+def settle(max_wait_s: float, quiet_cores: float = 0.3) -> float:
+    """Wait (at most `max_wait_s`) until other work leaves the CPU; returns the busy cores seen.
+
+    The machine is shared: a neighbour's job on one of the 2 cores halves what the server
+    gets and inflates every number, so each section starts on a quiet machine when it can.
+    """
+    deadline = time.monotonic() + max_wait_s
+    busy = busy_cores()
+    while busy > quiet_cores and time.monotonic() < deadline:
+        busy = busy_cores(2.0)
+    return busy
+
+
 def machine_facts() -> dict[str, Any]:
     """What the numbers depend on: CPU, cores, memory, Python, numpy's BLAS and its threads."""
     model = ""
@@ -557,7 +588,7 @@ def bench_http(server: ServerProcess, queries: list[str], quick: bool) -> dict[s
     mix = [{"path": "/v1/rank", "weight": 1.0, "bodies": [{"query": q, "k": 5} for q in queries]}]
     levels = []
     for clients in (1, 8, 64):
-        cpu0, wall0 = server.cpu_s(), time.perf_counter()
+        cpu0, wall0, machine0 = server.cpu_s(), time.perf_counter(), proc_stat()
         result = run_loadgen(
             {
                 "url": server.url,
@@ -573,13 +604,30 @@ def bench_http(server: ServerProcess, queries: list[str], quick: bool) -> dict[s
             (server.cpu_s() - cpu0) / (time.perf_counter() - wall0), 2
         )
         result["client_cpu_cores"] = round(result["client_cpu_s"] / result["client_wall_s"], 2)
-        result["loadavg"] = round(os.getloadavg()[0], 2)
+        result["machine_busy_cores"] = busy_since(machine0)
+        # what neither the server nor the load generator used: a neighbour's work
+        result["other_cpu_cores"] = round(
+            max(
+                0.0,
+                result["machine_busy_cores"]
+                - result["server_cpu_cores"]
+                - result["client_cpu_cores"],
+            ),
+            2,
+        )
+        result["server_cpu_us_per_request"] = round(
+            (server.cpu_s() - cpu0)
+            / max(result["completed_ok"], 1)
+            * 1e6
+            * duration
+            / (duration + warmup)
+        )
         levels.append(result)
         print(
             f"  http clients={clients:>3}: {result['throughput_rps']:.0f} req/s, "
             f"p50 {result['latency']['p50_ms']:.2f} ms, p99 {result['latency']['p99_ms']:.2f} ms, "
             f"errors {result['errors']}, server {result['server_cpu_cores']} cores, "
-            f"client {result['client_cpu_cores']} cores",
+            f"client {result['client_cpu_cores']} cores, others {result['other_cpu_cores']} cores",
             flush=True,
         )
     return {"tools": 1000, "embedder": "hashing", "store": "sqlite", "levels": levels}
@@ -1027,6 +1075,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help=f"comma list of sections ({','.join(SECTIONS)})")
     parser.add_argument("--no-minilm", action="store_true", help="skip the minilm embedder")
     parser.add_argument("--rate", type=float, default=500.0, help="load test rate (req/s)")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds to wait for a quiet machine before each section (default 600; quick 0)",
+    )
     args = parser.parse_args(argv)
     only = set(args.only.split(",")) if args.only else set(SECTIONS)
     from toolselect.logs import configure_logging
@@ -1045,11 +1099,20 @@ def main(argv: list[str] | None = None) -> int:
     catalog_path = catalog_file(1_000)
     catalog = json.loads(catalog_path.read_text())["tools"]
     queries = synth_queries(catalog, 500)
+    wait = args.settle if args.settle is not None else (0.0 if args.quick else 600.0)
+    busy = results.setdefault("busy_cores_before", {})
+
+    def quiet(section: str) -> None:
+        busy[section] = settle(wait)
+        print(f"{section}: machine busy {busy[section]} cores before the section", flush=True)
+
     if "inproc" in only:
+        quiet("inproc")
         print("in-process rank", flush=True)
         embedders = ["hashing"] + ([] if args.no_minilm else ["minilm"])
         results["inproc"] = bench_inproc(args.quick, embedders)
     if only & {"http", "cold"}:
+        quiet("http")
         with tempfile.TemporaryDirectory(prefix="toolselect-http-") as tmp:
             env = server_env(f"sqlite:{Path(tmp) / 'bench.db'}", Path(tmp))
             import_catalog(env, catalog_path, Path(tmp))
@@ -1061,9 +1124,11 @@ def main(argv: list[str] | None = None) -> int:
                     print("cold start", flush=True)
                     results["cold"] = bench_cold(server, catalog, args.quick)
     if "intake" in only:
+        quiet("intake")
         print("learning intake", flush=True)
         results["intake"] = bench_intake(stores, args.quick, catalog)
     if "load" in only:
+        quiet("load")
         print("fixed-rate load", flush=True)
         results["load"] = [
             bench_load(store, catalog_path, queries, args.rate, args.quick) for store in stores

@@ -100,7 +100,7 @@ def resolve() -> tuple[Neo4jServer | None, str]:
             "",
         )
     if docker_engine_answers():
-        from testcontainers.neo4j import Neo4jContainer  # type: ignore[import-untyped]
+        from testcontainers.neo4j import Neo4jContainer
 
         container = Neo4jContainer(CONTAINER_IMAGE).start()
         return (

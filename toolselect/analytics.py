@@ -16,6 +16,7 @@ import json
 import math
 import operator
 import re
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -281,8 +282,14 @@ def _column(result: AnalyticsResult, name: str) -> list[Any]:
 
 
 def _bars(ax: Axes, result: AnalyticsResult) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    counts = MaxNLocator(integer=True)
     if result.name == "misroute_rate":
-        ax.barh(_column(result, "used_tool"), _column(result, "rate"), color="tab:red")
+        bars = ax.barh(_column(result, "used_tool"), _column(result, "rate"), color="tab:red")
+        shares = [f"{r[2]}/{r[1]}" for r in result.rows]
+        ax.bar_label(bars, shares, padding=3)
+        ax.set_xlim(0, 1.15)
         ax.set_xlabel("flagged / turns")
         ax.invert_yaxis()
     elif result.name == "oracle_usage":
@@ -291,7 +298,9 @@ def _bars(ax: Axes, result: AnalyticsResult) -> None:
         ax.barh([y - 0.2 for y in ys], _column(result, "decisions"), 0.4, label="decisions")
         ax.barh([y + 0.2 for y in ys], _column(result, "teacher_calls"), 0.4, label="calls")
         ax.set_yticks(list(ys), keys)
-        ax.set_xlabel("tier / result")
+        ax.set_ylabel("tier / result")
+        ax.set_xlabel("count")
+        ax.xaxis.set_major_locator(counts)
         ax.invert_yaxis()
         ax.legend()
     else:  # cold_tools: how many cold tools each namespace has
@@ -301,6 +310,7 @@ def _bars(ax: Axes, result: AnalyticsResult) -> None:
             spaces[key] = spaces.get(key, 0) + 1
         ax.bar(list(spaces), list(spaces.values()), color="tab:blue")
         ax.set_ylabel("cold tools")
+        ax.yaxis.set_major_locator(counts)
         ax.tick_params(axis="x", labelrotation=45)
 
 
@@ -351,6 +361,7 @@ def _table_bars(ax: Axes, result: AnalyticsResult) -> None:
     bars = ax.barh(range(len(queries)), turns, color="tab:orange")
     ax.set_yticks(range(len(queries)), queries)
     ax.bar_label(bars, [" / ".join(labels) for labels in _column(result, "labels")], padding=3)
+    ax.set_xlim(0, max(turns) * 1.8)  # room for the label text right of each bar
     ax.set_xlabel("turns")
     ax.invert_yaxis()
 
@@ -372,7 +383,7 @@ def plot(result: AnalyticsResult, path: Path) -> Path:
     # A Figure without pyplot: no global backend or figure registry is touched.
     fig = Figure(figsize=(10, max(4.0, 0.35 * len(result.rows) + 2)), layout="constrained")
     ax = fig.add_subplot()
-    ax.set_title(f"{result.name}: {analysis.description}", fontsize=10)
+    ax.set_title(f"{result.name}\n{textwrap.fill(analysis.description, 110)}", fontsize=10)
     if result.rows:
         _CHARTS[analysis.chart](ax, result)
     else:

@@ -4,6 +4,7 @@
      ├── ConfigError (ValueError)          settings that cannot work; raised at start-up
      ├── InvalidInput (ValueError)         a caller's mistake, with the field at fault
      ├── NotFound (LookupError)            a named tool or exemplar does not exist
+     ├── NotReady                          the catalog is not loaded yet (store not reached)
      ├── StoreError                        the store refused an operation
      │    └── StoreUnavailable             the store cannot be reached (retry or degrade)
      ├── EmbedderError
@@ -37,6 +38,10 @@ class InvalidInput(ToolselectError, ValueError):
 
 class NotFound(ToolselectError, LookupError):
     """A named thing (tool, exemplar, analysis) does not exist."""
+
+
+class NotReady(ToolselectError):
+    """The service cannot rank yet: its catalog has not been loaded from the store."""
 
 
 class StoreError(ToolselectError):

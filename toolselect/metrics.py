@@ -99,6 +99,12 @@ class Metrics:
             "Writes waiting for the store to return",
             registry=r,
         )
+        self.backlog_dropped = Counter(
+            "toolselect_store_backlog_dropped",
+            "Backlogged writes dropped (bound or shutdown)",
+            ["kind"],
+            registry=r,
+        )
         self.replica_folds = Counter(
             "toolselect_replica_folds",
             "Exemplar deltas folded from the store poll",

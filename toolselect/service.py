@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 import uuid
@@ -21,7 +22,8 @@ import structlog
 from toolselect.catalog import load_demo_catalog, tool_text
 from toolselect.config import Settings
 from toolselect.embed import Embedder, build_embedder
-from toolselect.errors import InvalidInput, NotFound
+from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
+from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.store import Exemplar, Retention, Store, Tool, UpsertResult
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.metrics import Metrics
@@ -36,34 +38,31 @@ _CANDIDATE_CACHE_SIZE = 10_000
 _EMBED_CHUNK = 256
 
 
-async def open_store(settings: Settings) -> Store:
-    """The configured store, migrated; `StoreUnavailable` names the URI and the cause."""
+async def open_store(settings: Settings, *, verify: bool = True) -> Store:
+    """The configured store (not yet migrated); `StoreUnavailable` names the URI and cause.
+
+    With `verify=False` a Neo4j store is returned without contacting the server, so a service
+    can start before its database and connect when it comes up.
+    """
     retention = Retention(
         per_tool=settings.exemplars_per_tool,
         total=settings.exemplars_total,
         max_age_days=settings.exemplar_max_age_days,
     )
-    store: Store
     if settings.store_kind == "neo4j":
         from toolselect.graph.neo4j import connect_neo4j
 
-        store = await connect_neo4j(
+        return await connect_neo4j(
             settings.neo4j_uri,
             settings.neo4j_username,
             settings.neo4j_password,
             settings.neo4j_database,
             retention=retention,
+            verify=verify,
         )
-    else:
-        from toolselect.graph.sqlite import SqliteStore
+    from toolselect.graph.sqlite import SqliteStore
 
-        store = SqliteStore(settings.sqlite_path, retention=retention)
-    try:
-        await store.migrate()
-    except BaseException:
-        await store.close()
-        raise
-    return store
+    return SqliteStore(settings.sqlite_path, retention=retention)
 
 
 def build_teacher(settings: Settings) -> Teacher | None:
@@ -109,9 +108,9 @@ class Service:
         teacher: Teacher | None = None,
     ) -> None:
         self.settings = settings
-        self.store = store
-        self.embedder = embedder
         self.metrics = metrics or Metrics()
+        self.store = BufferedStore(store, metrics=self.metrics)
+        self.embedder = embedder
         self.ranker = CentroidRanker(
             description_weight=settings.description_weight,
             exemplar_weight=settings.exemplar_weight,
@@ -121,6 +120,9 @@ class Service:
         self._descriptions: dict[str, str] = {}
         self._candidate_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._reload_lock = asyncio.Lock()
+        self._maintenance: asyncio.Task[None] | None = None
+        self.loaded = False
+        self.not_ready_reason = "catalog not loaded yet"
         self.teacher = teacher
         self.oracle = Oracle(
             teacher,
@@ -128,11 +130,11 @@ class Service:
             budget=Budget(settings.teacher_budget_per_hour),
             retry=RetryPolicy(retries=settings.teacher_retries),
             timeout_s=settings.teacher_timeout_s,
-            record_call=store.record_oracle_call,
+            record_call=self.store.record_oracle_call,
             metrics=self.metrics,
         )
         self.learner = Learner(
-            store=store,
+            store=self.store,
             embedder=embedder,
             ranker=self.ranker,
             oracle=self.oracle,
@@ -149,9 +151,16 @@ class Service:
         )
 
     @classmethod
-    async def start(cls, settings: Settings, *, metrics: Metrics | None = None) -> Service:
-        """Open the store and the embedder, then load the catalog and exemplars."""
-        store = await open_store(settings)
+    async def start(
+        cls, settings: Settings, *, metrics: Metrics | None = None, wait_for_store: bool = False
+    ) -> Service:
+        """Open the store and the embedder, then load the catalog and exemplars.
+
+        With `wait_for_store` (the server), an unreachable store does not stop the start: the
+        service answers `not_ready` and keeps connecting in the background; otherwise (the CLI)
+        `StoreUnavailable` is raised at once.
+        """
+        store = await open_store(settings, verify=not wait_for_store)
         embedder = build_embedder(
             settings.embedder,
             hybrid_weight=settings.hybrid_weight,
@@ -161,18 +170,66 @@ class Service:
         )
         service = cls(settings, store, embedder, metrics=metrics, teacher=build_teacher(settings))
         try:
-            if settings.load_demo and not await store.list_tools():
-                result = await store.upsert_tools(load_demo_catalog())
-                log.info("demo_catalog_loaded", tools=result.upserted)
-            await service.reload()
-            service.learner.start()
+            try:
+                await service.connect()
+            except StoreUnavailable as exc:
+                if not wait_for_store:
+                    raise
+                service.not_ready_reason = f"store unreachable: {exc}"
+                log.warning("store_unreachable_at_start", error=str(exc))
+                service.learner.open()
+            service._maintenance = asyncio.create_task(
+                service._maintain(), name="toolselect-maintenance"
+            )
         except BaseException:
             await service.close()
             raise
         return service
 
+    async def connect(self) -> None:
+        """Migrate the store, load the demo catalog if asked and the store is empty, then load."""
+        await self.store.migrate()
+        if self.settings.load_demo and not await self.store.list_tools():
+            result = await self.store.upsert_tools(load_demo_catalog())
+            log.info("demo_catalog_loaded", tools=result.upserted)
+        await self.reload()
+        self.loaded = True
+        self.learner.start()
+
+    async def _maintain(self) -> None:
+        """Background upkeep: connect until loaded, flush the write backlog, poll for replicas."""
+        interval = self.settings.poll_interval_s
+        tick = min(1.0, interval)
+        since_poll = 0.0
+        failing: str | None = None
+        while True:
+            await asyncio.sleep(tick)
+            since_poll += tick
+            try:
+                if not self.loaded:
+                    await self.connect()
+                    log.info("store_connected", store=self.store.uri)
+                if self.store.backlog:
+                    await self.store.ping()
+                    await self.store.flush()
+                if since_poll >= interval:
+                    since_poll = 0.0
+                    await self.refresh()
+                if failing is not None:
+                    log.info("store_recovered", store=self.store.uri)
+                failing = None
+            except ToolselectError as exc:
+                if not self.loaded:
+                    self.not_ready_reason = f"store unreachable: {exc}"
+                if str(exc) != failing:
+                    log.warning("store_maintenance_failed", error=str(exc))
+                failing = str(exc)
+
     async def close(self) -> None:
         """Drain the learner within the shutdown timeout, then release every resource."""
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            await asyncio.gather(self._maintenance, return_exceptions=True)
         try:
             await self.learner.close(self.settings.shutdown_timeout_s)
         finally:
@@ -276,6 +333,10 @@ class Service:
                 field,
             )
 
+    def _check_ready(self) -> None:
+        if not self.loaded:
+            raise NotReady(self.not_ready_reason)
+
     def check_k(self, k: int, field: str = "k") -> None:
         if not 1 <= k <= self.settings.max_k:
             raise InvalidInput(f"expected {field} in 1..{self.settings.max_k}, got {k}", field)
@@ -291,6 +352,7 @@ class Service:
         """Top-k tools for `query`, optionally restricted to names and/or a pack."""
         self.check_query(query, "query")
         self.check_k(k)
+        self._check_ready()
         started = time.perf_counter()
         vector = (await self.embedder.embed([query]))[0]
         ranking = self.ranker.rank(vector, k, restrict=tools, pack=pack)
@@ -302,6 +364,7 @@ class Service:
     ) -> Selection:
         """PromptKit selection: only candidate names, at most k, unknown ones ranked by text."""
         self.check_query(text, "query.Text")
+        self._check_ready()
         if k <= 0:
             k = 5
         k = min(k, self.settings.max_k)
@@ -369,8 +432,11 @@ class Service:
     # -- learning ------------------------------------------------------------------------
 
     async def _saved(self, exemplar: Exemplar) -> None:
-        """A label was saved here: fold it (and any eviction it caused) into the ranker now."""
-        await self._fold_since(self.exemplar_version)
+        """A label was saved here: fold it into the ranker now, then pick up any eviction it
+        caused (the store may be down: the backlog holds the label and ranking uses it)."""
+        await self.fold([exemplar])
+        with contextlib.suppress(StoreUnavailable):
+            await self._fold_since(self.exemplar_version)
 
     def observe(
         self,

@@ -216,3 +216,22 @@ def test_serve_refuses_public_bind_without_keys(env: dict[str, str]) -> None:
     done = run(["serve", "--host", "0.0.0.0", "--port", str(free_port())], env)
     assert done.returncode == 2
     assert "TOOLSELECT_API_KEYS" in done.stderr
+
+
+def test_analytics_cli_formats(catalog_env: dict[str, str], tmp_path: Path) -> None:
+    """`toolselect analytics` prints a table, CSV or JSON, and draws a PNG with --plot."""
+    observed = run(["observe", "send an email message to Marco", "shell_exec"], catalog_env)
+    assert observed.returncode == 0, observed.stderr
+    table = run(["analytics", "misroute_rate"], catalog_env)
+    assert table.returncode == 0, table.stderr
+    assert "shell_exec" in table.stdout and "used_tool" in table.stdout
+    csv_out = run(["analytics", "misroute_rate", "--format", "csv"], catalog_env)
+    assert csv_out.stdout.splitlines()[0] == "used_tool,turns,flagged,rate,top_reason"
+    as_json = run(["analytics", "cold_tools", "--format", "json"], catalog_env)
+    assert json.loads(as_json.stdout)["columns"] == ["tool"]
+    png = tmp_path / "drift.png"
+    plotted = run(["analytics", "drift", "--plot", str(png)], catalog_env)
+    assert plotted.returncode == 0, plotted.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = run(["analytics", "drift", "--since", "yesterday"], catalog_env)
+    assert bad.returncode == 2 and "since" in bad.stderr

@@ -476,3 +476,17 @@ async def test_percentile_disc_is_nearest_rank(neo4j_server: Neo4jServer) -> Non
         assert record["p50"] == analytics.nearest_rank(values, 0.5)
         assert record["p95"] == analytics.nearest_rank(values, 0.95)
         assert record["p95"] == sorted(values)[math.ceil(0.95 * record["n"]) - 1]
+
+
+async def test_costs_are_added_smallest_first(store_factory: StoreFactory) -> None:
+    """Costs add smallest first on both stores: 1 + 1 + 1e16 keeps the 2 that 1e16 + 1 + 1 loses."""
+    store = await store_factory.make()
+    await store.record_turns(
+        [flagged_turn("t", DAY1, "q", "fs_read", None, "r", "teacher", "x", "labeled")]
+    )
+    for i, usd in enumerate((1e16, 1.0, 1.0)):
+        await store.record_oracle_call(
+            oracle_call(f"c{i}", "t", DAY1 + timedelta(seconds=i), 1.0, (0, 0), usd)
+        )
+    (row,) = (await store.analytics("oracle_usage")).rows
+    assert row[6] == 1e16 + 2.0 != (1e16 + 1.0) + 1.0

@@ -1,7 +1,8 @@
 """The aiohttp application: `create_app(service)` wires routes, middlewares and background tasks.
 
 Middlewares, outermost first: request context (request id, access log, metrics, error model),
-concurrency limit (`503 overloaded` beyond `max_concurrency`), per-request timeout.
+concurrency limit (`503 overloaded` beyond `max_concurrency`), per-request timeout. Background
+work (connecting, flushing the write backlog, polling for other replicas) belongs to the service.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import structlog
@@ -18,7 +19,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from toolselect.api.errors import ApiError
-from toolselect.errors import InvalidInput, NotFound, StoreUnavailable, ToolselectError
+from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.service import Service
 
 log = structlog.get_logger("toolselect.api")
@@ -71,6 +72,8 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
             response = ApiError(422, "invalid_request", exc.message, exc.field).response()
         except NotFound as exc:
             response = ApiError(404, "not_found", str(exc)).response()
+        except NotReady as exc:
+            response = ApiError(503, "not_ready", str(exc), headers={"Retry-After": "1"}).response()
         except StoreUnavailable as exc:
             log.warning("store_unavailable", error=str(exc))
             response = ApiError(503, "store_unavailable", str(exc)).response()
@@ -183,24 +186,6 @@ def json_response(model: BaseModel, status: int = 200) -> web.Response:
     )
 
 
-async def _poll_store(app: web.Application) -> None:
-    """Fold other replicas' writes every poll interval; a failed poll is logged and retried."""
-    service = app[SERVICE]
-    while True:
-        await asyncio.sleep(service.settings.poll_interval_s)
-        try:
-            await service.refresh()
-        except ToolselectError as exc:
-            log.warning("store_poll_failed", error=str(exc))
-
-
-async def _background(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(_poll_store(app), name="toolselect-store-poll")
-    yield
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-
-
 def create_app(service: Service) -> web.Application:
     """The HTTP API over a started service (the caller owns the service's lifetime)."""
     from toolselect.api.routes import add_routes
@@ -212,5 +197,4 @@ def create_app(service: Service) -> web.Application:
     app[SERVICE] = service
     app[GATE] = _Gate(service.settings.max_concurrency)
     add_routes(app)
-    app.cleanup_ctx.append(_background)
     return app

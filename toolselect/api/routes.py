@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from aiohttp import web
 
+from toolselect import analytics
 from toolselect.api import models as m
 from toolselect.api.app import SERVICE, json_response, read_body, read_model
 from toolselect.api.errors import ApiError, not_found
@@ -173,18 +175,29 @@ async def post_exemplar(request: web.Request) -> web.Response:
     )
 
 
+async def list_analytics(request: web.Request) -> web.Response:
+    return web.json_response(analytics.analyses_payload())
+
+
+async def get_analytics(request: web.Request) -> web.Response:
+    body = await analytics.analysis_payload(
+        request.app[SERVICE].store, request.match_info["name"], request.query.get("since")
+    )
+    return web.json_response(body, dumps=lambda v: json.dumps(v, ensure_ascii=False))
+
+
 async def healthz(request: web.Request) -> web.Response:
     return json_response(m.Health(status="ok"))
 
 
 async def readyz(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
+    if not service.loaded:
+        raise ApiError(503, "not_ready", service.not_ready_reason)
     try:
         await service.store.ping()
     except ToolselectError as exc:
         raise ApiError(503, "not_ready", f"store unreachable: {exc}") from None
-    if service.catalog_version < 0:
-        raise ApiError(503, "not_ready", "catalog not loaded yet")
     return json_response(m.Health(status="ready"))
 
 
@@ -210,6 +223,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/observe/batch", observe_batch)
     app.router.add_post("/v1/exemplars", post_exemplar)
     app.router.add_delete("/v1/exemplars/{id}", delete_exemplar)
+    app.router.add_get("/v1/analytics", list_analytics)
+    app.router.add_get("/v1/analytics/{name}", get_analytics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -37,7 +37,7 @@ def check_bind(settings: Settings, insecure: bool) -> None:
 
 async def run_server(settings: Settings, stop: asyncio.Event) -> None:
     """Serve until `stop` is set; in-flight requests get `shutdown_timeout_s` to finish."""
-    service = await Service.start(settings)
+    service = await Service.start(settings, wait_for_store=True)
     runner = web.AppRunner(
         create_app(service),
         shutdown_timeout=settings.shutdown_timeout_s,

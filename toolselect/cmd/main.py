@@ -232,6 +232,30 @@ def cmd_observe(args: argparse.Namespace) -> int:
     return _run(_with_service(args, body))
 
 
+def cmd_analytics(args: argparse.Namespace) -> int:
+    """Run named analyses against the store alone (no embedder or ranker is built)."""
+    from toolselect.analytics import cli_analytics, parse_since
+    from toolselect.service import open_store
+
+    since = parse_since(args.since)
+    plot = Path(args.plot) if args.plot else None
+
+    async def body() -> int:
+        from toolselect.logs import configure_logging
+
+        settings = _settings(args)
+        configure_logging("warning", settings.log_format)
+        store = await open_store(settings)
+        try:
+            await store.migrate()
+            print(await cli_analytics(store, args.name, since, args.format, plot))
+        finally:
+            await store.close()
+        return 0
+
+    return _run(body())
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     from toolselect.config import settings_table
 
@@ -292,6 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     obs.add_argument("--agent-id")
     obs.add_argument("--pack")
     obs.set_defaults(func=cmd_observe)
+
+    an = with_store(sub.add_parser("analytics", help="run named analyses (all when no NAME)"))
+    an.add_argument("name", nargs="?")
+    an.add_argument("--since", help="ISO-8601 date or time; only data at or after it")
+    an.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    an.add_argument("--plot", help="PNG file (a folder when NAME is omitted); needs matplotlib")
+    an.set_defaults(func=cmd_analytics)
 
     cfg = sub.add_parser("config", help="print the configuration table")
     cfg.set_defaults(func=cmd_config)

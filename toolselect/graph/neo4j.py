@@ -447,11 +447,14 @@ async def connect_neo4j(
     database: str,
     *,
     retention: Retention = Retention(),  # noqa: B008 - frozen, so sharing it is safe
+    verify: bool = True,
 ) -> Neo4jStore:
     """A store on a reachable, authenticated Neo4j; `StoreUnavailable` otherwise.
 
     Credentials may also come in the URI (`bolt://user:pw@host`); the arguments win. They are
-    passed to the driver as auth and never appear in `uri` or in messages.
+    passed to the driver as auth and never appear in `uri` or in messages. With
+    `verify=False` nothing is checked now (a server that starts before its database may wait
+    for it); a malformed URI still raises at once.
     """
     parts = urlsplit(uri)
     username = username or unquote(parts.username or "")
@@ -476,6 +479,8 @@ async def connect_neo4j(
     except (DriverError, Neo4jError, ValueError) as exc:  # a malformed URI or unknown scheme
         raise unavailable(exc) from exc
     store = Neo4jStore(driver, database, uri=shown, retention=retention)
+    if not verify:
+        return store
     try:
         await driver.verify_connectivity()
         await store.ping()  # also proves the database exists

@@ -165,12 +165,16 @@ class Learner:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the intake worker on the running loop."""
-        if self._worker is not None:
-            return
+    def open(self) -> None:
+        """Accept turns into the queue (the worker may start later, once the catalog loads)."""
         self._loop = asyncio.get_running_loop()
         self._accepting = True
+
+    def start(self) -> None:
+        """Accept turns and start the intake worker on the running loop."""
+        if self._worker is not None:
+            return
+        self.open()
         self._worker = asyncio.create_task(self._run(), name="toolselect-learner-intake")
 
     async def drain(self, within_s: float) -> bool:

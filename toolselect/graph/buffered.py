@@ -1,0 +1,233 @@
+"""A Store wrapper that keeps serving writes while the backend is unreachable.
+
+When a write fails with `StoreUnavailable`, it goes to a bounded in-memory backlog instead of
+failing its caller; so do all later writes until the backlog is flushed, so the store sees them
+in order. `flush()` (called by the service's maintenance loop) replays turns, then exemplars,
+then oracle calls, and stops at the first failure to try again later. Reads pass through,
+except `exemplar_for_query`, which answers from the backlog first and degrades to "no label"
+while the backend is down, so the learner's ratchet keeps working.
+
+Bounds: turns and oracle calls beyond their limits drop the oldest (counted and logged);
+exemplars are kept per normalised query (the strongest label wins, as in the store) up to a
+much larger limit, because a confirmed label is the one thing that must not be lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from datetime import datetime
+
+import structlog
+
+from toolselect.errors import NotFound, StoreError, StoreUnavailable
+from toolselect.graph.store import (
+    TIER_STRENGTH,
+    AnalyticsResult,
+    Exemplar,
+    ExemplarDelta,
+    OracleCall,
+    Store,
+    StoreState,
+    Tool,
+    Turn,
+    UpsertResult,
+)
+from toolselect.metrics import Metrics
+from toolselect.names import normalise_query
+
+log = structlog.get_logger("toolselect.store")
+
+_FLUSH_TURNS = 1000
+
+
+class BufferedStore:
+    """`Store` over another store, with a write backlog for outages; see the module docstring."""
+
+    def __init__(
+        self,
+        inner: Store,
+        *,
+        max_turns: int = 10_000,
+        max_calls: int = 10_000,
+        max_exemplars: int = 100_000,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.inner = inner
+        self._max_turns = max_turns
+        self._max_calls = max_calls
+        self._max_exemplars = max_exemplars
+        self._metrics = metrics or Metrics()
+        self._turns: deque[Turn] = deque()
+        self._calls: deque[OracleCall] = deque()
+        self._exemplars: OrderedDict[str, Exemplar] = OrderedDict()
+        self._flush_lock = asyncio.Lock()
+        self.last_error: str | None = None
+
+    # -- backlog -------------------------------------------------------------------------
+
+    @property
+    def backlog(self) -> int:
+        return len(self._turns) + len(self._calls) + len(self._exemplars)
+
+    def _down(self, exc: StoreUnavailable, operation: str) -> None:
+        if self.last_error is None:
+            log.warning("store_down_buffering", operation=operation, error=str(exc))
+        self.last_error = str(exc)
+        self._metrics.store_errors.labels(operation).inc()
+
+    def _publish(self) -> None:
+        self._metrics.backlog.set(self.backlog)
+
+    def _drop(self, kind: str, count: int) -> None:
+        self._metrics.backlog_dropped.labels(kind).inc(count)
+        log.error("store_backlog_dropped", kind=kind, count=count)
+
+    async def flush(self) -> int:
+        """Write the backlog in order; return how many records were written (0 when down)."""
+        written = 0
+        async with self._flush_lock:
+            try:
+                while self._turns:
+                    batch = [self._turns[i] for i in range(min(_FLUSH_TURNS, len(self._turns)))]
+                    await self.inner.record_turns(batch)
+                    for _ in batch:
+                        self._turns.popleft()
+                    written += len(batch)
+                while self._exemplars:
+                    key, exemplar = next(iter(self._exemplars.items()))
+                    try:
+                        await self.inner.save_exemplar(exemplar)
+                    except NotFound:
+                        log.warning("backlog_exemplar_rejected", tool=exemplar.tool)
+                    self._exemplars.pop(key, None)
+                    written += 1
+                while self._calls:
+                    await self.inner.record_oracle_call(self._calls[0])
+                    self._calls.popleft()
+                    written += 1
+            except StoreUnavailable as exc:
+                self.last_error = str(exc)
+                return written
+            finally:
+                self._publish()
+        if written:
+            log.info("store_backlog_flushed", written=written)
+        self.last_error = None
+        return written
+
+    # -- writes that survive an outage -----------------------------------------------------
+
+    async def record_turns(self, turns: Sequence[Turn]) -> int:
+        if not self.backlog:
+            try:
+                return await self.inner.record_turns(turns)
+            except StoreUnavailable as exc:
+                self._down(exc, "record_turns")
+        self._turns.extend(turns)
+        excess = len(self._turns) - self._max_turns
+        if excess > 0:
+            for _ in range(excess):
+                self._turns.popleft()
+            self._drop("turn", excess)
+        self._publish()
+        return len(turns)
+
+    async def save_exemplar(self, exemplar: Exemplar) -> bool:
+        if not self.backlog:
+            try:
+                return await self.inner.save_exemplar(exemplar)
+            except StoreUnavailable as exc:
+                self._down(exc, "save_exemplar")
+        key = exemplar.query_norm
+        pending = self._exemplars.get(key)
+        if pending is not None:
+            stronger = TIER_STRENGTH[pending.tier] > TIER_STRENGTH[exemplar.tier]
+            same = pending.tool == exemplar.tool and pending.tier == exemplar.tier
+            if stronger or same:
+                return False
+            del self._exemplars[key]
+        self._exemplars[key] = exemplar
+        if len(self._exemplars) > self._max_exemplars:
+            self._exemplars.popitem(last=False)
+            self._drop("exemplar", 1)
+        self._publish()
+        return True
+
+    async def record_oracle_call(self, call: OracleCall) -> None:
+        if not self.backlog:
+            try:
+                await self.inner.record_oracle_call(call)
+                return
+            except StoreUnavailable as exc:
+                self._down(exc, "record_oracle_call")
+        self._calls.append(call)
+        if len(self._calls) > self._max_calls:
+            self._calls.popleft()
+            self._drop("oracle_call", 1)
+        self._publish()
+
+    async def exemplar_for_query(self, query: str) -> Exemplar | None:
+        pending = self._exemplars.get(normalise_query(query))
+        if pending is not None:
+            return pending
+        try:
+            return await self.inner.exemplar_for_query(query)
+        except StoreUnavailable:
+            return None
+
+    # -- everything else passes through ------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        return self.inner.uri
+
+    async def migrate(self) -> None:
+        await self.inner.migrate()
+
+    async def ping(self) -> None:
+        await self.inner.ping()
+
+    async def upsert_tools(self, tools: Sequence[Tool], pack: str | None = None) -> UpsertResult:
+        return await self.inner.upsert_tools(tools, pack)
+
+    async def list_tools(self, pack: str | None = None) -> list[Tool]:
+        return await self.inner.list_tools(pack)
+
+    async def get_tool(self, name: str) -> Tool | None:
+        return await self.inner.get_tool(name)
+
+    async def delete_tool(self, name: str) -> bool:
+        return await self.inner.delete_tool(name)
+
+    async def get_turn(self, turn_id: str) -> Turn | None:
+        return await self.inner.get_turn(turn_id)
+
+    async def exemplars_for_tool(self, tool: str) -> list[Exemplar]:
+        return await self.inner.exemplars_for_tool(tool)
+
+    async def exemplars_since(self, version: int) -> ExemplarDelta:
+        return await self.inner.exemplars_since(version)
+
+    async def delete_exemplar(self, exemplar_id: str) -> bool:
+        return await self.inner.delete_exemplar(exemplar_id)
+
+    async def oracle_calls(self, turn_id: str | None = None) -> list[OracleCall]:
+        return await self.inner.oracle_calls(turn_id)
+
+    async def state(self) -> StoreState:
+        return await self.inner.state()
+
+    async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
+        return await self.inner.analytics(name, since)
+
+    async def close(self) -> None:
+        if self.backlog:
+            try:
+                await self.flush()
+            except StoreError as exc:
+                log.error("store_backlog_lost_at_close", error=str(exc))
+            if self.backlog:
+                self._drop("at_close", self.backlog)
+        await self.inner.close()
