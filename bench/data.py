@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolselect.catalog import tool_text
-from toolselect.graph.store import Tool
+from toolselect.graph.store import Tool, canonical_json
 from toolselect.names import name_words
 
 CATEGORIES = ("live_multiple", "simple_python")
@@ -109,10 +109,13 @@ def load(seed: int = SEED) -> Dataset:
                 name = function["name"]
                 if name not in first:
                     first[name] = function
+                    # As stored: both stores keep schemas as canonical JSON (sorted keys), so
+                    # the service embeds parameters in name order, not in the caller's order.
+                    schema = json.loads(canonical_json(function.get("parameters") or {}))
                     tools[name] = Tool(
                         name=name,
                         description=function.get("description") or "",
-                        input_schema=function.get("parameters") or {},
+                        input_schema=schema,
                     )
                 elif first[name] != function:
                     collided.add(name)

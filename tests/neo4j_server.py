@@ -77,9 +77,12 @@ def start_local(instance: Path | None = None, port: int | None = None) -> Neo4jS
     return Neo4jServer(uri=uri, source="neo4j-local", instance=instance)
 
 
-def stop_local(instance: Path) -> None:
+def stop_local(instance: Path, *, keep_data: bool = False, kill: bool = False) -> None:
+    """Stop (or SIGKILL) the server of `instance`; kept data lets `start_local` resume it."""
+    command = "kill" if kill else "stop"
+    extra = ["--keep-data"] if keep_data and not kill else []
     subprocess.run(
-        [sys.executable, str(NEO4J_LOCAL), "stop", "--instance", str(instance)],
+        [sys.executable, str(NEO4J_LOCAL), command, "--instance", str(instance), *extra],
         capture_output=True,
         timeout=120,
         check=False,

@@ -209,7 +209,7 @@ class Service:
                 if not self.loaded:
                     await self.connect()
                     log.info("store_connected", store=self.store.uri)
-                if self.store.backlog:
+                if self.store.backlog or self.store.down:
                     await self.store.ping()
                     await self.store.flush()
                 if since_poll >= interval:

@@ -3,9 +3,11 @@
 When a write fails with `StoreUnavailable`, it goes to a bounded in-memory backlog instead of
 failing its caller; so do all later writes until the backlog is flushed, so the store sees them
 in order. `flush()` (called by the service's maintenance loop) replays turns, then exemplars,
-then oracle calls, and stops at the first failure to try again later. Reads pass through,
-except `exemplar_for_query`, which answers from the backlog first and degrades to "no label"
-while the backend is down, so the learner's ratchet keeps working.
+then oracle calls, and stops at the first failure to try again later. Once a call has found
+the backend down, other calls fail fast with `StoreUnavailable` instead of each waiting out the
+driver's retries, until `flush()` succeeds; only `ping()` and `flush()` probe the backend.
+`exemplar_for_query` answers from the backlog first and degrades to "no label" while the
+backend is down, so the learner's ratchet keeps working.
 
 Bounds: turns and oracle calls beyond their limits drop the oldest (counted and logged);
 exemplars are kept per normalised query (the strongest label wins, as in the store) up to a
@@ -16,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 import structlog
 
@@ -40,6 +43,7 @@ from toolselect.names import normalise_query
 log = structlog.get_logger("toolselect.store")
 
 _FLUSH_TURNS = 1000
+T = TypeVar("T")
 
 
 class BufferedStore:
@@ -70,6 +74,21 @@ class BufferedStore:
     @property
     def backlog(self) -> int:
         return len(self._turns) + len(self._calls) + len(self._exemplars)
+
+    @property
+    def down(self) -> bool:
+        """True from a failed call until the next successful flush."""
+        return self.last_error is not None
+
+    async def _through(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run a call on the backend, failing fast while it is known to be down."""
+        if self.last_error is not None:
+            raise StoreUnavailable(self.last_error)
+        try:
+            return await call()
+        except StoreUnavailable as exc:
+            self._down(exc, operation)
+            raise
 
     def _down(self, exc: StoreUnavailable, operation: str) -> None:
         if self.last_error is None:
@@ -120,7 +139,7 @@ class BufferedStore:
     # -- writes that survive an outage -----------------------------------------------------
 
     async def record_turns(self, turns: Sequence[Turn]) -> int:
-        if not self.backlog:
+        if not self.backlog and not self.down:
             try:
                 return await self.inner.record_turns(turns)
             except StoreUnavailable as exc:
@@ -135,7 +154,7 @@ class BufferedStore:
         return len(turns)
 
     async def save_exemplar(self, exemplar: Exemplar) -> bool:
-        if not self.backlog:
+        if not self.backlog and not self.down:
             try:
                 return await self.inner.save_exemplar(exemplar)
             except StoreUnavailable as exc:
@@ -156,7 +175,7 @@ class BufferedStore:
         return True
 
     async def record_oracle_call(self, call: OracleCall) -> None:
-        if not self.backlog:
+        if not self.backlog and not self.down:
             try:
                 await self.inner.record_oracle_call(call)
                 return
@@ -173,7 +192,9 @@ class BufferedStore:
         if pending is not None:
             return pending
         try:
-            return await self.inner.exemplar_for_query(query)
+            return await self._through(
+                "exemplar_for_query", lambda: self.inner.exemplar_for_query(query)
+            )
         except StoreUnavailable:
             return None
 
@@ -184,43 +205,47 @@ class BufferedStore:
         return self.inner.uri
 
     async def migrate(self) -> None:
-        await self.inner.migrate()
+        await self.inner.migrate()  # a probe, like ping: it reaches the backend whatever its state
 
     async def ping(self) -> None:
         await self.inner.ping()
 
     async def upsert_tools(self, tools: Sequence[Tool], pack: str | None = None) -> UpsertResult:
-        return await self.inner.upsert_tools(tools, pack)
+        return await self._through("upsert_tools", lambda: self.inner.upsert_tools(tools, pack))
 
     async def list_tools(self, pack: str | None = None) -> list[Tool]:
-        return await self.inner.list_tools(pack)
+        return await self._through("list_tools", lambda: self.inner.list_tools(pack))
 
     async def get_tool(self, name: str) -> Tool | None:
-        return await self.inner.get_tool(name)
+        return await self._through("get_tool", lambda: self.inner.get_tool(name))
 
     async def delete_tool(self, name: str) -> bool:
-        return await self.inner.delete_tool(name)
+        return await self._through("delete_tool", lambda: self.inner.delete_tool(name))
 
     async def get_turn(self, turn_id: str) -> Turn | None:
-        return await self.inner.get_turn(turn_id)
+        return await self._through("get_turn", lambda: self.inner.get_turn(turn_id))
 
     async def exemplars_for_tool(self, tool: str) -> list[Exemplar]:
-        return await self.inner.exemplars_for_tool(tool)
+        return await self._through(
+            "exemplars_for_tool", lambda: self.inner.exemplars_for_tool(tool)
+        )
 
     async def exemplars_since(self, version: int) -> ExemplarDelta:
-        return await self.inner.exemplars_since(version)
+        return await self._through("exemplars_since", lambda: self.inner.exemplars_since(version))
 
     async def delete_exemplar(self, exemplar_id: str) -> bool:
-        return await self.inner.delete_exemplar(exemplar_id)
+        return await self._through(
+            "delete_exemplar", lambda: self.inner.delete_exemplar(exemplar_id)
+        )
 
     async def oracle_calls(self, turn_id: str | None = None) -> list[OracleCall]:
-        return await self.inner.oracle_calls(turn_id)
+        return await self._through("oracle_calls", lambda: self.inner.oracle_calls(turn_id))
 
     async def state(self) -> StoreState:
-        return await self.inner.state()
+        return await self._through("state", lambda: self.inner.state())
 
     async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
-        return await self.inner.analytics(name, since)
+        return await self._through("analytics", lambda: self.inner.analytics(name, since))
 
     async def close(self) -> None:
         if self.backlog:

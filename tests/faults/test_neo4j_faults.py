@@ -1,0 +1,221 @@
+"""Neo4j faults against a real server this module starts, stops and kills on purpose:
+unreachable at start, lost while serving, killed mid-write."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import neo4j
+import pytest
+from aiohttp.test_utils import TestClient
+
+from tests.neo4j_server import start_local, stop_local
+from toolselect.api.app import create_app
+from toolselect.config import Settings
+from toolselect.graph.neo4j import Neo4jStore
+from toolselect.graph.store import Turn
+from toolselect.service import Service
+
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+CATALOG = {
+    "tools": [
+        {"name": "get_weather", "description": "Current weather and forecast for a city."},
+        {"name": "send_email", "description": "Send an email message to a recipient."},
+        {"name": "crypto_price", "description": "Current price of a cryptocurrency like bitcoin."},
+        {"name": "shell_exec", "description": "Run a shell command on the host."},
+    ]
+}
+
+
+class PrivateNeo4j:
+    """A Neo4j of this module alone, on a fixed port, that tests may stop and restart."""
+
+    def __init__(self) -> None:
+        self.instance = Path(tempfile.mkdtemp(prefix="toolselect-fault-neo4j-"))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.uri = f"bolt://127.0.0.1:{self.port}"
+        self.running = False
+
+    def start(self) -> None:
+        start_local(self.instance, port=self.port)
+        self.running = True
+
+    def stop(self, *, kill: bool = False) -> None:
+        stop_local(self.instance, keep_data=True, kill=kill)
+        self.running = False
+
+    def remove(self) -> None:
+        stop_local(self.instance)
+
+
+@pytest.fixture(scope="module")
+def private_neo4j() -> Iterator[PrivateNeo4j]:
+    """The module's own server (not started yet); everything it left is removed afterwards."""
+    server = PrivateNeo4j()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+def settings_for(server: PrivateNeo4j, tmp_path: Path) -> Settings:
+    return Settings(
+        store="neo4j",
+        neo4j_uri=server.uri,
+        data_dir=str(tmp_path),
+        poll_interval_s=0.2,
+        shutdown_timeout_s=2.0,
+    )
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.2)
+
+
+async def count(server: PrivateNeo4j, label: str) -> int:
+    async with neo4j.AsyncGraphDatabase.driver(server.uri) as driver:
+        records, _, _ = await driver.execute_query(
+            f"MATCH (n:{label}) RETURN count(n) AS n",  # label is a constant of this test
+            database_="neo4j",
+        )
+        return int(records[0]["n"])
+
+
+async def test_unreachable_at_start_then_ready(
+    private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
+) -> None:
+    """With Neo4j down the server starts, /readyz is 503 with the reason, ranking is 503
+    not_ready, observe still answers 202; once Neo4j comes up the service becomes ready and
+    the turns observed meanwhile reach the store."""
+    assert not private_neo4j.running
+    service = await Service.start(settings_for(private_neo4j, tmp_path), wait_for_store=True)
+    try:
+        client = await aiohttp_client(create_app(service))
+        ready = await client.get("/readyz")
+        assert ready.status == 503
+        error = (await ready.json())["error"]
+        assert error["code"] == "not_ready" and private_neo4j.uri in error["message"]
+        rank = await client.post("/v1/rank", json={"query": "weather"})
+        assert rank.status == 503 and (await rank.json())["error"]["code"] == "not_ready"
+        observed = await client.post(
+            "/v1/observe", json={"request": "hello", "used_tool": "shell_exec", "turn_id": "early"}
+        )
+        assert observed.status == 202 and (await observed.json())["queued"] is True
+        assert (await client.get("/healthz")).status == 200
+
+        await asyncio.to_thread(private_neo4j.start)
+
+        async def is_ready() -> bool:
+            return (await client.get("/readyz")).status == 200
+
+        await eventually(is_ready, within=30)
+        assert (await client.put("/v1/tools", json=CATALOG)).status == 200
+        rank = await client.post("/v1/rank", json={"query": "weather in Turin", "k": 1})
+        assert (await rank.json())["results"][0]["tool"] == "get_weather"
+
+        async def early_turn_stored() -> bool:
+            return await service.store.get_turn("early") is not None
+
+        await eventually(early_turn_stored, within=10)
+    finally:
+        await service.close()
+
+
+async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
+    private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
+) -> None:
+    """Neo4j stopped under a serving replica: ranking answers from memory, turns and labels
+    wait in the backlog (a human label is still accepted), and all of it is written when
+    Neo4j returns."""
+    if not private_neo4j.running:
+        await asyncio.to_thread(private_neo4j.start)
+    service = await Service.start(settings_for(private_neo4j, tmp_path), wait_for_store=True)
+    try:
+        client = await aiohttp_client(create_app(service))
+        assert (await client.put("/v1/tools", json=CATALOG)).status == 200
+        before = await (await client.post("/v1/rank", json={"query": "weather", "k": 3})).json()
+
+        await asyncio.to_thread(private_neo4j.stop)
+
+        after = await (await client.post("/v1/rank", json={"query": "weather", "k": 3})).json()
+        assert after["results"] == before["results"]
+        turns = [
+            {"request": f"send an email message to person {i}", "used_tool": "shell_exec",
+             "turn_id": f"down-{i}"}
+            for i in range(20)
+        ]  # fmt: skip
+        resp = await client.post("/v1/observe/batch", json={"turns": turns})
+        assert (await resp.json()) == {"queued": 20, "dropped": 0}
+        feedback = await client.post(
+            "/v1/exemplars", json={"query": "il prezzo di BTC ora", "tool": "crypto_price"}
+        )
+        assert feedback.status == 201
+        assert await service.learner.drain(30.0)
+        assert service.store.backlog >= 21
+        rank = await client.post("/v1/rank", json={"query": "il prezzo di BTC ora", "k": 1})
+        assert (await rank.json())["results"][0]["tool"] == "crypto_price"
+        ready = await client.get("/readyz")
+        assert ready.status == 503
+        metrics = await (await client.get("/metrics")).text()
+        assert "toolselect_store_backlog " in metrics
+
+        await asyncio.to_thread(private_neo4j.start)
+
+        async def flushed() -> bool:
+            return service.store.backlog == 0
+
+        await eventually(flushed, within=30)
+        assert await count(private_neo4j, "Turn") >= 20
+        for i in range(20):
+            turn = await service.store.get_turn(f"down-{i}")
+            assert turn is not None and turn.label == "send_email"
+        label = await service.store.exemplar_for_query("il prezzo di BTC ora")
+        assert label is not None and label.tier == "feedback" and label.tool == "crypto_price"
+        assert (await client.get("/readyz")).status == 200
+    finally:
+        await service.close()
+
+
+async def test_killed_mid_write_keeps_whole_transactions(private_neo4j: PrivateNeo4j) -> None:
+    """SIGKILL while 20,000 turns are being written: after restart Neo4j holds whole batches
+    (multiples of the 2,000-turn transaction), never a part of one."""
+    if not private_neo4j.running:
+        await asyncio.to_thread(private_neo4j.start)
+    async with neo4j.AsyncGraphDatabase.driver(private_neo4j.uri) as driver:
+        await driver.execute_query("MATCH (t:Turn) DETACH DELETE t", database_="neo4j")
+        store = Neo4jStore(driver, "neo4j", uri=private_neo4j.uri)
+        await store.migrate()
+        now = time.time()
+        turns = [
+            Turn(id=f"k{i}", request=f"request {i}", used_tool="shell_exec",
+                 at=datetime.fromtimestamp(now, UTC))
+            for i in range(20_000)
+        ]  # fmt: skip
+        writing = asyncio.create_task(store.record_turns(turns))
+
+        async def some_written() -> bool:
+            async with neo4j.AsyncGraphDatabase.driver(private_neo4j.uri) as probe:
+                records, _, _ = await probe.execute_query(
+                    "MATCH (t:Turn) RETURN count(t) AS n", database_="neo4j"
+                )
+                return int(records[0]["n"]) > 0
+
+        await eventually(some_written, within=60)
+        await asyncio.to_thread(private_neo4j.stop, kill=True)
+        with pytest.raises(Exception):  # noqa: B017 - the write dies with its server
+            await writing
+    await asyncio.to_thread(private_neo4j.start)
+    stored = await count(private_neo4j, "Turn")
+    assert stored > 0 and stored % 2000 == 0, stored
