@@ -1,13 +1,14 @@
 """The aiohttp application: `create_app(service)` wires routes, middlewares and background tasks.
 
 Middlewares, outermost first: request context (request id, access log, metrics, error model),
-concurrency limit (`503 overloaded` beyond `max_concurrency`), per-request timeout. Background
+API keys (`401 unauthorized` on `/v1/*` when keys are configured), concurrency limit (`503 overloaded` beyond `max_concurrency`), per-request timeout. Background
 work (connecting, flushing the write backlog, polling for other replicas) belongs to the service.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import time
 import uuid
@@ -95,6 +96,43 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
         return response
     finally:
         structlog.contextvars.unbind_contextvars("request_id")
+
+
+def _authorised(header: str, keys: tuple[bytes, ...]) -> bool:
+    """Constant-time check of `Bearer <key>` against every configured key (all are compared,
+    so the time taken says nothing about which key nearly matched)."""
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        return False
+    given = token.strip().encode()
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(given, key)
+    return matched
+
+
+API_KEYS = web.AppKey("api_keys", tuple[bytes, ...])
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """With API keys configured, `/v1/*` (and `/metrics` if asked) need a bearer key."""
+    keys = request.app[API_KEYS]
+    if keys:
+        path = request.path
+        guarded = path.startswith("/v1/") or (
+            path == "/metrics" and request.app[SERVICE].settings.metrics_auth
+        )
+        if guarded and not _authorised(request.headers.get("Authorization", ""), keys):
+            request.app[SERVICE].metrics.http_rejected.labels("unauthorized").inc()
+            raise ApiError(
+                401,
+                "unauthorized",
+                "expected Authorization: Bearer <API key>",
+                "Authorization",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+    return await handler(request)
 
 
 class _Gate:
@@ -191,10 +229,11 @@ def create_app(service: Service) -> web.Application:
     from toolselect.api.routes import add_routes
 
     app = web.Application(
-        middlewares=[context_middleware, limit_middleware],
+        middlewares=[context_middleware, auth_middleware, limit_middleware],
         client_max_size=service.settings.max_body_bytes,
     )
     app[SERVICE] = service
     app[GATE] = _Gate(service.settings.max_concurrency)
+    app[API_KEYS] = tuple(key.encode() for key in service.settings.api_keys)
     add_routes(app)
     return app
