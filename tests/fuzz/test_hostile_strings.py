@@ -55,6 +55,9 @@ HOSTILE: tuple[str, ...] = (
     "get_weather\u200b",
     "漢" * 256,
 )
+# aiohttp's `{name}` placeholder matches `[^{}/]+` even when the braces arrive percent-encoded,
+# so these names are unreachable by path today (pinned by an xfail test below).
+BRACED = tuple(h for h in HOSTILE if "{" in h or "}" in h)
 # 2730 three-byte characters: 8190 bytes, just under the 8 KiB query and description limits.
 CJK_8K = "漢" * 2730
 
@@ -129,15 +132,15 @@ async def test_tools_come_back_verbatim(hostile: Hostile) -> None:
     """Each hostile name, description, schema and pack is returned and stored byte for byte."""
     client, store = hostile.client, hostile.service.store
     for i, name in enumerate(HOSTILE):
-        resp = await client.get(tool_url(name))
-        assert resp.status == 200, (name, await resp.text())
-        body = await resp.json()
-        assert body == {
-            "name": name,
-            "description": _description(i),
-            "input_schema": _schema(i),
-            "packs": [_pack(i)],
-        }
+        if name not in BRACED:
+            resp = await client.get(tool_url(name))
+            assert resp.status == 200, (name, await resp.text())
+            assert await resp.json() == {
+                "name": name,
+                "description": _description(i),
+                "input_schema": _schema(i),
+                "packs": [_pack(i)],
+            }
         stored = await store.get_tool(name)
         assert stored is not None
         assert (stored.name, stored.description) == (name, _description(i))
@@ -210,6 +213,8 @@ async def test_feedback_labels_are_stored_verbatim(hostile: Hostile) -> None:
         stored = await store.exemplar_for_query(query)
         assert stored is not None and (stored.query, stored.tool) == (query, name)
     for i, name in enumerate(HOSTILE):
+        if name in BRACED:
+            continue
         resp = await client.get(tool_url(name, "/exemplars"))
         assert resp.status == 200
         listed = (await resp.json())["exemplars"]
@@ -324,6 +329,22 @@ async def test_limits_count_utf8_bytes(hostile: Hostile) -> None:
 
 
 # --- known bugs: each test fails today and passes once the fix in the report is applied ------
+
+
+@pytest.mark.xfail(strict=True, reason="bug: `{name}` routes refuse names containing braces")
+async def test_names_with_braces_are_addressable(hostile: Hostile) -> None:
+    """Tools whose names contain `{` or `}` are reachable by get, exemplars and delete."""
+    client = hostile.client
+    assert BRACED
+    for name in BRACED:
+        resp = await client.get(tool_url(name))
+        assert resp.status == 200, (name, await resp.text())
+        assert (await resp.json())["name"] == name
+        resp = await client.get(tool_url(name, "/exemplars"))
+        assert resp.status == 200, (name, await resp.text())
+        resp = await client.delete(tool_url(name))
+        assert resp.status == 200, (name, await resp.text())
+        assert await hostile.service.store.get_tool(name) is None
 
 
 LONE_SURROGATE_BODIES = {
