@@ -7,11 +7,9 @@ agent runtime for every selection) starts without loading numpy, scikit-learn or
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,6 +34,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:
+    import asyncio  # not at the top: the `select --url` path never needs it
+
     return asyncio.run(coro)
 
 
@@ -91,6 +91,8 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_tools_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from toolselect.catalog import parse_tools
 
     try:
@@ -234,6 +236,8 @@ def cmd_observe(args: argparse.Namespace) -> int:
 
 def cmd_analytics(args: argparse.Namespace) -> int:
     """Run named analyses against the store alone (no embedder or ranker is built)."""
+    from pathlib import Path
+
     from toolselect.analytics import cli_analytics, parse_since
     from toolselect.service import open_store
 
