@@ -1,0 +1,110 @@
+"""The write backlog in front of a store whose server is down (a real driver aimed at a
+closed port), then flushed into a real SQLite store."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import neo4j
+import pytest
+import pytest_asyncio
+
+from toolselect.errors import StoreUnavailable
+from toolselect.graph.buffered import BufferedStore
+from toolselect.graph.neo4j import Neo4jStore
+from toolselect.graph.sqlite import SqliteStore
+from toolselect.graph.store import Exemplar, OracleCall, Tool, Turn
+from toolselect.metrics import Metrics
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def turn(i: int) -> Turn:
+    return Turn(id=f"t{i}", request=f"request {i}", used_tool="shell_exec", at=NOW)
+
+
+def exemplar(query: str, tool: str, tier: str) -> Exemplar:
+    return Exemplar(
+        id=f"{query}-{tier}", query=query, tool=tool, tier=tier, embedder="hashing-v1",  # type: ignore[arg-type]
+        embedding=(1.0, 0.0), created_at=NOW,
+    )  # fmt: skip
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def down() -> AsyncIterator[tuple[BufferedStore, Metrics]]:
+    """A buffered store whose backend refuses every connection."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    driver = neo4j.AsyncGraphDatabase.driver(
+        f"bolt://127.0.0.1:{port}", connection_timeout=1, max_transaction_retry_time=0
+    )
+    metrics = Metrics()
+    store = BufferedStore(
+        Neo4jStore(driver, uri=f"bolt://127.0.0.1:{port}"), max_turns=5, max_calls=2,
+        metrics=metrics,
+    )  # fmt: skip
+    yield store, metrics
+    await driver.close()
+
+
+async def test_writes_wait_in_a_bounded_backlog(down: tuple[BufferedStore, Metrics]) -> None:
+    """Turns beyond the bound drop the oldest and are counted; calls likewise."""
+    store, metrics = down
+    assert await store.record_turns([turn(i) for i in range(8)]) == 8
+    assert store.down and store.backlog == 5
+    for i in range(3):
+        call = OracleCall(id=f"c{i}", provider="anthropic", model="m", result="error",
+                          latency_ms=1.0, at=NOW)  # fmt: skip
+        await store.record_oracle_call(call)
+    assert store.backlog == 7
+    dropped = metrics.registry.get_sample_value
+    assert dropped("toolselect_store_backlog_dropped_total", {"kind": "turn"}) == 3
+    assert dropped("toolselect_store_backlog_dropped_total", {"kind": "oracle_call"}) == 1
+    assert await store.flush() == 0  # still down: nothing written, nothing lost
+    assert store.backlog == 7
+
+
+async def test_pending_labels_keep_the_tier_order(down: tuple[BufferedStore, Metrics]) -> None:
+    """While down, a weaker label never replaces a pending stronger one, and the ratchet
+    lookup answers from the backlog."""
+    store, _ = down
+    assert await store.save_exemplar(exemplar("Hello  World", "a", "feedback"))
+    assert not await store.save_exemplar(exemplar("hello world", "b", "teacher"))
+    assert not await store.save_exemplar(exemplar("hello world", "a", "feedback"))
+    pending = await store.exemplar_for_query("HELLO world")
+    assert pending is not None and (pending.tool, pending.tier) == ("a", "feedback")
+    assert await store.exemplar_for_query("unknown query") is None
+
+
+async def test_reads_fail_fast_while_down(down: tuple[BufferedStore, Metrics]) -> None:
+    """After one failure, reads raise StoreUnavailable without another round trip."""
+    store, _ = down
+    await store.record_turns([turn(1)])
+    with pytest.raises(StoreUnavailable):
+        await store.list_tools()
+    with pytest.raises(StoreUnavailable):
+        await store.state()
+
+
+async def test_flush_writes_in_order_into_a_live_store(tmp_path: Path) -> None:
+    """A backlog replayed into a live store lands whole, the turn's last version winning."""
+    inner = SqliteStore(tmp_path / "live.db")
+    await inner.migrate()
+    await inner.upsert_tools([Tool("a", "tool a")])
+    store = BufferedStore(inner)
+    store.last_error = "simulated outage"  # as set by a failed call: writes now queue
+    await store.record_turns([turn(1)])
+    await store.record_turns([Turn(id="t1", request="request 1", used_tool="shell_exec", at=NOW,
+                                   result="labeled", label="a")])  # fmt: skip
+    await store.save_exemplar(exemplar("q", "a", "teacher"))
+    assert store.backlog == 3
+    assert await store.flush() == 3
+    assert not store.down and store.backlog == 0
+    stored = await inner.get_turn("t1")
+    assert stored is not None and stored.label == "a"
+    assert (await inner.exemplar_for_query("q")) is not None
+    await store.close()
