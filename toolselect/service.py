@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 import structlog
+from threadpoolctl import threadpool_limits
 
 from toolselect.catalog import load_demo_catalog, tool_text
 from toolselect.config import Settings
@@ -160,6 +161,9 @@ class Service:
         service answers `not_ready` and keeps connecting in the background; otherwise (the CLI)
         `StoreUnavailable` is raised at once.
         """
+        # One BLAS thread: ranking is a small matrix-vector product, where a second thread buys
+        # nothing at the median and multiplies the p99 whenever the other core is busy.
+        threadpool_limits(1, user_api="blas")
         store = await open_store(settings, verify=not wait_for_store)
         embedder = build_embedder(
             settings.embedder,
@@ -431,10 +435,10 @@ class Service:
 
     # -- learning ------------------------------------------------------------------------
 
-    async def _saved(self, exemplar: Exemplar) -> None:
-        """A label was saved here: fold it into the ranker now, then pick up any eviction it
-        caused (the store may be down: the backlog holds the label and ranking uses it)."""
-        await self.fold([exemplar])
+    async def _saved(self, exemplars: Sequence[Exemplar]) -> None:
+        """Labels were saved here: fold them into the ranker now, then pick up any eviction
+        they caused (the store may be down: the backlog holds them and ranking uses them)."""
+        await self.fold(exemplars)
         with contextlib.suppress(StoreUnavailable):
             await self._fold_since(self.exemplar_version)
 
@@ -465,11 +469,11 @@ class Service:
             tool=tool,
             tier="feedback",
             embedder=self.embedder.id,
-            embedding=tuple(float(x) for x in vector),
+            embedding=tuple(vector.tolist()),
             created_at=datetime.now(UTC),
         )
         changed = await self.store.save_exemplar(exemplar)
         if changed:
-            await self._saved(exemplar)
+            await self._saved([exemplar])
         stored = await self.store.exemplar_for_query(query)
         return changed, stored or exemplar

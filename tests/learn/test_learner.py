@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +76,8 @@ class Harness:
             metrics=self.metrics,
         )
 
-    async def _on_saved(self, exemplar: Exemplar) -> None:
-        self.saved.append(exemplar)
+    async def _on_saved(self, exemplars: Sequence[Exemplar]) -> None:
+        self.saved.extend(exemplars)
 
     async def load_catalog(self) -> None:
         self.ranker.set_catalog(TOOLS, await self.embedder.embed([tool_text(t) for t in TOOLS]))

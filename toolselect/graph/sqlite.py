@@ -15,7 +15,7 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -138,6 +138,12 @@ _UNAVAILABLE_WORDS = ("locked", "busy", "disk i/o", "unable to open", "disk is f
 _NO_STATE = "sqlite store has no state record; run migrate() first"
 
 
+def _fields(record: Any) -> dict[str, Any]:
+    """A record's fields as a flat dict; unlike `asdict` it does not deep-copy the values (an
+    exemplar's embedding is thousands of floats)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -204,7 +210,7 @@ def _tool(row: sqlite3.Row, packs: Sequence[str]) -> Tool:
 
 
 def _turn_params(turn: Turn) -> dict[str, Any]:
-    return asdict(turn) | {"at": _ts(turn.at), "flagged": int(turn.flagged)}
+    return _fields(turn) | {"at": _ts(turn.at), "flagged": int(turn.flagged)}
 
 
 def _turn(row: sqlite3.Row) -> Turn:
@@ -446,7 +452,7 @@ class SqliteStore:
         if strength is None:
             tiers = ", ".join(TIER_STRENGTH)
             raise InvalidInput(f"expected tier in {tiers}, got {exemplar.tier!r}", "tier")
-        params = asdict(exemplar) | {
+        params = _fields(exemplar) | {
             "query_norm": exemplar.query_norm,
             "embedding": _pack_vector(exemplar.embedding),
             "created_at": _ts(exemplar.created_at),
@@ -561,7 +567,7 @@ class SqliteStore:
     # --- oracle calls ---------------------------------------------------------------------
 
     async def record_oracle_call(self, call: OracleCall) -> None:
-        params = asdict(call) | {"at": _ts(call.at)}
+        params = _fields(call) | {"at": _ts(call.at)}
 
         def work(conn: sqlite3.Connection) -> None:
             with _transaction(conn):

@@ -82,7 +82,7 @@ class Learner:
         embedder: Embedder,
         ranker: CentroidRanker,
         oracle: Oracle,
-        on_saved: Callable[[Exemplar], Awaitable[None]],
+        on_saved: Callable[[Sequence[Exemplar]], Awaitable[None]],
         describe: Callable[[str], str],
         config: LearnerConfig,
         metrics: Metrics | None = None,
@@ -300,8 +300,13 @@ class Learner:
                 self._decided(turn)
             turns.append(turn)
         await self._store.record_turns(turns)
-        for turn, vector, label, tier, confidence in saves:
-            await self._save(turn, vector, label, tier, confidence)
+        saved = [
+            exemplar
+            for turn, vector, label, tier, confidence in saves
+            if (exemplar := await self._save(turn, vector, label, tier, confidence)) is not None
+        ]
+        if saved:  # one fold per batch: a fold swaps the ranker's matrix
+            await self._on_saved(saved)
         for turn, vector, ranking in escalations:
             self._escalate(turn, vector, ranking)
 
@@ -318,14 +323,15 @@ class Learner:
 
     async def _save(
         self, turn: Turn, vector: np.ndarray, label: str, tier: Tier, confidence: float
-    ) -> bool:
+    ) -> Exemplar | None:
+        """Save a label; the exemplar when the store changed, else None."""
         exemplar = Exemplar(
             id=uuid.uuid4().hex,
             query=turn.request,
             tool=label,
             tier=tier,
             embedder=self._embedder.id,
-            embedding=tuple(float(x) for x in vector),
+            embedding=tuple(vector.tolist()),
             created_at=self._clock(),
             confidence=float(confidence),
             turn_id=turn.id,
@@ -334,11 +340,11 @@ class Learner:
             changed = await self._store.save_exemplar(exemplar)
         except NotFound:
             log.info("label_for_unknown_tool", tool=label, turn_id=turn.id)
-            return False
-        if changed:
-            self.stats.saved += 1
-            await self._on_saved(exemplar)
-        return changed
+            return None
+        if not changed:
+            return None
+        self.stats.saved += 1
+        return exemplar
 
     # -- teacher tier ------------------------------------------------------------------------
 
@@ -360,7 +366,9 @@ class Learner:
                 )
             done = replace(turn, result=answer.result, label=answer.label)
             if answer.result == "labeled" and answer.label is not None:
-                await self._save(done, vector, answer.label, "teacher", 1.0)
+                exemplar = await self._save(done, vector, answer.label, "teacher", 1.0)
+                if exemplar is not None:
+                    await self._on_saved([exemplar])
             await self._finish(done, answer.reason or answer.error)
         except ToolselectError as exc:
             await self._finish(replace(turn, result="error"), str(exc))
