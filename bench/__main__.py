@@ -57,7 +57,9 @@ def learning() -> None:
     _write("learning.json", result)
     baselines = {}
     if acc:
-        bm25 = max((m for m in acc["methods"] if m["method"].startswith("BM25")), key=lambda m: m["top1"])
+        bm25 = max(
+            (m for m in acc["methods"] if m["method"].startswith("BM25")), key=lambda m: m["top1"]
+        )
         baselines[f"best BM25 ({100 * bm25['top1']:.1f}%)"] = bm25["top1"]
     stage.plot(result, RESULTS / "learning_curve.png", baselines)
     print(f"learning: done in {result['took_s']:.0f} s", flush=True)

@@ -54,7 +54,7 @@ def score(ranked: Sequence[Sequence[str]], queries: Sequence[Query]) -> dict[str
         return {"top1": top1 / n, "recall5": r5 / n, "mrr10": mrr / n, "n": len(pairs)}
 
     pairs = [(tools, q.label) for tools, q in zip(ranked, queries, strict=True)]
-    out = block(pairs)
+    out: dict[str, Any] = dict(block(pairs))
     out["by_category"] = {
         cat: block(
             [(t, q.label) for t, q in zip(ranked, queries, strict=True) if q.category == cat]
@@ -185,7 +185,7 @@ async def _http_method(data: Dataset, url: str) -> dict[str, Any]:
 
 
 def _bm25s_words(text: str) -> list[str]:
-    import bm25s
+    import bm25s  # type: ignore[import-untyped]
 
     tokens = bm25s.tokenize(text, stopwords="en", return_ids=False, show_progress=False)
     return list(tokens[0]) if tokens else []
@@ -275,7 +275,7 @@ def semantic_router_method(data: Dataset) -> dict[str, Any]:
 
     from toolselect.embed.minilm import bundled_model_path
 
-    encoder = LocalEncoder(name=str(bundled_model_path()), device="cpu")
+    encoder = LocalEncoder(name=str(bundled_model_path()), device="cpu")  # type: ignore[no-untyped-call]
     routes = [Route(name=t.name, utterances=[tool_text(t)]) for t in data.tools]
     t0 = time.perf_counter()
     router = IndexedRouter(encoder=encoder, routes=routes, top_k=50)
@@ -371,6 +371,10 @@ async def text_variants(data: Dataset, encoders: Encoders, weight: float) -> lis
 # -- entry ------------------------------------------------------------------------------------
 
 
+def _lap(what: str, started: float) -> None:
+    print(f"  {what} done at {time.perf_counter() - started:.0f} s", flush=True)
+
+
 def run(data: Dataset, encoders: Encoders, url: str = "") -> dict[str, Any]:
     started = time.perf_counter()
     # Embed every text once up front (MiniLM, batched): the catalog in all variants, queries.
@@ -384,16 +388,21 @@ def run(data: Dataset, encoders: Encoders, url: str = "") -> dict[str, Any]:
         f"  MiniLM cache ready ({encoders.minilm.misses} new texts, {prepare_s:.0f} s)", flush=True
     )
     methods = asyncio.run(toolselect_methods(data, encoders, url))
+    _lap("toolselect methods", started)
     methods += bm25_methods(data)
+    _lap("BM25", started)
     try:
         sr = semantic_router_method(data)
     except Exception as exc:  # a third-party failure is reported, not fatal
         sr = {"method": "semantic-router", "status": "skipped", "reason": repr(exc)}
     if sr.get("status") == "ok":
         methods.append(sr)
+    _lap("semantic-router", started)
     grid = asyncio.run(hybrid_grid(data, encoders))
     best_weight = max(grid, key=lambda r: (r["before"]["top1"], r["before"]["mrr10"]))["weight"]
-    variants = asyncio.run(text_variants(data, encoders, 0.5))
+    _lap("hybrid grid", started)
+    variants = asyncio.run(text_variants(data, encoders, best_weight))
+    _lap("text variants", started)
     encoders.save()
     return {
         "dataset": data.counts,

@@ -94,7 +94,9 @@ class Encoders:
 
     def __init__(self) -> None:
         self._minilm: CachedEmbedder | None = None
-        self.hashing = HashingEmbedder()
+        # Hashing is cheap but the sweeps embed the same catalog dozens of times: memory only.
+        hashing = HashingEmbedder()
+        self.hashing = CachedEmbedder(hashing, VectorCache(hashing.id, persist=False))
 
     @property
     def minilm(self) -> CachedEmbedder:

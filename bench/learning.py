@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +41,8 @@ from toolselect.service import Service, build_teacher, open_store
 STEPS = (0, 50, 100, 200, 400)  # then all of the learn half
 FLOORS = (0.0, 0.02, 0.05, 0.1, 0.2)
 DEFAULT_FLOOR = 0.05
-DESCRIPTION_WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-BLENDS = (0.0, 0.25, 0.5, 1.0)
+DESCRIPTION_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+BLENDS = (0.0, 0.1, 0.25, 0.5)
 USED_TOOL = "shell_exec"
 
 
@@ -74,7 +74,7 @@ def _request_of(body: Any) -> str:
     return content[start + len("<request>\n") : end] if start >= 0 and end > start else ""
 
 
-async def teacher_stub(truth: dict[str, str]) -> AsyncIterator[Any]:
+async def teacher_stub(truth: dict[str, str]) -> AsyncGenerator[Any, None]:
     """A Messages API stub answering, for each request, its ground-truth tool."""
     from tests.stubs import Reply, anthropic_message, start_stub
 
@@ -98,6 +98,7 @@ async def run_arm(
     floor: float,
     stub: Any,
     steps: Sequence[int] = (),
+    description_weight: float = 1.0,
 ) -> dict[str, Any]:
     """Observe the learn half in `steps` through a fresh service; score held-out at each."""
     steps = steps or (*STEPS, len(data.learn))
@@ -113,6 +114,8 @@ async def run_arm(
             oracle=arm.oracle,
             oracle_tiers=arm.tiers,
             margin_floor=floor,
+            description_weight=description_weight,
+            exemplar_weight=1.0,
             teacher="anthropic",
             anthropic_api_key="bench",
             anthropic_base_url=stub.url,
@@ -155,6 +158,7 @@ async def run_arm(
         "method": kind if kind != "hybrid" else f"hybrid w={weight:g}",
         "arm": arm.name,
         "floor": floor,
+        "description_weight": description_weight,
         "points": points,
         "final": {k: final[k] for k in ("top1", "recall5", "mrr10")},
         "gain_top1": final["top1"] - points[0]["top1"],
@@ -237,35 +241,70 @@ def _blend_rank(
     ranker: CentroidRanker, exemplars: Sequence[LearnedVector], held: np.ndarray, beta: float
 ) -> list[tuple[str, ...]]:
     names = ranker.names
-    matrix = ranker.snapshot.matrix
     if not exemplars or beta == 0.0:
         return rank_all(ranker, held)
     row_of = {name: i for i, name in enumerate(names)}
-    kept = [e for e in exemplars if e.tool in row_of]
+    kept = sorted((e for e in exemplars if e.tool in row_of), key=lambda e: row_of[e.tool])
     owners = np.array([row_of[e.tool] for e in kept], dtype=np.intp)
     ex = np.vstack([np.asarray(e.vector, dtype=np.float32) for e in kept])
-    out = []
-    for q in held:
-        scores = matrix @ q
-        best = np.zeros(len(names), dtype=np.float32)
-        np.maximum.at(best, owners, ex @ q)
-        total = scores + beta * best
-        top = np.argsort(-total, kind="stable")[:K]
-        out.append(tuple(names[i] for i in top))
-    return out
+    scores = held @ ranker.snapshot.columns  # (queries, tools)
+    sims = held @ ex.T  # (queries, exemplars), grouped by tool
+    starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+    best = np.zeros_like(scores)
+    best[:, owners[starts]] = np.maximum.reduceat(sims, starts, axis=1)
+    total = scores + beta * best
+    top = np.argsort(-total, axis=1, kind="stable")[:, :K]
+    return [tuple(names[i] for i in row) for row in top]
 
 
 # -- entry --------------------------------------------------------------------------------------
 
 
+async def _curves(
+    data: Dataset,
+    embedder: Embedder,
+    kind: str,
+    weight: float,
+    stub: Any,
+    dw: float,
+    runs: list[dict[str, Any]],
+) -> dict[str, list[LearnedVector]]:
+    """The three arms at the default floor; returns the exemplars each arm saved."""
+    label = kind if kind != "hybrid" else f"hybrid w={weight:g}"
+    saved: dict[str, list[LearnedVector]] = {}
+    for arm in (TEACHER_ON, TEACHER_OFF, TEACHER_ONLY):
+        result = await run_arm(
+            data, embedder, kind, weight, arm, DEFAULT_FLOOR, stub, description_weight=dw
+        )
+        saved[arm.name] = _exemplar_vectors(result.pop("_exemplars"))
+        runs.append(result)
+        print(
+            f"  {label} dw {dw:g} {arm.name}: top-1 {result['points'][0]['top1']:.3f} -> "
+            f"{result['final']['top1']:.3f} ({result['took_s']:.0f} s)",
+            flush=True,
+        )
+    return saved
+
+
+def best_description_weight(knobs: dict[str, Any], source: str = "teacher on") -> float:
+    rows = [r for r in knobs["description_weight"] if r["exemplars"] == source]
+    # Ties go to the weight closest to 1 (the smallest change from the current default).
+    best = max(rows, key=lambda r: (round(r["top1"], 6), -abs(np.log2(r["description_weight"]))))
+    return float(best["description_weight"])
+
+
 async def _run(
     data: Dataset, encoders: Encoders, specs: Sequence[tuple[str, float]], sweep: Sequence[str]
 ) -> dict[str, Any]:
+    """Phase 1: curves at description weight 1 for every embedder, and the knob sweep on the
+    exemplars they saved. Phase 2, for the embedders in `sweep`: curves again at the best
+    description weight found, and the margin-floor sweep at that weight."""
     truth_by_text: dict[str, str] = {}
     for q in data.learn:
         truth_by_text.setdefault(q.text, q.label)
     runs: list[dict[str, Any]] = []
     knobs: dict[str, Any] = {}
+    chosen: dict[str, float] = {}
     truth_points: dict[str, dict[str, Any]] = {}
     agen = teacher_stub(truth_by_text)
     stub = await agen.__anext__()
@@ -282,32 +321,37 @@ async def _run(
             bound = score(rank_all(ranker, held), data.held)
             bound.pop("by_category")
             truth_points[label] = bound
-            arms = [TEACHER_ON, TEACHER_OFF, TEACHER_ONLY]
-            saved: dict[str, list[LearnedVector]] = {"ground truth": truth}
-            for arm in arms:
-                result = await run_arm(data, embedder, kind, weight, arm, DEFAULT_FLOOR, stub)
-                saved[arm.name] = _exemplar_vectors(result.pop("_exemplars"))
-                runs.append(result)
-                print(
-                    f"  {label} {arm.name}: top-1 {result['points'][0]['top1']:.3f} -> "
-                    f"{result['final']['top1']:.3f} ({result['took_s']:.0f} s)",
-                    flush=True,
-                )
-            if label in sweep or kind in sweep:
-                for floor in FLOORS:
-                    if floor == DEFAULT_FLOOR:
-                        continue
-                    for arm in (TEACHER_ON, TEACHER_OFF):
-                        result = await run_arm(
-                            data, embedder, kind, weight, arm, floor, stub, steps=(0, len(data.learn))
-                        )
-                        result.pop("_exemplars")
-                        runs.append(result)
-                    print(f"  {label} floor {floor:g} done", flush=True)
-            knobs[label] = knob_sweep(data, catalog, held, saved)
+            saved = await _curves(data, embedder, kind, weight, stub, 1.0, runs)
+            knobs[label] = knob_sweep(data, catalog, held, {"ground truth": truth, **saved})
+        for kind, weight in specs:
+            label = kind if kind != "hybrid" else f"hybrid w={weight:g}"
+            if label not in sweep:
+                continue
+            embedder = encoders.get(kind, weight)
+            dw = chosen[label] = best_description_weight(knobs[label])
+            if dw != 1.0:
+                await _curves(data, embedder, kind, weight, stub, dw, runs)
+            for floor in FLOORS:
+                if floor == DEFAULT_FLOOR:
+                    continue
+                # At floor 0 the ranker labels every turn and the teacher is never asked: the
+                # teacher-on arm would repeat the teacher-off run exactly.
+                for arm in (TEACHER_OFF,) if floor == 0.0 else (TEACHER_ON, TEACHER_OFF):
+                    result = await run_arm(
+                        data, embedder, kind, weight, arm, floor, stub,
+                        steps=(0, len(data.learn)), description_weight=dw,
+                    )  # fmt: skip
+                    result.pop("_exemplars")
+                    runs.append(result)
+                print(f"  {label} dw {dw:g} floor {floor:g} done", flush=True)
     finally:
         await agen.aclose()
-    return {"runs": runs, "knobs": knobs, "truth_bound": truth_points}
+    return {
+        "runs": runs,
+        "knobs": knobs,
+        "truth_bound": truth_points,
+        "chosen_description_weight": chosen,
+    }
 
 
 def run(
@@ -334,7 +378,8 @@ def run(
 
 
 def plot(result: dict[str, Any], path: Any, baselines: dict[str, float] | None = None) -> None:
-    """Held-out top-1 against observed turns: one panel per embedder, one line per arm."""
+    """Held-out top-1 against observed turns: one panel per embedder, a line per arm (colour)
+    and description weight (dashed: the current default 1, solid: the weight chosen)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -343,25 +388,39 @@ def plot(result: dict[str, Any], path: Any, baselines: dict[str, float] | None =
     curves = [r for r in result["runs"] if r["floor"] == result["default_floor"]]
     methods = list(dict.fromkeys(r["method"] for r in curves))
     fig, axes = plt.subplots(
-        1, len(methods), figsize=(4.6 * len(methods), 4.0), sharey=True, squeeze=False
+        1, len(methods), figsize=(4.8 * len(methods), 4.2), sharey=True, squeeze=False
     )
-    styles = {"teacher on": "-o", "teacher off": "-s", "teacher only": "--^"}
+    colours = {"teacher on": "tab:blue", "teacher off": "tab:orange", "teacher only": "tab:green"}
+    chosen = result.get("chosen_description_weight", {})
     for ax, method in zip(axes[0], methods, strict=True):
         for r in (r for r in curves if r["method"] == method):
+            dw = r["description_weight"]
+            faded = method in chosen and dw != chosen[method]
             xs = [p["observed"] for p in r["points"]]
             ys = [100 * p["top1"] for p in r["points"]]
-            ax.plot(xs, ys, styles.get(r["arm"], "-"), label=r["arm"], markersize=4)
+            ax.plot(
+                xs,
+                ys,
+                "--" if faded else "-",
+                marker="o",
+                markersize=3,
+                color=colours.get(r["arm"], "black"),
+                alpha=0.45 if faded else 1.0,
+                label=f"{r['arm']}, dw {dw:g}",
+            )
         bound = result.get("truth_bound", {}).get(method)
         if bound:
-            ax.axhline(100 * bound["top1"], color="grey", linestyle=":", label="all labels true")
+            ax.axhline(
+                100 * bound["top1"], color="grey", linestyle=":", label="all labels true, dw 1"
+            )
         for name, value in (baselines or {}).items():
             ax.axhline(100 * value, color="tab:red", linestyle="-.", linewidth=1, label=name)
         ax.set_title(method)
         ax.set_xlabel("observed mis-routed turns (learn half)")
         ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=7)
     axes[0][0].set_ylabel("held-out top-1 (%)")
-    axes[0][-1].legend(loc="lower right", fontsize=8)
-    fig.suptitle(f"Learning curve, margin floor {result['default_floor']}", fontsize=10)
+    fig.suptitle(f"Learning curve (margin floor {result['default_floor']})", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

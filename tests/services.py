@@ -28,7 +28,11 @@ class ServiceFactory:
         self.started: list[Service] = []
 
     def settings(self, **overrides: Any) -> Settings:
-        base = Settings(data_dir=str(self.tmp_path), poll_interval_s=0.2, oracle="on")
+        # Pinned: `auto` would pick the MiniLM hybrid wherever the extra is installed, and the
+        # tests must rank the same on every machine.
+        base = Settings(
+            data_dir=str(self.tmp_path), poll_interval_s=0.2, oracle="on", embedder="hashing"
+        )
         if self.server is None:
             base = base.override(store=f"sqlite:{self.tmp_path / 'toolselect.db'}")
         else:

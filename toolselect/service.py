@@ -166,7 +166,7 @@ class Service:
         threadpool_limits(1, user_api="blas")
         store = await open_store(settings, verify=not wait_for_store)
         embedder = build_embedder(
-            settings.embedder,
+            settings.embedder_kind,
             hybrid_weight=settings.hybrid_weight,
             url=settings.embed_url,
             model=settings.embed_model,

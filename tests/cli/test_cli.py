@@ -51,6 +51,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         **keep,
         "TOOLSELECT_STORE": f"sqlite:{tmp_path / 'cli.db'}",
         "TOOLSELECT_LOG_FORMAT": "json",
+        "TOOLSELECT_EMBEDDER": "hashing",
     }
 
 

@@ -71,6 +71,7 @@ def settings_for(server: PrivateNeo4j, tmp_path: Path) -> Settings:
     return Settings(
         store="neo4j",
         neo4j_uri=server.uri,
+        embedder="hashing",
         data_dir=str(tmp_path),
         poll_interval_s=0.2,
         shutdown_timeout_s=2.0,

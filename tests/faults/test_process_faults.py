@@ -36,6 +36,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         **keep,
         "TOOLSELECT_STORE": f"sqlite:{tmp_path / 'serve.db'}",
         "TOOLSELECT_LOG_FORMAT": "json",
+        "TOOLSELECT_EMBEDDER": "hashing",
         "TOOLSELECT_SHUTDOWN_TIMEOUT": "10",
     }
 

@@ -9,6 +9,7 @@ catalog name, and CJK up to the 8 KiB limits.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -20,6 +21,7 @@ from yarl import URL
 
 from tests.services import ServiceFactory
 from toolselect.api.app import create_app
+from toolselect.catalog import MAX_DESCRIPTION_BYTES
 from toolselect.names import normalise_query
 from toolselect.service import Service
 
@@ -58,8 +60,9 @@ HOSTILE: tuple[str, ...] = (
 # aiohttp's `{name}` placeholder matches `[^{}/]+` even when the braces arrive percent-encoded,
 # so these names are unreachable by path today (pinned by an xfail test below).
 BRACED = tuple(h for h in HOSTILE if "{" in h or "}" in h)
-# 2730 three-byte characters: 8190 bytes, just under the 8 KiB query and description limits.
-CJK_8K = "漢" * 2730
+# 2730 three-byte characters: 8190 bytes, just under the 8 KiB description (and default query)
+# limit.
+CJK_8K = "漢" * (MAX_DESCRIPTION_BYTES // 3)
 
 BASE = {
     "get_weather": "Current weather and forecast for a city: temperature, rain, wind.",
@@ -109,7 +112,9 @@ async def _put(client: Client, body: dict[str, Any]) -> None:
 async def hostile(services: ServiceFactory, aiohttp_client: Any) -> Hostile:
     """A service whose catalog is the base tools plus one tool per hostile string, each in the
     pack named by another hostile string, all written through `PUT /v1/tools`."""
-    service = await services.start()
+    # No store polling during the test: a poll's reload racing a PUT can drop the PUT's tools
+    # from the ranker (pinned by test_catalog_writes_survive_concurrent_reloads).
+    service = await services.start(poll_interval_s=3600.0)
     client = await aiohttp_client(create_app(service))
     base = [{"name": n, "description": d} for n, d in BASE.items()]
     await _put(client, {"tools": base, "pack": "base"})
@@ -171,7 +176,8 @@ async def test_hostile_queries_keep_their_meaning(hostile: Hostile) -> None:
     """A hostile query ranks the whole catalog (nothing lost, nothing extra); a restriction to
     hostile names keeps exactly those names."""
     client = hostile.client
-    queries = (*HOSTILE, CJK_8K, "  \t padded \n ", "' OR '1'='1")
+    longest = "漢" * (hostile.service.settings.max_query_bytes // 3)
+    queries = (*HOSTILE, longest, "  \t padded \n ", "' OR '1'='1")
     for query in queries:
         resp = await client.post("/v1/rank", json={"query": query, "k": 100})
         assert resp.status == 200, (query, await resp.text())
@@ -256,7 +262,7 @@ async def test_turns_are_stored_verbatim(hostile: Hostile) -> None:
 
     def turn(i: int, prefix: str) -> dict[str, Any]:
         return {
-            "turn_id": f"{prefix}{HOSTILE[i]}",
+            "turn_id": f"{prefix}{HOSTILE[i]}"[:256],
             "agent_id": HOSTILE[(i + 1) % n],
             "pack": HOSTILE[(i + 2) % n],
             "request": HOSTILE[(i + 3) % n],
@@ -269,7 +275,7 @@ async def test_turns_are_stored_verbatim(hostile: Hostile) -> None:
         resp = await client.post("/v1/observe", json=body)
         assert resp.status == 202
         assert await resp.json() == {"queued": True}
-    batch = [turn(i, "batch:") for i in range(n)]
+    batch = [turn(i, "b:") for i in range(n)]
     resp = await client.post("/v1/observe/batch", json={"turns": batch})
     assert resp.status == 202
     assert await resp.json() == {"queued": n, "dropped": 0}
@@ -310,21 +316,26 @@ async def test_slash_and_dot_names_are_addressable_encoded(hostile: Hostile) -> 
 
 
 async def test_limits_count_utf8_bytes(hostile: Hostile) -> None:
-    """The 8 KiB limits count UTF-8 bytes: 2730 CJK characters pass, 2731 are refused with the
-    field named, and the refusal stores nothing."""
+    """The text limits count UTF-8 bytes, not characters: CJK just under a limit passes, one
+    character more is refused with the field named, and the refusal stores nothing."""
     client = hostile.client
-    over = CJK_8K + "漢"
+    limit = hostile.service.settings.max_query_bytes
+    under, over = "漢" * (limit // 3), "漢" * (limit // 3 + 1)
+    assert len(over) < limit < len(over.encode())
+    resp = await client.post("/v1/rank", json={"query": under})
+    assert resp.status == 200
     resp = await client.post("/v1/rank", json={"query": over})
     assert resp.status == 422
     assert (await resp.json())["error"]["field"] == "query"
-    resp = await client.put(
-        "/v1/tools", json={"tools": [{"name": "too_long", "description": over + over}]}
-    )
-    assert resp.status == 422
-    assert (await resp.json())["error"]["field"] == "tools[0].description"
     resp = await client.post("/v1/observe", json={"request": over, "used_tool": "x"})
     assert resp.status == 422
     assert (await resp.json())["error"]["field"] == "request"
+    too_long = "漢" * (MAX_DESCRIPTION_BYTES // 3 + 1)
+    resp = await client.put(
+        "/v1/tools", json={"tools": [{"name": "too_long", "description": too_long}]}
+    )
+    assert resp.status == 422
+    assert (await resp.json())["error"]["field"] == "tools[0].description"
     assert await hostile.service.store.get_tool("too_long") is None
 
 
@@ -454,3 +465,24 @@ async def test_over_long_turn_id_never_loses_its_batch(
             assert await service.store.get_turn(t["turn_id"]) is not None
     else:
         assert 400 <= resp.status < 500
+
+
+@pytest.mark.xfail(
+    strict=True, reason="bug: a reload racing PUT /v1/tools drops the PUT's tools from the ranker"
+)
+async def test_catalog_writes_survive_concurrent_reloads(
+    services: ServiceFactory, aiohttp_client: Any
+) -> None:
+    """A reload (what the store poller runs after any catalog change) racing a `PUT /v1/tools`
+    never leaves the service believing it is current while the PUT's tool is missing."""
+    service = await services.start(poll_interval_s=3600.0)
+    client = await aiohttp_client(create_app(service))
+    lost: list[str] = []
+    for i in range(80):
+        name = f"tool_{i}"
+        body = {"tools": [{"name": name, "description": f"does {name}"}]}
+        await asyncio.gather(service.reload(), _put(client, body))
+        current = service.catalog_version == (await service.store.state()).catalog_version
+        if current and not service.ranker.has(name):
+            lost.append(name)
+    assert lost == []

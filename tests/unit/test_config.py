@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from toolselect.config import Settings, load_settings, settings_table
+from toolselect.config import Settings, load_settings, minilm_installed, settings_table
 from toolselect.errors import ConfigError
 
 
@@ -16,8 +16,10 @@ def test_defaults_without_environment(tmp_path: Path) -> None:
     assert s.store_kind == "sqlite"
     assert s.sqlite_path == tmp_path / "toolselect" / "toolselect.db"
     assert (s.embedder, s.max_k, s.max_body_bytes, s.max_query_bytes) == (
-        "hashing", 100, 1 << 20, 8 << 10,
+        "auto", 100, 1 << 20, 8 << 10,
     )  # fmt: skip
+    assert s.embedder_kind == ("hybrid" if minilm_installed() else "hashing")
+    assert load_settings({"TOOLSELECT_EMBEDDER": "hashing"}).embedder_kind == "hashing"
     assert s.teacher_kind == "none"
 
 
@@ -41,7 +43,7 @@ def test_anthropic_key_selects_the_anthropic_teacher() -> None:
     [
         ({"TOOLSELECT_MAX_K": "zero"}, "TOOLSELECT_MAX_K: expected a whole number, got 'zero'"),
         ({"TOOLSELECT_PORT": "70000"}, "TOOLSELECT_PORT: expected a number in 0..65535, got 70000"),
-        ({"TOOLSELECT_EMBEDDER": "bert"}, "TOOLSELECT_EMBEDDER: expected one of hashing, minilm, http, hybrid, got 'bert'"),
+        ({"TOOLSELECT_EMBEDDER": "bert"}, "TOOLSELECT_EMBEDDER: expected one of auto, hashing, minilm, http, hybrid, got 'bert'"),
         ({"TOOLSELECT_ORACLE": "maybe"}, "TOOLSELECT_ORACLE: expected one of on, off, got 'maybe'"),
         ({"TOOLSELECT_STORE": "postgres"}, "TOOLSELECT_STORE: expected 'neo4j' or 'sqlite:PATH', got 'postgres'"),
         ({"TOOLSELECT_STORE": "neo4j"}, "TOOLSELECT_STORE=neo4j needs NEO4J_URI (e.g. bolt://host:7687)"),

@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--store", help="neo4j or sqlite:PATH (default: from settings)")
-        p.add_argument("--embedder", choices=["hashing", "minilm", "http", "hybrid"])
+        p.add_argument("--embedder", choices=["auto", "hashing", "minilm", "http", "hybrid"])
         return p
 
     serve = with_store(sub.add_parser("serve", help="run the HTTP API"))
