@@ -40,7 +40,7 @@ def parse_tools(body: object) -> tuple[list[Tool], str | None]:
     entries = body["tools"]
     if not isinstance(entries, list):
         raise InvalidInput(f'expected "tools" to be a list, got {_kind(entries)}', field="tools")
-    pack = _optional_pack(body.get("pack"))
+    pack = check_pack(body.get("pack"))
     tools: list[Tool] = []
     for i, entry in enumerate(entries):
         where = f"tools[{i}]"
@@ -169,7 +169,8 @@ def _description(value: object, field: str) -> str:
     return value
 
 
-def _optional_pack(value: object) -> str | None:
+def check_pack(value: object) -> str | None:
+    """A pack name from a body or a query string: None, or non-blank and at most 256 chars."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():

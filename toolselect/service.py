@@ -409,24 +409,29 @@ class Service:
 
     async def upsert_tools(self, tools: Sequence[Tool], pack: str | None = None) -> UpsertResult:
         """Write tools to the store, then swap them into the ranker."""
-        result = await self.store.upsert_tools(tools, pack)
-        if result.upserted or pack is not None:
-            stored = {t.name: t for t in await self.store.list_tools()}
-            fresh = [stored[t.name] for t in tools if t.name in stored]
-            vectors = await self._embed([tool_text(t) for t in fresh], "tools")
-            self.ranker.upsert_tools(fresh, vectors)
-            self._descriptions.update((t.name, t.description) for t in fresh)
-            self.catalog_version = (await self.store.state()).catalog_version
-            self._publish_sizes("upsert")
+        # Under the reload lock: a poll's reload that listed the catalog before this write and
+        # swapped it in after would drop these tools, and with the version already current,
+        # no later poll would bring them back.
+        async with self._reload_lock:
+            result = await self.store.upsert_tools(tools, pack)
+            if result.upserted or pack is not None:
+                stored = {t.name: t for t in await self.store.list_tools()}
+                fresh = [stored[t.name] for t in tools if t.name in stored]
+                vectors = await self._embed([tool_text(t) for t in fresh], "tools")
+                self.ranker.upsert_tools(fresh, vectors)
+                self._descriptions.update((t.name, t.description) for t in fresh)
+                self.catalog_version = (await self.store.state()).catalog_version
+                self._publish_sizes("upsert")
         return result
 
     async def delete_tool(self, name: str) -> None:
-        if not await self.store.delete_tool(name):
-            raise NotFound(f"no tool named {name!r}")
-        self.ranker.remove_tools([name])
-        self._descriptions.pop(name, None)
-        self.catalog_version = (await self.store.state()).catalog_version
-        self._publish_sizes("delete")
+        async with self._reload_lock:
+            if not await self.store.delete_tool(name):
+                raise NotFound(f"no tool named {name!r}")
+            self.ranker.remove_tools([name])
+            self._descriptions.pop(name, None)
+            self.catalog_version = (await self.store.state()).catalog_version
+            self._publish_sizes("delete")
 
     async def delete_exemplar(self, exemplar_id: str) -> None:
         if not await self.store.delete_exemplar(exemplar_id):

@@ -1,2 +1,2 @@
-MATCH (e:ToolSelectionExample {query_norm: $query_norm})-[:SELECTS]->(t:Tool)
+MATCH (e:ToolSelectionExample {query_key: $query_key})-[:SELECTS]->(t:Tool)
 RETURN e {.*} AS exemplar, t.name AS tool

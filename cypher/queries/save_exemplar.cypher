@@ -1,6 +1,6 @@
 // $exemplar: the full property map (query_norm included); replaces every field and edge.
 MATCH (tool:Tool {name: $tool})
-MERGE (e:ToolSelectionExample {query_norm: $exemplar.query_norm})
+MERGE (e:ToolSelectionExample {query_key: $exemplar.query_key})
 SET e = $exemplar
 WITH e, tool
 CALL (e) {
@@ -9,7 +9,7 @@ CALL (e) {
 }
 // The new label supersedes an earlier removal of the same query.
 CALL (e) {
-  MATCH (ts:ExemplarTombstone {query_norm: e.query_norm})
+  MATCH (ts:ExemplarTombstone {query_key: e.query_key})
   DELETE ts
 }
 MERGE (e)-[:SELECTS]->(tool)

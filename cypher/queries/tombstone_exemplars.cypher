@@ -2,7 +2,7 @@
 // exemplars_since() can report the deletion.
 UNWIND $ids AS id
 MATCH (e:ToolSelectionExample {id: id})
-MERGE (ts:ExemplarTombstone {query_norm: e.query_norm})
-SET ts.version = $version
+MERGE (ts:ExemplarTombstone {query_key: e.query_key})
+SET ts.version = $version, ts.query_norm = e.query_norm
 DETACH DELETE e
 RETURN count(*) AS deleted

@@ -57,8 +57,8 @@ HOSTILE: tuple[str, ...] = (
     "get_weather\u200b",
     "漢" * 256,
 )
-# aiohttp's `{name}` placeholder matches `[^{}/]+` even when the braces arrive percent-encoded,
-# so these names are unreachable by path today (pinned by an xfail test below).
+# aiohttp's plain `{name}` placeholder matches `[^{}/]+` even when the braces arrive
+# percent-encoded; the tool routes use `{name:[^/]+}` so these names stay addressable.
 BRACED = tuple(h for h in HOSTILE if "{" in h or "}" in h)
 # 2730 three-byte characters: 8190 bytes, just under the 8 KiB description (and default query)
 # limit.
@@ -342,7 +342,6 @@ async def test_limits_count_utf8_bytes(hostile: Hostile) -> None:
 # --- known bugs: each test fails today and passes once the fix in the report is applied ------
 
 
-@pytest.mark.xfail(strict=True, reason="bug: `{name}` routes refuse names containing braces")
 async def test_names_with_braces_are_addressable(hostile: Hostile) -> None:
     """Tools whose names contain `{` or `}` are reachable by get, exemplars and delete."""
     client = hostile.client
@@ -367,10 +366,6 @@ LONE_SURROGATE_BODIES = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: JSON \\uD800-style lone surrogate escapes reach the stores (500, lost turns)",
-)
 async def test_lone_surrogate_escapes_are_refused(hostile: Hostile) -> None:
     """A body with a lone UTF-16 surrogate escape is refused with a 4xx before it reaches a
     store, and cannot take well-formed turns of the same batch down with it."""
@@ -391,7 +386,6 @@ async def test_lone_surrogate_escapes_are_refused(hostile: Hostile) -> None:
         assert 400 <= resp.status < 500
 
 
-@pytest.mark.xfail(strict=True, reason="bug: PUT /v1/tools?pack= skips the pack name checks")
 async def test_pack_query_parameter_is_checked_like_the_body(hostile: Hostile) -> None:
     """`PUT /v1/tools?pack=` refuses a blank or over-long pack name as the body's `pack` does."""
     client = hostile.client
@@ -409,13 +403,6 @@ async def test_long_values_are_stored_or_refused_never_lost(
     """A feedback query or used tool of 8190 bytes (under the 8 KiB limits; one query grows to
     90 KB under NFKC) is either stored or refused with a 4xx naming the field: never a 500, and
     a 202 never hides a lost turn of the batch."""
-    if services.kind == "neo4j":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="bug: Neo4j range indexes refuse keys over ~8 KiB (500, lost batches)",
-            )
-        )
     client, service = hostile.client, hostile.service
     for query in (CJK_8K, "\ufdfa" * 2730):
         resp = await client.post("/v1/exemplars", json={"query": query, "tool": "get_weather"})
@@ -446,13 +433,6 @@ async def test_over_long_turn_id_never_loses_its_batch(
 ) -> None:
     """A 9000-byte turn id is either refused with a 4xx or stored with the rest of its batch;
     a 202 never hides lost turns."""
-    if services.kind == "neo4j":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="bug: Neo4j range indexes refuse keys over ~8 KiB (500, lost batches)",
-            )
-        )
     service = hostile.service
     turns = [
         {"request": "weather in Rome", "used_tool": "get_weather", "turn_id": "ok-1"},
@@ -467,9 +447,6 @@ async def test_over_long_turn_id_never_loses_its_batch(
         assert 400 <= resp.status < 500
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: a reload racing PUT /v1/tools drops the PUT's tools from the ranker"
-)
 async def test_catalog_writes_survive_concurrent_reloads(
     services: ServiceFactory, aiohttp_client: Any
 ) -> None:

@@ -107,7 +107,7 @@ class LiveServer:
 
 
 def _settings(tmp: Path, server: Neo4jServer | None) -> Settings:
-    base = Settings(data_dir=str(tmp), oracle="on", poll_interval_s=0.5)
+    base = Settings(data_dir=str(tmp), oracle="on", poll_interval_s=0.5, embedder="hashing")
     if server is None:
         return base.override(store=f"sqlite:{tmp / 'toolselect.db'}")
     return base.override(

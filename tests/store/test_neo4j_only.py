@@ -40,8 +40,8 @@ CONSTRAINTS = {
     ("Pack", "name"),
     ("Turn", "id"),
     ("ToolSelectionExample", "id"),
-    ("ToolSelectionExample", "query_norm"),
-    ("ExemplarTombstone", "query_norm"),
+    ("ToolSelectionExample", "query_key"),
+    ("ExemplarTombstone", "query_key"),
     ("OracleCall", "id"),
     ("Meta", "key"),
 }
@@ -164,6 +164,28 @@ async def test_migrate_twice_changes_nothing(store: Neo4jStore, driver: neo4j.As
     # The lock marker of version-moving writes is never committed.
     meta = await rows(driver, db, "MATCH (m:Meta {key: 'state'}) RETURN keys(m) AS k")
     assert [sorted(r["k"]) for r in meta] == [["catalog_version", "exemplar_version", "key"]]
+
+
+async def test_migrate_backfills_query_keys(store: Neo4jStore, driver: neo4j.AsyncDriver) -> None:
+    """Exemplars and tombstones from before `query_key` get it at migrate() and stay findable."""
+    await store.upsert_tools([Tool("a")])
+    await store.save_exemplar(exemplar("Old Query", "a"))
+    await driver.execute_query(
+        "MATCH (n) WHERE n:ToolSelectionExample OR n:ExemplarTombstone REMOVE n.query_key",
+        database_="neo4j",
+    )
+    await driver.execute_query(
+        "CREATE (:ExemplarTombstone {query_norm: 'gone', version: 1})", database_="neo4j"
+    )
+    assert await store.exemplar_for_query("old query") is None  # unreachable by key now
+    await store.migrate()
+    found = await store.exemplar_for_query("old query")
+    assert found is not None and found.tool == "a"
+    missing = await rows(
+        driver, "neo4j", "MATCH (n) WHERE n.query_norm IS NOT NULL AND n.query_key IS NULL "
+        "RETURN count(n) AS c",
+    )  # fmt: skip
+    assert missing == [{"c": 0}]
 
 
 async def test_state_is_zero_on_an_empty_database(driver: neo4j.AsyncDriver) -> None:

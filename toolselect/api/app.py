@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -198,9 +199,39 @@ async def read_body(request: web.Request) -> Any:
     _check_content_type(request)
     raw = await request.read()
     try:
-        return json.loads(raw)
+        data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, "invalid_json", f"body is not JSON: {exc}", "body") from None
+    if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(data):
+        raise ApiError(
+            400,
+            "invalid_json",
+            "body is not Unicode text: it escapes a lone UTF-16 surrogate (\\uD800-\\uDFFF)",
+            "body",
+        )
+    return data
+
+
+# JSON may escape half of a UTF-16 pair ("\\ud800"): json.loads accepts it, but it is not text
+# and no store can encode it. Only bodies with such an escape are walked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _field(loc: tuple[int | str, ...]) -> str:

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel
+
+# Documented in the schema only: the service enforces these (and its configured limits) with
+# its own messages, so the JSON Schema describes what is accepted without changing errors.
+_NON_BLANK: dict[str, Any] = {"minLength": 1, "pattern": "\\S"}
+# A tool name: 1..256 characters, no surrounding whitespace.
+_NAME = Field(min_length=1, max_length=256, pattern=r"^\S(?:[\s\S]*\S)?$")
+
+
+def _integral(value: Any) -> Any:
+    """JSON Schema counts 42.0 as an integer; strict pydantic would refuse it."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(_integral)]
 
 
 class _Strict(BaseModel):
@@ -12,8 +26,15 @@ class _Strict(BaseModel):
 
 
 class RankRequest(_Strict):
-    query: str = Field(description="The request to rank tools for (1 byte .. 8 KiB UTF-8).")
-    k: int = Field(default=5, description="How many tools to return (1..100).")
+    query: str = Field(
+        description="The request to rank tools for (1 byte .. 8 KiB UTF-8).",
+        json_schema_extra=_NON_BLANK,
+    )
+    k: Integer = Field(
+        default=5,
+        description="How many tools to return (1..max_k, 100 by default).",
+        json_schema_extra={"minimum": 1, "maximum": 100},
+    )
     tools: list[str] | None = Field(default=None, description="Rank only these tool names.")
     pack: str | None = Field(default=None, description="Rank only this pack's tools.")
 
@@ -34,18 +55,21 @@ class PromptKitQuery(BaseModel):
     """PromptKit's `selection.Query`, with its Go field names."""
 
     model_config = ConfigDict(strict=True, extra="ignore")
-    Text: str
+    Text: str = Field(json_schema_extra=_NON_BLANK)
     Kind: str = "tool"
     PackID: str = ""
     AgentID: str = ""
-    K: int = 0
+    K: Integer = 0
 
 
 class PromptKitCandidate(BaseModel):
     """PromptKit's `selection.Candidate`: `ID` is what a selector returns."""
 
     model_config = ConfigDict(strict=True, extra="ignore")
-    ID: str
+    ID: str = Field(
+        description="The tool name returned when selected; unique among the candidates.",
+        json_schema_extra={"minLength": 1, "maxLength": 256, "pattern": r"^\S(?:[\s\S]*\S)?$"},
+    )
     Name: str = ""
     Description: str = ""
     Metadata: dict[str, Any] | None = None
@@ -64,10 +88,10 @@ class SelectResponse(_Strict):
 
 class ObserveRequest(_Strict):
     request: str
-    used_tool: str
-    turn_id: str | None = None
-    agent_id: str | None = None
-    pack: str | None = None
+    used_tool: str = Field(max_length=256)
+    turn_id: str | None = Field(default=None, max_length=256)
+    agent_id: str | None = Field(default=None, max_length=256)
+    pack: str | None = Field(default=None, max_length=256)
     outcome: Literal["ok", "error", "corrected"] | None = None
 
 
@@ -118,7 +142,7 @@ class ExemplarList(_Strict):
 
 
 class FeedbackRequest(_Strict):
-    query: str
+    query: str = Field(json_schema_extra=_NON_BLANK)
     tool: str
 
 
@@ -150,3 +174,51 @@ class ErrorBody(_Strict):
 
 class ErrorResponse(_Strict):
     error: ErrorBody
+
+
+class ToolIn(BaseModel):
+    """One tool of an MCP or native `PUT /v1/tools` body; unknown keys are ignored."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            # The schema is read from `inputSchema` when present, else from `input_schema`.
+            "anyOf": [
+                {
+                    "required": ["inputSchema"],
+                    "properties": {"inputSchema": {"type": ["object", "null"]}},
+                },
+                {
+                    "not": {"required": ["inputSchema"]},
+                    "properties": {"input_schema": {"type": ["object", "null"]}},
+                },
+            ]
+        },
+    )
+    name: str = _NAME
+    description: str | None = Field(default=None, description="At most 8 KiB of UTF-8.")
+
+
+class ToolsIn(BaseModel):
+    """MCP `tools/list` result or native body; names unique within the body."""
+
+    model_config = ConfigDict(extra="allow")
+    tools: list[ToolIn] = Field(max_length=10_000)
+    pack: str | None = Field(default=None, max_length=256, json_schema_extra=_NON_BLANK)
+
+
+class OpenAIFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = _NAME
+    description: str | None = Field(default=None, description="At most 8 KiB of UTF-8.")
+    parameters: dict[str, Any] | None = None
+
+
+class OpenAITool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"] = "function"
+    function: OpenAIFunction
+
+
+class UpsertRequest(RootModel[ToolsIn | list[OpenAITool]]):
+    """`PUT /v1/tools` (schema only: `catalog.parse_tools` validates, with its own messages)."""

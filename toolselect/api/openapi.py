@@ -22,7 +22,7 @@ _OPERATIONS: tuple[
     ("post", "/v1/select", "PromptKit exec-selector payload", m.SelectRequest, 200, m.SelectResponse, (), ()),
     ("post", "/v1/observe", "Report one turn", m.ObserveRequest, 202, m.ObserveResponse, (), ()),
     ("post", "/v1/observe/batch", "Report many turns", m.ObserveBatchRequest, 202, m.ObserveBatchResponse, (), ()),
-    ("put", "/v1/tools", "Upsert tools (MCP, OpenAI or native body)", None, 200, m.UpsertResponse, (), ("pack",)),
+    ("put", "/v1/tools", "Upsert tools (MCP, OpenAI or native body)", m.UpsertRequest, 200, m.UpsertResponse, (), ("pack",)),
     ("get", "/v1/tools", "List tools", None, 200, m.ToolList, (), ("pack",)),
     ("get", "/v1/tools/{name}", "One tool", None, 200, m.ToolOut, ("name",), ()),
     ("delete", "/v1/tools/{name}", "Delete a tool", None, 200, m.DeletedResponse, ("name",), ()),
@@ -89,11 +89,6 @@ def openapi_document(routes: frozenset[str] | None = None) -> dict[str, Any]:
             op["requestBody"] = {
                 "required": True,
                 "content": {"application/json": {"schema": _ref(request)}},
-            }
-        elif method == "put":
-            op["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": {}}},
             }
         paths.setdefault(path, {})[method] = op
     return {

@@ -12,7 +12,7 @@ from toolselect.api import models as m
 from toolselect.api.app import SERVICE, json_response, read_body, read_model
 from toolselect.api.errors import ApiError, not_found
 from toolselect.api.openapi import openapi_document
-from toolselect.catalog import candidates_to_tools, parse_tools
+from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
 from toolselect.errors import ToolselectError
 from toolselect.graph.store import Exemplar, Tool
 from toolselect.service import Service
@@ -68,7 +68,8 @@ async def put_tools(request: web.Request) -> web.Response:
             f"expected at most {service.settings.max_batch * 10} tools, got {len(tools)}",
             "tools",
         )
-    pack = request.query.get("pack") or pack
+    if request.query.get("pack"):
+        pack = check_pack(request.query["pack"])
     result = await service.upsert_tools(tools, pack)
     return json_response(m.UpsertResponse(upserted=result.upserted, unchanged=result.unchanged))
 
@@ -216,9 +217,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/select", select)
     app.router.add_put("/v1/tools", put_tools)
     app.router.add_get("/v1/tools", list_tools)
-    app.router.add_get("/v1/tools/{name}", get_tool)
-    app.router.add_delete("/v1/tools/{name}", delete_tool)
-    app.router.add_get("/v1/tools/{name}/exemplars", tool_exemplars)
+    app.router.add_get("/v1/tools/{name:[^/]+}", get_tool)
+    app.router.add_delete("/v1/tools/{name:[^/]+}", delete_tool)
+    app.router.add_get("/v1/tools/{name:[^/]+}/exemplars", tool_exemplars)
     app.router.add_post("/v1/observe", observe)
     app.router.add_post("/v1/observe/batch", observe_batch)
     app.router.add_post("/v1/exemplars", post_exemplar)

@@ -12,6 +12,7 @@ Driver errors never leave this module: unreachable servers and refused credentia
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -63,6 +64,12 @@ _UNAVAILABLE = (ServiceUnavailable, SessionExpired, AuthError, OSError)
 _TURN_FIELDS = tuple(f.name for f in fields(Turn))
 _CALL_FIELDS = tuple(f.name for f in fields(OracleCall))
 _EXEMPLAR_PROPS = tuple(f.name for f in fields(Exemplar) if f.name != "tool")
+
+
+def query_key(query_norm: str) -> str:
+    """The fixed-size key a normalised query is unique by: Neo4j range indexes refuse string
+    keys over about 8 KiB, and NFKC can grow an 8 KiB query eighteenfold."""
+    return hashlib.sha256(query_norm.encode()).hexdigest()
 
 
 def _utc_now() -> datetime:
@@ -200,8 +207,23 @@ class Neo4jStore:
             await self._driver.execute_query(
                 _q("await_indexes"), {"timeout_s": 300}, database_=self._database
             )
+            await self._backfill_query_keys()
         await self._write(_lock_meta)
         log.info("neo4j_migrated", store=self._uri, database=self._database, statements=count)
+
+    async def _backfill_query_keys(self) -> None:
+        """Give exemplars and tombstones of older stores their `query_key` (hashed here, since
+        Cypher has no SHA-256)."""
+        while True:
+            records, _, _ = await self._driver.execute_query(
+                _q("missing_query_keys"), database_=self._database
+            )
+            if not records:
+                return
+            rows = [{"node": r["node"], "key": query_key(r["query_norm"])} for r in records]
+            await self._driver.execute_query(
+                _q("set_query_keys"), {"rows": rows}, database_=self._database
+            )
 
     async def ping(self) -> None:
         """Raise `StoreUnavailable` unless the database answers now."""
@@ -299,13 +321,14 @@ class Neo4jStore:
         props: dict[str, Any] = {name: getattr(exemplar, name) for name in _EXEMPLAR_PROPS}
         props |= {
             "query_norm": exemplar.query_norm,
+            "query_key": query_key(exemplar.query_norm),
             "embedding": [float(x) for x in exemplar.embedding],
             "created_at": _to_db(exemplar.created_at),
         }
 
         async def work(tx: AsyncManagedTransaction) -> tuple[bool, int]:
             state = await _lock_meta(tx)
-            guard = {"tool": exemplar.tool, "query_norm": props["query_norm"]}
+            guard = {"tool": exemplar.tool, "query_key": props["query_key"]}
             found = await _one(tx, "exemplar_guard", guard)
             if not found["tool_exists"]:
                 raise NotFound(f"unknown tool {exemplar.tool!r}")
@@ -343,7 +366,8 @@ class Neo4jStore:
         return evicted
 
     async def exemplar_for_query(self, query: str) -> Exemplar | None:
-        rows = await self._read("exemplar_for_query", {"query_norm": normalise_query(query)})
+        key = query_key(normalise_query(query))
+        rows = await self._read("exemplar_for_query", {"query_key": key})
         return _exemplar(rows[0]["exemplar"], rows[0]["tool"]) if rows else None
 
     async def exemplars_for_tool(self, tool: str) -> list[Exemplar]:
