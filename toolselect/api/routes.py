@@ -112,14 +112,7 @@ async def observe(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     turn = await read_model(request, m.ObserveRequest)
     _check_turn(service, turn, "")
-    queued = service.observe(
-        turn.request,
-        turn.used_tool,
-        turn_id=turn.turn_id,
-        agent_id=turn.agent_id,
-        pack=turn.pack,
-        outcome=turn.outcome,
-    )
+    queued = _observe(service, turn)
     reason = None if queued else "queue_full"
     return json_response(m.ObserveResponse(queued=queued, reason=reason), status=202)
 
@@ -137,19 +130,20 @@ async def observe_batch(request: web.Request) -> web.Response:
         )
     for i, turn in enumerate(body.turns):
         _check_turn(service, turn, f"turns[{i}].")
-    queued = sum(
-        service.observe(
-            t.request,
-            t.used_tool,
-            turn_id=t.turn_id,
-            agent_id=t.agent_id,
-            pack=t.pack,
-            outcome=t.outcome,
-        )
-        for t in body.turns
-    )
+    queued = sum(_observe(service, turn) for turn in body.turns)
     return json_response(
         m.ObserveBatchResponse(queued=queued, dropped=len(body.turns) - queued), status=202
+    )
+
+
+def _observe(service: Service, turn: m.ObserveRequest) -> bool:
+    return service.observe(
+        turn.request,
+        turn.used_tool,
+        turn_id=turn.turn_id,
+        agent_id=turn.agent_id,
+        pack=turn.pack,
+        outcome=turn.outcome,
     )
 
 
