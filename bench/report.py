@@ -711,6 +711,13 @@ def _defaults(acc: dict[str, Any], learn: dict[str, Any] | None, d: dict[str, An
     lat = best.get("latency_ms", {}).get("total", {})
     lines = ["## Defaults chosen and why", ""]
     lines.append(
+        "toolselect applies these as its defaults: `TOOLSELECT_EMBEDDER=auto` builds `hybrid` "
+        "(weight 0.5) when the `minilm` extra is installed and `hashing` otherwise, so a bare "
+        "install still starts with no model; `TOOLSELECT_DESCRIPTION_WEIGHT=auto` is 16 with a "
+        "dense or hybrid embedder and 8 with `hashing`; the margin floor is 0.05. The evidence:"
+    )
+    lines.append("")
+    lines.append(
         f"- **`TOOLSELECT_EMBEDDER={d['embedder']}`**: the best toolselect method before learning "
         f"({best['method']}: top-1 {pct(best['top1'])}%, recall@5 {pct(best['recall5'])}%, "
         f"{100 * (best['top1'] - bm25['top1']):+.1f} points over the best BM25), where `hashing` "

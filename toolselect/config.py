@@ -69,6 +69,13 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _auto_or(parse: Callable[[str], float]) -> Callable[[str], float | None]:
+    def parse_or_auto(text: str) -> float | None:
+        return None if text.strip().lower() == "auto" else parse(text)
+
+    return parse_or_auto
+
+
 def _str(text: str) -> str:
     return text.strip()
 
@@ -98,7 +105,7 @@ class Settings:
     embed_model: str = ""
     embed_api_key: str = ""
     hybrid_weight: float = 0.5
-    description_weight: float = 8.0
+    description_weight: float | None = None  # None: chosen for the embedder, see below
     exemplar_weight: float = 1.0
     margin_floor: float = 0.05
     fallback_tools: tuple[str, ...] = DEFAULT_FALLBACK_TOOLS
@@ -155,6 +162,14 @@ class Settings:
         if self.embedder != "auto":
             return self.embedder
         return "hybrid" if minilm_installed() else "hashing"
+
+    @property
+    def centroid_description_weight(self) -> float:
+        """Explicit, else the best measured for the embedder: dense vectors drift further from
+        a tool's description as exemplars pile up, so they need a heavier anchor."""
+        if self.description_weight is not None:
+            return self.description_weight
+        return 8.0 if self.embedder_kind == "hashing" else 16.0
 
     @property
     def teacher_kind(self) -> str:
@@ -215,7 +230,7 @@ FIELDS: tuple[Field, ...] = (
     Field("embed_model", "TOOLSELECT_EMBED_MODEL", _str, "model name sent to the `http` embedder"),
     Field("embed_api_key", "TOOLSELECT_EMBED_API_KEY", _str, "bearer key for the `http` embedder"),
     Field("hybrid_weight", "TOOLSELECT_HYBRID_WEIGHT", _float(0.0, 1.0), "weight of the dense scores in `hybrid` (lexical gets the rest)"),
-    Field("description_weight", "TOOLSELECT_DESCRIPTION_WEIGHT", _float(0.0, 1000.0), "weight of a tool's description vector in its centroid, against 1 per exemplar (BENCHMARKS.md)"),
+    Field("description_weight", "TOOLSELECT_DESCRIPTION_WEIGHT", _auto_or(_float(0.0, 1000.0)), "weight of a tool's description vector in its centroid, against 1 per exemplar; `auto`: 16 for `hybrid`/`minilm`, 8 for `hashing` (BENCHMARKS.md)"),
     Field("exemplar_weight", "TOOLSELECT_EXEMPLAR_WEIGHT", _float(0.0, 1000.0), "weight of each learned exemplar vector in its tool's centroid"),
     Field("margin_floor", "TOOLSELECT_MARGIN_FLOOR", _float(0.0, 2.0), "top-1/top-2 margin at which the ranker's own label is trusted"),
     Field("fallback_tools", "TOOLSELECT_FALLBACK_TOOLS", _names, "comma list of tools an agent improvises with when it missed the right one"),
@@ -319,7 +334,9 @@ def settings_table() -> str:
     by_name = {f.name: f for f in fields(Settings)}
     for f in FIELDS:
         value = getattr(defaults, f.name) if f.name in by_name else ""
-        if isinstance(value, bool):
+        if value is None:
+            value = "auto"
+        elif isinstance(value, bool):
             value = "true" if value else "false"
         elif isinstance(value, tuple):
             value = ",".join(value)

@@ -113,7 +113,7 @@ class Service:
         self.store = BufferedStore(store, metrics=self.metrics)
         self.embedder = embedder
         self.ranker = CentroidRanker(
-            description_weight=settings.description_weight,
+            description_weight=settings.centroid_description_weight,
             exemplar_weight=settings.exemplar_weight,
         )
         self.catalog_version = -1

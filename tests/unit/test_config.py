@@ -19,7 +19,12 @@ def test_defaults_without_environment(tmp_path: Path) -> None:
         "auto", 100, 1 << 20, 8 << 10,
     )  # fmt: skip
     assert s.embedder_kind == ("hybrid" if minilm_installed() else "hashing")
-    assert load_settings({"TOOLSELECT_EMBEDDER": "hashing"}).embedder_kind == "hashing"
+    hashing = load_settings({"TOOLSELECT_EMBEDDER": "hashing"})
+    assert (hashing.embedder_kind, hashing.centroid_description_weight) == ("hashing", 8.0)
+    hybrid = load_settings({"TOOLSELECT_EMBEDDER": "hybrid"})
+    assert hybrid.centroid_description_weight == 16.0
+    pinned = load_settings({"TOOLSELECT_EMBEDDER": "hybrid", "TOOLSELECT_DESCRIPTION_WEIGHT": "2"})
+    assert pinned.centroid_description_weight == 2.0
     assert s.teacher_kind == "none"
 
 
