@@ -437,6 +437,8 @@ def server_env(store: str, workdir: Path) -> dict[str, str]:
         TOOLSELECT_DATA_DIR=str(workdir),
         TOOLSELECT_LOG_LEVEL="warning",
         TOOLSELECT_TEACHER="none",
+        # The targets are stated for `hashing`; `auto` would pick the MiniLM hybrid here.
+        TOOLSELECT_EMBEDDER="hashing",
     )
     if store == "neo4j":
         env.update({k: v for k, v in os.environ.items() if k.startswith("NEO4J_")})
@@ -745,9 +747,12 @@ def _settings(store: str, workdir: Path) -> Settings:
             neo4j_database=os.environ.get("NEO4J_DATABASE", "neo4j"),
             data_dir=str(workdir),
             teacher="none",
+            embedder="hashing",
         )
     else:
-        settings = Settings(store=f"sqlite:{workdir / 'intake.db'}", data_dir=str(workdir))
+        settings = Settings(
+            store=f"sqlite:{workdir / 'intake.db'}", data_dir=str(workdir), embedder="hashing"
+        )
     settings.validate()
     return settings
 
