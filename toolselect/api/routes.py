@@ -17,6 +17,10 @@ from toolselect.errors import ToolselectError
 from toolselect.graph.store import Exemplar, Tool
 from toolselect.service import Service
 
+# Larger catalogs go in several PUTs (`toolselect tools import` sends 500 at a time); with the
+# default 1 MiB body limit, the body size usually binds first.
+MAX_TOOLS_PER_PUT = 10_000
+
 
 def _tool_out(tool: Tool) -> m.ToolOut:
     return m.ToolOut(
@@ -61,11 +65,11 @@ async def select(request: web.Request) -> web.Response:
 async def put_tools(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     tools, pack = parse_tools(await read_body(request))
-    if len(tools) > service.settings.max_batch * 10:
+    if len(tools) > MAX_TOOLS_PER_PUT:
         raise ApiError(
             422,
             "invalid_request",
-            f"expected at most {service.settings.max_batch * 10} tools, got {len(tools)}",
+            f"expected at most {MAX_TOOLS_PER_PUT} tools, got {len(tools)}",
             "tools",
         )
     if request.query.get("pack"):
