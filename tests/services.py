@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +55,24 @@ class ServiceFactory:
     async def aclose(self) -> None:
         for service in reversed(self.started):
             await service.close()
+
+
+def free_port() -> int:
+    """A loopback port free right now (for a server a test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cli_env(db: Path, **extra: str) -> dict[str, str]:
+    """The process environment without inherited toolselect, Neo4j or Anthropic settings,
+    pointing `toolselect` at the embedded store `db` with the hashing embedder."""
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLSELECT_", "NEO4J_"))}
+    keep.pop("ANTHROPIC_API_KEY", None)
+    return {
+        **keep,
+        "TOOLSELECT_STORE": f"sqlite:{db}",
+        "TOOLSELECT_LOG_FORMAT": "json",
+        "TOOLSELECT_EMBEDDER": "hashing",
+        **extra,
+    }

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.services import cli_env, free_port
 
 EXE = [sys.executable, "-m", "toolselect.cmd.main"]
 
@@ -45,14 +45,7 @@ def run(
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """A clean environment pointing the CLI at a fresh embedded store."""
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLSELECT_", "NEO4J_"))}
-    keep.pop("ANTHROPIC_API_KEY", None)
-    return {
-        **keep,
-        "TOOLSELECT_STORE": f"sqlite:{tmp_path / 'cli.db'}",
-        "TOOLSELECT_LOG_FORMAT": "json",
-        "TOOLSELECT_EMBEDDER": "hashing",
-    }
+    return cli_env(tmp_path / "cli.db")
 
 
 @pytest.fixture
@@ -64,12 +57,6 @@ def catalog_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"upserted": 3, "unchanged": 0}
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.services import cli_env, free_port
 from toolselect.graph.sqlite import SqliteStore
 
 EXE = [sys.executable, "-m", "toolselect.cmd.main"]
@@ -30,21 +30,7 @@ CATALOG = {
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLSELECT_", "NEO4J_"))}
-    keep.pop("ANTHROPIC_API_KEY", None)
-    return {
-        **keep,
-        "TOOLSELECT_STORE": f"sqlite:{tmp_path / 'serve.db'}",
-        "TOOLSELECT_LOG_FORMAT": "json",
-        "TOOLSELECT_EMBEDDER": "hashing",
-        "TOOLSELECT_SHUTDOWN_TIMEOUT": "10",
-    }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return cli_env(tmp_path / "serve.db", TOOLSELECT_SHUTDOWN_TIMEOUT="10")
 
 
 async def wait_ready(url: str, proc: asyncio.subprocess.Process) -> None:
@@ -131,6 +117,7 @@ WRITER = """
 import asyncio, sys
 from datetime import UTC, datetime
 from pathlib import Path
+from tests.services import cli_env, free_port
 from toolselect.graph.sqlite import SqliteStore
 from toolselect.graph.store import Turn
 
