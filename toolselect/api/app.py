@@ -241,14 +241,22 @@ def _field(loc: tuple[int | str, ...]) -> str:
     return out or "body"
 
 
+def _rejected(exc: ValidationError) -> ApiError:
+    """The first validation error: `400 invalid_json` for bytes that do not parse, else
+    `422 invalid_request` naming its field."""
+    first = exc.errors()[0]
+    if first["type"] == "json_invalid":
+        return ApiError(400, "invalid_json", f"body is not JSON: {first['msg']}", "body")
+    field = _field(tuple(first["loc"]))
+    return ApiError(422, "invalid_request", f"{field}: {first['msg']}", field)
+
+
 def validate(model: type[M], data: Any) -> M:
-    """Validate a parsed body; the first error becomes `422 invalid_request` with its field."""
+    """Validate a parsed body (the CLI's stdin, say) against a request model."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = _field(tuple(first["loc"]))
-        raise ApiError(422, "invalid_request", f"{field}: {first['msg']}", field) from None
+        raise _rejected(exc) from None
 
 
 async def read_model(request: web.Request, model: type[M]) -> M:
@@ -258,12 +266,7 @@ async def read_model(request: web.Request, model: type[M]) -> M:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        if first["type"] == "json_invalid":
-            message = f"body is not JSON: {first['msg']}"
-            raise ApiError(400, "invalid_json", message, "body") from None
-        field = _field(tuple(first["loc"]))
-        raise ApiError(422, "invalid_request", f"{field}: {first['msg']}", field) from None
+        raise _rejected(exc) from None
 
 
 def json_response(model: BaseModel, status: int = 200) -> web.Response:
