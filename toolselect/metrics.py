@@ -57,6 +57,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.intake_failed_turns = Counter(
+            "toolselect_intake_failed_turns",
+            "Turns the intake worker could not process even alone (logged with their id)",
+            registry=r,
+        )
         self.flags = Counter(
             "toolselect_flagged_turns",
             "Mis-routed turns by reason",
@@ -109,6 +114,43 @@ class Metrics:
             "toolselect_replica_folds",
             "Exemplar deltas folded from the store poll",
             registry=r,
+        )
+
+        self.refits = Counter(
+            "toolselect_learning_refits",
+            "Refits of fold, calibration and teacher depth",
+            registry=r,
+        )
+        self.free_tier_floor = Gauge(
+            "toolselect_free_tier_margin_floor",
+            "Margin at which the calibrated free tier labels (-1: never)",
+            registry=r,
+        )
+        self.calibration_labels = Gauge(
+            "toolselect_calibration_labels", "Trusted labels behind the last fit", registry=r
+        )
+        self.fold_description_weight = Gauge(
+            "toolselect_fold_description_weight", "Description weight of the centroids", registry=r
+        )
+        self.fold_shrink = Gauge(
+            "toolselect_fold_shrink", "Exemplar shrink power of the centroids", registry=r
+        )
+        self.fold_self_weight = Gauge(
+            "toolselect_fold_self_weight",
+            "Weight of the ranker's own (free-tier) labels in the centroids",
+            registry=r,
+        )
+        self.teacher_depth = Gauge(
+            "toolselect_teacher_depth", "Ranked candidates the teacher is shown", registry=r
+        )
+        self.teacher_candidates = Histogram(
+            "toolselect_teacher_candidates",
+            "Candidates shown per teacher call",
+            buckets=(2, 5, 10, 20, 30, 50, 75, 100, 150, 200),
+            registry=r,
+        )
+        self.last_refit = Gauge(
+            "toolselect_learning_last_refit_timestamp_seconds", "When the last fit ran", registry=r
         )
 
     def render(self) -> bytes:

@@ -1,8 +1,11 @@
 """Per-tool centroids of embeddings, ranked by cosine: pure numpy, no I/O, no locks for readers.
 
 A tool's centroid is the normalised weighted sum of its description vector (weight
-`description_weight`) and its exemplar vectors (each `exemplar_weight`); normalising makes it
-the same direction as the weighted mean. Readers take the current `Snapshot` once (one
+`description_weight`) and its exemplar vectors (each `exemplar_weight / count ** shrink`: with
+`shrink` 0 every exemplar counts fully, with 1 a tool's exemplars weigh like their mean; the
+ranker's own free-tier labels count `self_weight` each, trusted ones 1);
+normalising makes it the same direction as the weighted mean. The weights can change at run time
+(`reweight`), when the learning loop has chosen better ones from its labels. Readers take the current `Snapshot` once (one
 attribute read) and rank against it; writers build a new snapshot and swap it in with one
 assignment, so a reader never sees half an update and never waits.
 
@@ -68,11 +71,39 @@ EMPTY_RANKING = Ranking((), 0.0)
 
 @dataclass(frozen=True, slots=True)
 class LearnedVector:
-    """An exemplar as the ranker needs it: its normalised query, its tool, its vector."""
+    """An exemplar as the ranker needs it: its normalised query, its tool, its vector, and
+    whether its label is trusted (a teacher's or a human's, not the ranker's own top-1)."""
 
     query_norm: str
     tool: str
     vector: npt.NDArray[np.floating]
+    trusted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LabelView:
+    """What a fit needs from the ranker, copied at one instant.
+
+    `descriptions[i]` is tool `i`'s description vector; `sums[j]`/`counts[j]` the sum and count
+    of the trusted exemplars of tool `sum_rows[j]`, `own_sums[j]`/`own_counts[j]` those of the
+    ranker's own labels (only tools with exemplars); `vectors[v]` an exemplar whose tool is row
+    `owners[v]`, already folded into that tool's trusted sum when `trusted[v]`, else its own.
+    """
+
+    descriptions: npt.NDArray[np.float32]
+    sum_rows: Rows
+    sums: npt.NDArray[np.float64]
+    counts: npt.NDArray[np.float64]
+    vectors: npt.NDArray[np.float32]
+    owners: Rows
+    own_sums: npt.NDArray[np.float64]
+    own_counts: npt.NDArray[np.float64]
+    trusted: npt.NDArray[np.bool_]
+
+    @property
+    def size(self) -> int:
+        """Trusted labels among the exemplars."""
+        return int(self.trusted.sum())
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -116,6 +147,45 @@ class Snapshot:
             return EMPTY_RANKING
         return _top(_scores(self, query, rows), rows, self.names, k)
 
+    def rank_many(
+        self,
+        queries: npt.NDArray[np.floating],
+        k: int,
+        restrict: Collection[str] | None = None,
+        pack: str | None = None,
+    ) -> list[Ranking]:
+        """`rank` of every row of `queries` (shape `(n, dim)`), with the same top-k, tie and
+        margin rules, the cut to the top k done for all rows at once. Sparse rows are scored as
+        `rank` scores them (a gather of their features' rows), so they rank identically; dense
+        rows together, in one matrix product, so their scores may differ from `rank`'s in the
+        last float32 bits."""
+        matrix = np.asarray(queries, dtype=np.float32)
+        if matrix.ndim != 2:
+            raise InvalidInput(
+                f"expected query vectors of shape (n, dim), got {matrix.shape}", field="query"
+            )
+        count = matrix.shape[0]
+        if k <= 0 or not self.names:
+            return [EMPTY_RANKING] * count
+        if matrix.shape[1] != self.dim:
+            raise InvalidInput(
+                f"expected query vectors of {self.dim} dimensions, got {matrix.shape[1]}",
+                field="query",
+            )
+        rows = _candidate_rows(self, restrict, pack)
+        if rows is not None and rows.size == 0:
+            return [EMPTY_RANKING] * count
+        dense = np.count_nonzero(matrix, axis=1) > _SPARSE_FRACTION * self.dim
+        width = self.size if rows is None else rows.size
+        scores = np.empty((count, width), dtype=np.float32)
+        for i in np.flatnonzero(~dense).tolist():
+            scores[i] = _scores(self, matrix[i], rows)
+        at = np.flatnonzero(dense)
+        if at.size:
+            columns = self.columns if rows is None else self.columns[:, rows]
+            scores[at] = matrix[at] @ columns
+        return _top_many(scores, rows, self.names, k)
+
 
 _EMPTY_SNAPSHOT = Snapshot(0, (), MappingProxyType({}), MappingProxyType({}), _NO_COLUMNS, 0)
 
@@ -134,10 +204,17 @@ class _State:
 
     tools: dict[str, Tool] = field(default_factory=dict)
     descriptions: dict[str, Vector] = field(default_factory=dict)
-    # Every exemplar, whether its tool is in the catalog or not (then it waits for the tool).
-    exemplars: dict[str, tuple[str, Vector]] = field(default_factory=dict)
+    # Every exemplar, whether its tool is in the catalog or not (then it waits for the tool):
+    # query_norm -> (tool, vector, trusted).
+    exemplars: dict[str, tuple[str, Vector, bool]] = field(default_factory=dict)
+    # Exemplar sums per tool, apart for trusted labels and the ranker's own (free tier).
     sums: dict[str, _Sum] = field(default_factory=dict)
+    own: dict[str, _Sum] = field(default_factory=dict)
+    trusted: int = 0
     dim: int = 0
+
+    def sums_of(self, trusted: bool) -> dict[str, _Sum]:
+        return self.sums if trusted else self.own
 
 
 class CentroidRanker:
@@ -148,14 +225,18 @@ class CentroidRanker:
     never takes the lock. Vectors must come from one embedder (one `dim`).
     """
 
-    def __init__(self, description_weight: float = 1.0, exemplar_weight: float = 1.0) -> None:
-        if description_weight < 0 or exemplar_weight < 0:
-            raise ValueError(
-                "expected non-negative weights, got "
-                f"description_weight={description_weight}, exemplar_weight={exemplar_weight}"
-            )
+    def __init__(
+        self,
+        description_weight: float = 1.0,
+        exemplar_weight: float = 1.0,
+        shrink: float = 0.0,
+        self_weight: float = 1.0,
+    ) -> None:
+        _check_weights(description_weight, exemplar_weight, shrink, self_weight)
         self._dw = description_weight
         self._ew = exemplar_weight
+        self._shrink = shrink
+        self._self_weight = self_weight
         self._snapshot = _EMPTY_SNAPSHOT
         self._state = _State()
         self._lock = threading.Lock()
@@ -194,12 +275,21 @@ class CentroidRanker:
 
     def exemplar_count(self, tool: str) -> int:
         """Exemplars naming `tool`, including those waiting for the tool to join the catalog."""
-        found = self._state.sums.get(tool)
-        return found.count if found else 0
+        return sum(s[tool].count for s in (self._state.sums, self._state.own) if tool in s)
 
     @property
     def exemplar_total(self) -> int:
         return len(self._state.exemplars)
+
+    @property
+    def trusted_total(self) -> int:
+        """Exemplars whose label is trusted (teacher or human)."""
+        return self._state.trusted
+
+    @property
+    def weights(self) -> tuple[float, float, float, float]:
+        """(description weight, exemplar weight, shrink, self weight) of the centroids."""
+        return self._dw, self._ew, self._shrink, self._self_weight
 
     def rank(
         self,
@@ -300,10 +390,12 @@ class CentroidRanker:
                 touched.update(self._detach(query_norm))
             for lv, vector in zip(upserted, vectors, strict=True):
                 touched.update(self._detach(lv.query_norm))
-                state.exemplars[lv.query_norm] = (lv.tool, vector)
-                found = state.sums.get(lv.tool)
+                state.exemplars[lv.query_norm] = (lv.tool, vector, lv.trusted)
+                state.trusted += lv.trusted
+                sums = state.sums_of(lv.trusted)
+                found = sums.get(lv.tool)
                 if found is None:
-                    found = state.sums[lv.tool] = _Sum(np.zeros(state.dim, dtype=np.float64))
+                    found = sums[lv.tool] = _Sum(np.zeros(state.dim, dtype=np.float64))
                 found.total += vector
                 found.count += 1
                 touched.add(lv.tool)
@@ -315,13 +407,80 @@ class CentroidRanker:
                 self._swap(snap.names, columns, same_tools=True)
             return len(changed)
 
+    def reweight(self, description_weight: float, shrink: float, self_weight: float) -> bool:
+        """Fold every centroid again with new weights (the exemplar weight stays); True when
+        the weights changed."""
+        _check_weights(description_weight, self._ew, shrink, self_weight)
+        with self._lock:
+            wanted = (description_weight, shrink, self_weight)
+            if wanted == (self._dw, self._shrink, self._self_weight):
+                return False
+            self._dw, self._shrink, self._self_weight = wanted
+            snap = self._snapshot
+            if snap.size:
+                self._swap(snap.names, self._centroids(snap.names), same_tools=True)
+            return True
+
+    def label_view(self, limit: int, seed: int = 0) -> tuple[LabelView, tuple[str, ...]]:
+        """A copy of what a fit needs (see `LabelView`): descriptions and exemplar sums of the
+        catalog tools, and up to `limit` trusted exemplars and `limit` of the ranker's own (seeded
+        samples when there are more) whose tool is in the catalog; with the tool names by row."""
+        with self._lock:
+            state, snap = self._state, self._snapshot
+            names = snap.names
+            rows = snap.rows
+            descriptions = np.empty((len(names), state.dim), dtype=np.float32)
+            for i, name in enumerate(names):
+                descriptions[i] = state.descriptions[name]
+            held = sorted({name for name in (*state.sums, *state.own) if name in rows})
+            sum_rows = np.fromiter((rows[name] for name in held), dtype=np.intp)
+            zero = _Sum(np.zeros(state.dim, dtype=np.float64))
+            trusted_sums = [state.sums.get(name, zero) for name in held]
+            own_sums = [state.own.get(name, zero) for name in held]
+            empty = np.zeros((0, state.dim))
+            sums = np.vstack([t.total for t in trusted_sums]) if held else empty
+            own = np.vstack([t.total for t in own_sums]) if held else empty
+            counts = np.fromiter((t.count for t in trusted_sums), dtype=np.float64)
+            own_counts = np.fromiter((t.count for t in own_sums), dtype=np.float64)
+            labelled = [
+                (vector, rows[tool], ok)
+                for tool, vector, ok in state.exemplars.values()
+                if tool in rows
+            ]
+        rng = np.random.default_rng(seed)
+        picked: list[tuple[Vector, int, bool]] = []
+        for trusted in (True, False):
+            group = [item for item in labelled if item[2] is trusted]
+            if len(group) > limit:
+                group = [group[i] for i in sorted(rng.choice(len(group), limit, replace=False))]
+            picked += group
+        vectors = (
+            np.vstack([v for v, _, _ in picked]).astype(np.float32)
+            if picked
+            else np.zeros((0, descriptions.shape[1]), dtype=np.float32)
+        )
+        view = LabelView(
+            descriptions=descriptions,
+            sum_rows=sum_rows,
+            sums=sums.astype(np.float64, copy=False),
+            counts=counts,
+            own_sums=own.astype(np.float64, copy=False),
+            own_counts=own_counts,
+            vectors=vectors,
+            owners=np.fromiter((row for _, row, _ in picked), dtype=np.intp),
+            trusted=np.fromiter((ok for _, _, ok in picked), dtype=np.bool_),
+        )
+        return view, names
+
     def clear_exemplars(self) -> None:
         """Forget every exemplar (e.g. before vectors of another embedder are folded)."""
         with self._lock:
             state, snap = self._state, self._snapshot
-            had = [name for name in state.sums if name in snap.rows]
+            had = [name for name in {*state.sums, *state.own} if name in snap.rows]
             state.exemplars.clear()
             state.sums.clear()
+            state.own.clear()
+            state.trusted = 0
             if had:
                 columns = snap.columns.copy()
                 columns[:, [snap.rows[name] for name in had]] = self._centroids(had)
@@ -333,12 +492,14 @@ class CentroidRanker:
         held = self._state.exemplars.pop(query_norm, None)
         if held is None:
             return ()
-        tool, vector = held
-        found = self._state.sums[tool]
+        tool, vector, trusted = held
+        self._state.trusted -= trusted
+        sums = self._state.sums_of(trusted)
+        found = sums[tool]
         found.count -= 1
         if found.count == 0:
             # Start from exact zero again rather than carrying rounding residue.
-            del self._state.sums[tool]
+            del sums[tool]
         else:
             found.total -= vector
         return (tool,)
@@ -352,9 +513,15 @@ class CentroidRanker:
             mix[i] = state.descriptions[name]
         mix *= self._dw
         for i, name in enumerate(names):
-            found = state.sums.get(name)
-            if found is not None:
-                mix[i] += found.total * self._ew
+            trusted, own = state.sums.get(name), state.own.get(name)
+            if trusted is None and (own is None or not self._self_weight):
+                continue
+            total = np.zeros(state.dim) if trusted is None else trusted.total.copy()
+            count = 0.0 if trusted is None else float(trusted.count)
+            if own is not None and self._self_weight:
+                total += self._self_weight * own.total
+                count += self._self_weight * own.count
+            mix[i] += total * (self._ew / count**self._shrink)
         norms = np.sqrt(np.einsum("ij,ij->i", mix, mix))[:, None]
         np.divide(mix, norms, out=mix, where=norms > 0.0)
         columns = np.empty((state.dim, len(names)), dtype=np.float32)
@@ -417,6 +584,22 @@ class CentroidRanker:
         return vector
 
 
+def _check_weights(
+    description_weight: float, exemplar_weight: float, shrink: float, self_weight: float
+) -> None:
+    if (
+        description_weight < 0
+        or exemplar_weight < 0
+        or not 0.0 <= shrink <= 1.0
+        or not 0.0 <= self_weight <= 1.0
+    ):
+        raise ValueError(
+            "expected non-negative weights, shrink and self weight in 0..1, got "
+            f"description_weight={description_weight}, exemplar_weight={exemplar_weight}, "
+            f"shrink={shrink}, self_weight={self_weight}"
+        )
+
+
 def _candidate_rows(
     snap: Snapshot, restrict: Collection[str] | None, pack: str | None
 ) -> Rows | None:
@@ -473,3 +656,36 @@ def _top(
     picked.sort(key=lambda pair: (-pair[0], pair[1]))
     margin = picked[0][0] - picked[1][0] if len(picked) >= 2 else max(picked[0][0], 0.0)
     return Ranking(tuple(Ranked(name, score) for score, name in picked[:k]), margin)
+
+
+def _top_many(
+    scores: npt.NDArray[np.float32], rows: Rows | None, names: tuple[str, ...], k: int
+) -> list[Ranking]:
+    """`_top` of every row of `scores`, the partition and sort done for all rows at once.
+
+    A row whose best candidates hold equal scores (after clamping), whose cut-off score is
+    shared by another candidate, or which holds a non-finite score goes through `_top`, whose
+    tie rule (by name) then decides; every other row has one possible answer, built here."""
+    count, width = scores.shape
+    take = min(max(k, 2), width)
+    if take < width:
+        best = np.argpartition(scores, width - take, axis=1)[:, width - take :]
+    else:
+        best = np.broadcast_to(np.arange(width), (count, width))
+    top = np.take_along_axis(scores, best, axis=1)
+    order = np.argsort(-top, axis=1, kind="stable")
+    best = np.take_along_axis(best, order, axis=1)
+    top = np.clip(np.take_along_axis(top, order, axis=1), -1.0, 1.0)
+    clean = np.asarray(np.isfinite(scores).all(axis=1) & (np.diff(top, axis=1) < 0).all(axis=1))
+    if take < width:
+        clean &= np.asarray((scores == top[:, -1:]).sum(axis=1) == 1)
+    found = best[:, :k] if rows is None else rows[best[:, :k]]
+    rankings: list[Ranking] = []
+    for i, (values, at) in enumerate(zip(top.tolist(), found.tolist(), strict=True)):
+        if not clean[i]:
+            rankings.append(_top(scores[i], rows, names, k))
+            continue
+        margin = values[0] - values[1] if len(values) >= 2 else max(values[0], 0.0)
+        ranked = tuple(Ranked(names[j], v) for j, v in zip(at, values, strict=False))
+        rankings.append(Ranking(ranked, margin))
+    return rankings

@@ -26,7 +26,9 @@ from toolselect.embed import Embedder, build_embedder
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.store import Exemplar, Retention, Store, Tool, UpsertResult
+from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
 from toolselect.learn.learner import Learner, LearnerConfig
+from toolselect.learn.tuning import Tuner, fit_payload
 from toolselect.metrics import Metrics
 from toolselect.oracle.base import Teacher
 from toolselect.oracle.budget import Budget, RetryPolicy
@@ -36,6 +38,8 @@ from toolselect.ranker import CentroidRanker, LearnedVector, Ranked, Ranking
 log = structlog.get_logger("toolselect.service")
 
 _CANDIDATE_CACHE_SIZE = 10_000
+# Labels whose truth does not come from the ranker: they calibrate and validate the loop.
+TRUSTED_TIERS = frozenset({"teacher", "feedback"})
 _EMBED_CHUNK = 256
 
 
@@ -112,9 +116,32 @@ class Service:
         self.metrics = metrics or Metrics()
         self.store = BufferedStore(store, metrics=self.metrics)
         self.embedder = embedder
+        ew = settings.exemplar_weight
+        prior = FoldWeights(
+            settings.centroid_description_weight / (ew or 1.0),
+            self_weight=settings.self_label_weight or 0.0,
+        )
         self.ranker = CentroidRanker(
             description_weight=settings.centroid_description_weight,
-            exemplar_weight=settings.exemplar_weight,
+            exemplar_weight=ew,
+            self_weight=prior.self_weight,
+        )
+        self.tuner = Tuner(
+            self.ranker,
+            FitPolicy(
+                prior=prior,
+                target_precision=settings.free_tier_precision,
+                teacher_recall=settings.teacher_recall,
+                teacher_share=settings.teacher_share,
+                prior_teacher_depth=settings.teacher_candidates or DEFAULT_TEACHER_DEPTH,
+            ),
+            embedder=embedder.id,
+            pinned_fold=settings.description_weight is not None
+            or settings.self_label_weight is not None
+            or ew == 0.0,
+            pinned_floor=settings.margin_floor,
+            pinned_depth=settings.teacher_candidates is not None,
+            metrics=self.metrics,
         )
         self.catalog_version = -1
         self.exemplar_version = 0
@@ -143,11 +170,12 @@ class Service:
             describe=lambda name: self._descriptions.get(name, ""),
             config=LearnerConfig(
                 fallback_tools=settings.fallback_tools,
-                margin_floor=settings.margin_floor,
                 tiers=settings.oracle_tiers,
                 queue_size=settings.queue_size,
-                teacher_candidates=settings.teacher_candidates,
+                teacher_full_catalog=settings.teacher_full_catalog,
+                teacher_max_input_tokens=settings.teacher_max_input_tokens,
             ),
+            tuner=self.tuner,
             metrics=self.metrics,
         )
 
@@ -171,6 +199,7 @@ class Service:
             url=settings.embed_url,
             model=settings.embed_model,
             api_key=settings.embed_api_key,
+            threads=settings.embed_threads,
         )
         service = cls(settings, store, embedder, metrics=metrics, teacher=build_teacher(settings))
         try:
@@ -236,6 +265,7 @@ class Service:
             await asyncio.gather(self._maintenance, return_exceptions=True)
         try:
             await self.learner.close(self.settings.shutdown_timeout_s)
+            await self.tuner.close()
         finally:
             if self.teacher is not None:
                 await self.teacher.aclose()
@@ -301,11 +331,13 @@ class Service:
                 vector=fresh_vectors[e.id]
                 if e.id in fresh_vectors
                 else np.asarray(e.embedding, dtype=np.float32),
+                trusted=e.tier in TRUSTED_TIERS,
             )
             for e in exemplars
         ]
         self.ranker.fold(learned, deleted)
         self._publish_sizes("fold")
+        self.tuner.labels_changed()
 
     async def refresh(self) -> bool:
         """Pick up other replicas' writes: reload on a catalog change, fold new exemplars."""
@@ -446,6 +478,10 @@ class Service:
         await self.fold(exemplars)
         with contextlib.suppress(StoreUnavailable):
             await self._fold_since(self.exemplar_version)
+
+    def learning_payload(self) -> dict[str, object]:
+        """What the tuner chose and why (`GET /v1/analytics/learning`)."""
+        return fit_payload(self.tuner.current, pinned_floor=self.settings.margin_floor is not None)
 
     def observe(
         self,

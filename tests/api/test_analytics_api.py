@@ -13,10 +13,10 @@ Client = TestClient[Any, Any]
 
 
 async def test_lists_the_named_analyses(client: Client) -> None:
-    """The index lists every analysis the CLI knows."""
+    """The index lists every analysis the CLI knows, then the learning loop's fit."""
     resp = await client.get("/v1/analytics")
     assert resp.status == 200
-    assert (await resp.json())["analyses"] == list(NAMES)
+    assert (await resp.json())["analyses"] == [*NAMES, "learning"]
 
 
 async def test_misroute_rate_counts_observed_turns(client: Client, service: Service) -> None:

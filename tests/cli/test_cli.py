@@ -223,3 +223,13 @@ def test_analytics_cli_formats(catalog_env: dict[str, str], tmp_path: Path) -> N
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = run(["analytics", "drift", "--since", "yesterday"], catalog_env)
     assert bad.returncode == 2 and "since" in bad.stderr
+
+
+def test_analytics_cli_prints_the_learning_fit(catalog_env: dict[str, str]) -> None:
+    """`toolselect analytics learning` fits the stored labels and prints the fit as JSON."""
+    fit = run(["analytics", "learning", "--format", "json"], catalog_env)
+    assert fit.returncode == 0, fit.stderr
+    payload = json.loads(fit.stdout)
+    assert payload["fold"]["source"] in ("prior", "validated")
+    assert payload["free_tier"]["target_precision"] == 0.95
+    assert payload["teacher"]["depth"] == 30

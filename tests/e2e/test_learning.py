@@ -68,7 +68,10 @@ async def test_observed_misroutes_are_learned_over_http(
     store, and change the ranking."""
     anthropic_stub.responder = truthful_teacher
     service = await services.start(
-        teacher="anthropic", anthropic_api_key="test", anthropic_base_url=anthropic_stub.url
+        teacher="anthropic",
+        anthropic_api_key="test",
+        anthropic_base_url=anthropic_stub.url,
+        teacher_share=1.0,  # every flagged turn to the teacher: this test follows all three
     )
     client = await aiohttp_client(create_app(service))
     assert (await client.put("/v1/tools", json=CATALOG)).status == 200

@@ -4,6 +4,7 @@ text, and ranks correctly in the new vector space."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest_asyncio
@@ -11,7 +12,7 @@ import pytest_asyncio
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, start_stub
 from toolselect.embed import HashingEmbedder
-from toolselect.graph.store import Tool
+from toolselect.graph.store import Exemplar, Tool
 
 TOOLS = [
     Tool("get_weather", "Current weather and forecast for a city."),
@@ -76,3 +77,30 @@ async def test_restart_with_another_embedder_reembeds(
     assert (await second.rank("weather forecast for Turin", 1)).results[0].tool == "get_weather"
     texts = [t for r in embeddings_stub.received for t in r.body["input"]]
     assert LEARNED in texts
+
+
+async def test_exemplars_of_the_torch_minilm_are_reembedded_by_the_onnx_one(
+    services: ServiceFactory,
+) -> None:
+    """An exemplar stored under the PyTorch MiniLM id is re-embedded, not reused, on `minilm`."""
+    service = await services.start(embedder="minilm", description_weight=0.0)
+    assert service.embedder.id == "minilm-all-MiniLM-L6-v2-onnx-int8"
+    await service.upsert_tools(TOOLS)
+    # Same width as the new vectors, so only the id tells them apart: here it points at
+    # weather, while the query is about bitcoin.
+    (stale,) = await service.embedder.embed(["weather forecast for Turin"])
+    await service.store.save_exemplar(
+        Exemplar(
+            id="ex-torch",
+            query=LEARNED,
+            tool="crypto_price",
+            tier="feedback",  # a trusted label: folded whatever the fitted self-label weight
+            embedder="minilm-all-MiniLM-L6-v2",
+            embedding=tuple(float(x) for x in stale),
+            created_at=datetime.now(UTC),
+        )
+    )
+    await service.reload()
+    top = (await service.rank(LEARNED, 1)).results[0]
+    # With no description weight the centroid is the exemplar alone: cosine 1 to its query.
+    assert (top.tool, round(top.score, 3)) == ("crypto_price", 1.0)

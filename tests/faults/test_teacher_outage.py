@@ -39,6 +39,7 @@ async def test_hung_teacher_does_not_touch_ranking_or_budget(
         teacher_timeout_s=1.5,
         teacher_retries=1,
         teacher_budget_per_hour=10,
+        teacher_share=1.0,  # every flagged turn goes to the (hung) teacher
     )
     client = await aiohttp_client(create_app(service))
     await client.put("/v1/tools", json=CATALOG)

@@ -108,3 +108,73 @@ async def test_flush_writes_in_order_into_a_live_store(tmp_path: Path) -> None:
     assert stored is not None and stored.label == "a"
     assert (await inner.exemplar_for_query("q")) is not None
     await store.close()
+
+
+async def test_batches_wait_in_the_backlog_while_down(down: tuple[BufferedStore, Metrics]) -> None:
+    """While down, a batch of labels is queued under the store's rules and the batch lookup
+    answers from the backlog, without a round trip for what is pending."""
+    store, _ = down
+    await store.record_turns([turn(1)])  # the failure that puts the store in buffering mode
+    result = await store.save_exemplars(
+        [
+            exemplar("one", "a", "ranker"),
+            exemplar("ONE", "b", "feedback"),
+            exemplar("one", "c", "teacher"),  # weaker than the pending feedback label
+            exemplar("two", "a", "teacher"),
+        ]
+    )
+    assert [(e.query, e.tier) for e in result.changed] == [
+        ("one", "ranker"),
+        ("ONE", "feedback"),
+        ("two", "teacher"),
+    ]
+    assert result.unknown_tool == ()
+    assert store.backlog == 3  # one turn, two labels
+    found = await store.exemplars_for_queries(["one", "Two", "three"])
+    assert {k: (e.tool, e.tier) for k, e in found.items()} == {
+        "one": ("b", "feedback"),
+        "two": ("a", "teacher"),
+    }
+
+
+async def test_flush_saves_stronger_labels_first_and_rejects_unknown(tmp_path: Path) -> None:
+    """A flushed backlog lands feedback before teacher before ranker labels, and a label for a
+    tool the catalog lacks is dropped, not retried forever."""
+    inner = SqliteStore(tmp_path / "live.db")
+    await inner.migrate()
+    await inner.upsert_tools([Tool("a", "tool a")])
+    store = BufferedStore(inner, exemplar_batch=1)  # one save call per label: order shows
+    store.last_error = "simulated outage"
+    await store.save_exemplars(
+        [
+            exemplar("r", "a", "ranker"),
+            exemplar("t", "a", "teacher"),
+            exemplar("f", "a", "feedback"),
+            exemplar("ghost", "nope", "feedback"),
+        ]
+    )
+    assert await store.flush() == 4
+    assert store.backlog == 0 and not store.down
+    delta = await inner.exemplars_since(0)
+    assert [e.query for e in delta.upserted] == ["f", "t", "r"]  # by version
+    assert await inner.exemplar_for_query("ghost") is None
+    await store.close()
+
+
+async def test_a_turn_the_store_refuses_does_not_block_the_backlog(tmp_path: Path) -> None:
+    """A queued turn the live store cannot encode (a lone surrogate) is dropped and counted at
+    flush; the turns around it land and the backlog empties."""
+    inner = SqliteStore(tmp_path / "live.db")
+    await inner.migrate()
+    metrics = Metrics()
+    store = BufferedStore(inner, metrics=metrics)
+    store.last_error = "simulated outage"
+    bad = Turn(id="bad", request="broken \ud800 text", used_tool="shell_exec", at=NOW)
+    await store.record_turns([turn(1), bad, turn(2)])
+    assert await store.flush() == 2
+    assert store.backlog == 0 and not store.down
+    assert await inner.get_turn("t1") is not None and await inner.get_turn("t2") is not None
+    assert await inner.get_turn("bad") is None
+    dropped = metrics.registry.get_sample_value
+    assert dropped("toolselect_store_backlog_dropped_total", {"kind": "turn_refused"}) == 1
+    await store.close()

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from tests.store.conftest import StoreFactory
-from toolselect.errors import NotFound
+from toolselect.errors import NotFound, StoreError
 from toolselect.graph.store import (
     TIER_STRENGTH,
     Exemplar,
     ExemplarDelta,
     OracleCall,
     Retention,
+    SaveResult,
     Store,
     StoreState,
     Tier,
@@ -682,3 +683,161 @@ async def test_concurrent_tool_upserts_each_bump_once(store: Store) -> None:
     await asyncio.gather(*(store.upsert_tools([tool(f"tool{i:02d}")]) for i in range(20)))
     assert len(await store.list_tools()) == 20
     assert (await store.state()).catalog_version == 20
+
+
+# --- batches --------------------------------------------------------------------------------
+
+
+async def test_batch_of_saves_moves_the_version_once(store: Store) -> None:
+    """Many saves in one call land together under one new exemplar version."""
+    await seed_tools(store, "t", "u")
+    batch = [exemplar(f"batch {i}", "tu"[i % 2]) for i in range(50)]
+    before = await store.state()
+    result = await store.save_exemplars(batch)
+    after = await store.state()
+    assert after.exemplar_version == before.exemplar_version + 1
+    assert [e.id for e in result.changed] == [e.id for e in batch]
+    assert {e.version for e in result.changed} == {after.exemplar_version}
+    assert result.unknown_tool == ()
+    delta = await store.exemplars_since(before.exemplar_version)
+    assert {e.id for e in delta.upserted} == {e.id for e in batch}
+
+
+async def test_batch_refuses_downgrades_against_stored_and_within(store: Store) -> None:
+    """A weaker label loses to a stored stronger one and to a stronger one earlier in the batch."""
+    await seed_tools(store, "a", "b")
+    await store.save_exemplar(exemplar("stored teacher", "a", "teacher"))
+    strong = exemplar("inside", "a", "feedback")
+    result = await store.save_exemplars(
+        [
+            exemplar("Stored  Teacher", "b", "ranker"),  # weaker than what is stored
+            strong,
+            exemplar("INSIDE", "b", "teacher"),  # weaker than the earlier item of the batch
+        ]
+    )
+    assert [e.id for e in result.changed] == [strong.id]
+    kept = await store.exemplar_for_query("stored teacher")
+    assert kept is not None and (kept.tool, kept.tier) == ("a", "teacher")
+    same_exemplar(await store.exemplar_for_query("inside"), strong)
+
+
+async def test_batch_duplicates_apply_in_order(store: Store) -> None:
+    """Two items of one query in a batch apply in order: the later one wins unless weaker."""
+    await seed_tools(store, "a", "b", "c")
+    first = exemplar("Twice", "a", "ranker")
+    second = exemplar("twice", "b", "teacher")
+    repeat = exemplar("TWICE", "b", "teacher")  # same tool and tier as the item before: no change
+    result = await store.save_exemplars([first, second, repeat])
+    assert [e.id for e in result.changed] == [first.id, second.id]
+    same_exemplar(await store.exemplar_for_query("twice"), second)
+    assert [e.id for e in await store.exemplars_for_tool("b")] == [second.id]
+    assert await store.exemplars_for_tool("a") == []
+    delta = await store.exemplars_since(0)
+    assert [e.id for e in delta.upserted] == [second.id] and delta.deleted == ()
+
+
+async def test_batch_reports_unknown_tools_without_raising(store: Store) -> None:
+    """Labels for tools outside the catalog are skipped and reported; the rest are saved."""
+    await seed_tools(store, "known")
+    ghost = exemplar("ghost query", "ghost")
+    good = exemplar("good query", "known")
+    result = await store.save_exemplars([ghost, good])
+    assert [e.id for e in result.unknown_tool] == [ghost.id]
+    assert [e.id for e in result.changed] == [good.id]
+    assert await store.exemplar_for_query("ghost query") is None
+    only_ghosts = await store.save_exemplars([exemplar("another ghost", "ghost")])
+    assert only_ghosts.changed == () and len(only_ghosts.unknown_tool) == 1
+    assert (await store.state()).exemplar_version == 1
+
+
+async def test_replaying_a_batch_changes_nothing(store: Store) -> None:
+    """The same batch saved twice changes the store once: the replay is no change at all."""
+    await seed_tools(store, "t", "u")
+    batch = [exemplar(f"replay {i}", "tu"[i % 2], TIERS[i % 3]) for i in range(12)]
+    assert len((await store.save_exemplars(batch)).changed) == 12
+    before = await store.state()
+    replay = await store.save_exemplars(batch)
+    assert replay.changed == () and replay.unknown_tool == ()
+    assert await store.state() == before
+    assert (await store.exemplars_since(before.exemplar_version)).upserted == ()
+
+
+async def test_empty_batch_is_no_change(store: Store) -> None:
+    """Saving and looking up nothing answers empty and leaves the versions alone."""
+    before = await store.state()
+    assert await store.save_exemplars([]) == SaveResult()
+    assert await store.exemplars_for_queries([]) == {}
+    assert await store.state() == before
+
+
+async def test_retention_runs_once_per_batch(store_factory: StoreFactory) -> None:
+    """A batch past the per-tool and total caps keeps the newest, by creation time then id."""
+    store = await store_factory.make(Retention(per_tool=3, total=5))
+    await seed_tools(store, "t", "u")
+    old = NOW - timedelta(days=1)
+    # Equal creation times tie; the tie at the cut goes by id (descending), whatever the order.
+    batch = [exemplar(f"t {i}", "t", at=old, exemplar_id=f"id-{i}") for i in (2, 0, 4, 1, 3)]
+    batch += [exemplar(f"u {i}", "u", at=NOW + timedelta(seconds=i)) for i in range(3)]
+    before = await store.state()
+    result = await store.save_exemplars(batch)
+    assert len(result.changed) == 8
+    assert [e.query for e in await store.exemplars_for_tool("t")] == ["t 4", "t 3"]
+    assert [e.query for e in await store.exemplars_for_tool("u")] == ["u 2", "u 1", "u 0"]
+    delta = await store.exemplars_since(before.exemplar_version)
+    assert delta.version == before.exemplar_version + 1
+    assert set(delta.deleted) == {"t 0", "t 1", "t 2"}
+    assert {e.query for e in delta.upserted} == {"t 3", "t 4", "u 0", "u 1", "u 2"}
+
+
+async def test_retention_by_age_per_batch_spares_feedback(store_factory: StoreFactory) -> None:
+    """Expired machine labels go at the next batch, an expired label in the batch itself too;
+    feedback stays however old."""
+    clock = [NOW]
+    store = await store_factory.make(Retention(max_age_days=10), clock=lambda: clock[0])
+    await seed_tools(store, "t")
+    await store.save_exemplars(
+        [exemplar("aging", "t", at=NOW), exemplar("human", "t", "feedback", at=NOW)]
+    )
+    clock[0] = NOW + timedelta(days=11)
+    result = await store.save_exemplars(
+        [
+            exemplar("fresh", "t", at=clock[0]),
+            exemplar("stale on arrival", "t", at=NOW - timedelta(days=30)),
+        ]
+    )
+    assert len(result.changed) == 2
+    assert [e.query for e in await store.exemplars_for_tool("t")] == ["fresh", "human"]
+    assert set((await store.exemplars_since(0)).deleted) == {"aging", "stale on arrival"}
+
+
+async def test_exemplars_for_queries_hits_misses_and_normalisation(store: Store) -> None:
+    """One lookup answers the stored labels by normalised query; misses are absent."""
+    await seed_tools(store, "a", "b")
+    first = exemplar("Weather in Turin", "a")
+    second = exemplar("open the PR", "b", "teacher")
+    hostile = exemplar("Query " + NASTY, "a")
+    await store.save_exemplars([first, second, hostile])
+    found = await store.exemplars_for_queries(
+        ["  WEATHER in turin", "weather in turin", "Open The Pr", "never seen", "Query " + NASTY]
+    )
+    assert set(found) == {"weather in turin", "open the pr", normalise_query("Query " + NASTY)}
+    same_exemplar(found["weather in turin"], first)
+    same_exemplar(found["open the pr"], second)
+    same_exemplar(found[normalise_query("Query " + NASTY)], hostile)
+    assert await store.exemplars_for_queries(["never seen"]) == {}
+
+
+async def test_a_batch_failing_midway_writes_nothing(store: Store) -> None:
+    """A batch the store refuses part way (an exemplar id reused by another query) is rolled
+    back whole: one transaction, so none of its labels and no version are kept."""
+    await seed_tools(store, "t")
+    before = await store.state()
+    batch = [
+        exemplar("first", "t", exemplar_id="ex-shared"),
+        exemplar("second", "t"),
+        exemplar("third", "t", exemplar_id="ex-shared"),
+    ]
+    with pytest.raises(StoreError):
+        await store.save_exemplars(batch)
+    assert await store.state() == before
+    assert await store.exemplars_for_queries(["first", "second", "third"]) == {}

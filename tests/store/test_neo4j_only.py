@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -164,6 +165,30 @@ async def test_migrate_twice_changes_nothing(store: Neo4jStore, driver: neo4j.As
     # The lock marker of version-moving writes is never committed.
     meta = await rows(driver, db, "MATCH (m:Meta {key: 'state'}) RETURN keys(m) AS k")
     assert [sorted(r["k"]) for r in meta] == [["catalog_version", "exemplar_version", "key"]]
+
+
+async def test_embeddings_are_float32_bytes_and_old_lists_still_read(
+    store: Neo4jStore, driver: neo4j.AsyncDriver
+) -> None:
+    """Embeddings are written as float32 bytes; one written as a list of floats by an older
+    version still reads back as the same vector."""
+    await store.upsert_tools([Tool("a")])
+    await store.save_exemplars([exemplar("as bytes", "a"), exemplar("as list", "a")])
+    stored = await rows(
+        driver, "neo4j", "MATCH (e:ToolSelectionExample {query_norm: 'as bytes'}) "
+        "RETURN e.embedding AS v",
+    )  # fmt: skip
+    assert bytes(stored[0]["v"]) == struct.pack("<3f", 0.25, -1.5, 3.0)
+    await driver.execute_query(
+        "MATCH (e:ToolSelectionExample {query_norm: 'as list'}) "
+        "SET e.embedding = [0.25, -1.5, 3.0]",
+        database_="neo4j",
+    )
+    found = await store.exemplars_for_queries(["as bytes", "As List"])
+    assert {k: e.embedding for k, e in found.items()} == {
+        "as bytes": (0.25, -1.5, 3.0),
+        "as list": (0.25, -1.5, 3.0),
+    }
 
 
 async def test_migrate_backfills_query_keys(store: Neo4jStore, driver: neo4j.AsyncDriver) -> None:
@@ -454,7 +479,8 @@ async def test_concurrent_saves_get_unique_consecutive_versions(store: Neo4jStor
 async def test_retention_evicts_oldest_and_tombstones_them(
     store: Neo4jStore, driver: neo4j.AsyncDriver
 ) -> None:
-    """Beyond per_tool the oldest non-feedback exemplar goes, tombstoned at a new version."""
+    """Beyond per_tool the oldest non-feedback exemplar goes, tombstoned at the version of the
+    save that evicted it (one version per save call)."""
     small = Neo4jStore(driver, retention=Retention(per_tool=2, total=100, max_age_days=30))
     await small.upsert_tools([Tool("a")])
     now = datetime.now(UTC)
@@ -466,8 +492,8 @@ async def test_retention_evicts_oldest_and_tombstones_them(
     left = [e.query for e in await small.exemplars_for_tool("a")]
     assert left == ["q2", "q1", "old feedback"]
     delta = await small.exemplars_since(3)
-    assert delta.version == 5 and delta.deleted == ("q0",)
+    assert delta.version == 4 and delta.deleted == ("q0",)
     tomb = await rows(
         driver, "neo4j", "MATCH (ts:ExemplarTombstone) RETURN ts.query_norm AS q, ts.version AS v"
     )
-    assert tomb == [{"q": "q0", "v": 5}]
+    assert tomb == [{"q": "q0", "v": 4}]

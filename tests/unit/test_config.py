@@ -6,19 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from toolselect.config import Settings, load_settings, minilm_installed, settings_table
+from toolselect.config import Settings, load_settings, settings_table
 from toolselect.errors import ConfigError
 
 
 def test_defaults_without_environment(tmp_path: Path) -> None:
-    """No variables: the embedded store under XDG_DATA_HOME, hashing, limits of API.md."""
+    """No variables: the embedded store under XDG_DATA_HOME, the hybrid embedder, limits of API.md."""
     s = load_settings({"XDG_DATA_HOME": str(tmp_path)}, toml_path=None)
     assert s.store_kind == "sqlite"
     assert s.sqlite_path == tmp_path / "toolselect" / "toolselect.db"
     assert (s.embedder, s.max_k, s.max_body_bytes, s.max_query_bytes) == (
-        "auto", 100, 1 << 20, 8 << 10,
+        "hybrid", 100, 1 << 20, 8 << 10,
     )  # fmt: skip
-    assert s.embedder_kind == ("hybrid" if minilm_installed() else "hashing")
+    assert (s.embedder_kind, s.embed_threads) == ("hybrid", 1)
+    assert load_settings({"TOOLSELECT_EMBEDDER": "auto"}).embedder_kind == "hybrid"
     hashing = load_settings({"TOOLSELECT_EMBEDDER": "hashing"})
     assert (hashing.embedder_kind, hashing.centroid_description_weight) == ("hashing", 8.0)
     hybrid = load_settings({"TOOLSELECT_EMBEDDER": "hybrid"})

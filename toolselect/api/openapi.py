@@ -30,6 +30,7 @@ _OPERATIONS: tuple[
     ("post", "/v1/exemplars", "Record a human-confirmed label", m.FeedbackRequest, 201, m.FeedbackResponse, (), ()),
     ("delete", "/v1/exemplars/{id}", "Delete an exemplar", None, 200, m.DeletedResponse, ("id",), ()),
     ("get", "/v1/analytics", "Named analyses", None, 200, m.AnalyticsList, (), ()),
+    ("get", "/v1/analytics/learning", "What the learning loop chose from its labels", None, 200, m.LearningFit, (), ()),
     ("get", "/v1/analytics/{name}", "Run one analysis", None, 200, m.AnalyticsResult, ("name",), ("since",)),
     ("get", "/healthz", "Process alive", None, 200, m.Health, (), ()),
     ("get", "/readyz", "Store reachable and catalog loaded", None, 200, m.Health, (), ()),

@@ -17,6 +17,9 @@ from toolselect.errors import ToolselectError
 from toolselect.graph.store import Exemplar, Tool
 from toolselect.service import Service
 
+# Not a store analysis: the fit the learning loop holds in memory, served beside them.
+LEARNING = "learning"
+
 # Larger catalogs go in several PUTs (`toolselect tools import` sends 500 at a time); with the
 # default 1 MiB body limit, the body size usually binds first.
 MAX_TOOLS_PER_PUT = 10_000
@@ -175,7 +178,15 @@ async def post_exemplar(request: web.Request) -> web.Response:
 
 
 async def list_analytics(request: web.Request) -> web.Response:
-    return web.json_response(analytics.analyses_payload())
+    body = analytics.analyses_payload()
+    body["analyses"].append(LEARNING)
+    return web.json_response(body)
+
+
+async def learning_fit(request: web.Request) -> web.Response:
+    """What the learning loop chose from its labels: fold, calibration curve, teacher depth."""
+    payload = request.app[SERVICE].learning_payload()
+    return json_response(m.LearningFit.model_validate(payload, strict=False))
 
 
 async def get_analytics(request: web.Request) -> web.Response:
@@ -223,6 +234,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/exemplars", post_exemplar)
     app.router.add_delete("/v1/exemplars/{id}", delete_exemplar)
     app.router.add_get("/v1/analytics", list_analytics)
+    app.router.add_get(f"/v1/analytics/{LEARNING}", learning_fit)
     app.router.add_get("/v1/analytics/{name}", get_analytics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

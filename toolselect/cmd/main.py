@@ -235,8 +235,19 @@ def cmd_observe(args: argparse.Namespace) -> int:
 
 
 def cmd_analytics(args: argparse.Namespace) -> int:
-    """Run named analyses against the store alone (no embedder or ranker is built)."""
+    """Run named analyses against the store alone (no embedder or ranker is built); `learning`
+    builds the service instead, fits it to the stored labels and prints what it chose."""
     from pathlib import Path
+
+    if args.name == "learning":
+
+        async def fitted(service: Service) -> int:
+            await service.tuner.settle()
+            payload = service.learning_payload()
+            print(json.dumps(payload, indent=None if args.format == "json" else 2))
+            return 0
+
+        return _run(_with_service(args, fitted))
 
     from toolselect.analytics import cli_analytics, parse_since
     from toolselect.service import open_store

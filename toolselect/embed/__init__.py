@@ -6,7 +6,8 @@ from toolselect.embed.base import Embedder, LocalEmbedder, Vectors, normalise_ro
 from toolselect.embed.hashing import HashingEmbedder
 from toolselect.embed.http import HttpEmbedder
 from toolselect.embed.hybrid import HybridEmbedder
-from toolselect.embed.minilm import MiniLMEmbedder, check_available
+from toolselect.embed.minilm import MiniLMEmbedder
+from toolselect.embed.onnx import OnnxEmbedder, OnnxModel
 from toolselect.errors import ConfigError
 
 EMBEDDER_KINDS = ("hashing", "minilm", "http", "hybrid")
@@ -19,6 +20,8 @@ __all__ = [
     "HybridEmbedder",
     "LocalEmbedder",
     "MiniLMEmbedder",
+    "OnnxEmbedder",
+    "OnnxModel",
     "Vectors",
     "build_embedder",
     "normalise_rows",
@@ -26,25 +29,31 @@ __all__ = [
 
 
 def build_embedder(
-    kind: str, *, hybrid_weight: float = 0.5, url: str = "", model: str = "", api_key: str = ""
+    kind: str,
+    *,
+    hybrid_weight: float = 0.5,
+    url: str = "",
+    model: str = "",
+    api_key: str = "",
+    threads: int = 1,
 ) -> Embedder:
     """The embedder a setting names; `hybrid` is MiniLM (dense) fused with hashing (lexical).
 
-    Nothing is loaded or connected here: MiniLM loads on its first `embed`, the HTTP embedder
-    opens its session then. A missing `minilm` extra raises `EmbedderError` now, naming the
-    install command; an unknown kind or an `http` embedder without URL or model raises
-    `ConfigError`.
+    Nothing is loaded or connected here: MiniLM loads on its first `embed` (with `threads`
+    intra-op threads), the HTTP embedder opens its session then. Missing model files raise
+    `EmbedderError` now, naming the reinstall command; an unknown kind or an `http` embedder
+    without URL or model raises `ConfigError`.
     """
     if kind == "hashing":
         return HashingEmbedder()
-    if kind == "minilm":
-        check_available()
-        return MiniLMEmbedder()
-    if kind == "hybrid":
-        check_available()
+    if kind in ("minilm", "hybrid"):
+        dense = MiniLMEmbedder(threads=threads)
+        dense.check()
+        if kind == "minilm":
+            return dense
         if not 0.0 <= hybrid_weight <= 1.0:
             raise ConfigError(f"expected a hybrid weight in 0..1, got {hybrid_weight}")
-        return HybridEmbedder(MiniLMEmbedder(), HashingEmbedder(), hybrid_weight)
+        return HybridEmbedder(dense, HashingEmbedder(), hybrid_weight)
     if kind == "http":
         if not url or not model:
             raise ConfigError(

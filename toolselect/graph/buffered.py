@@ -6,8 +6,8 @@ in order. `flush()` (called by the service's maintenance loop) replays turns, th
 then oracle calls, and stops at the first failure to try again later. Once a call has found
 the backend down, other calls fail fast with `StoreUnavailable` instead of each waiting out the
 driver's retries, until `flush()` succeeds; only `ping()` and `flush()` probe the backend.
-`exemplar_for_query` answers from the backlog first and degrades to "no label" while the
-backend is down, so the learner's ratchet keeps working.
+`exemplars_for_queries` (and `exemplar_for_query`) answer from the backlog first and degrade to
+"no label" while the backend is down, so the learner's ratchet keeps working.
 
 Bounds: turns and oracle calls beyond their limits drop the oldest (counted and logged);
 exemplars are kept per normalised query (the strongest label wins, as in the store) up to a
@@ -24,18 +24,24 @@ from typing import TypeVar
 
 import structlog
 
-from toolselect.errors import NotFound, StoreError, StoreUnavailable
+from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.graph.store import (
     TIER_STRENGTH,
     AnalyticsResult,
     Exemplar,
     ExemplarDelta,
     OracleCall,
+    SaveResult,
     Store,
+    StoredLabel,
     StoreState,
     Tool,
     Turn,
     UpsertResult,
+    check_tier,
+    lookup_one,
+    replaces,
+    save_one,
 )
 from toolselect.metrics import Metrics
 from toolselect.names import normalise_query
@@ -56,12 +62,14 @@ class BufferedStore:
         max_turns: int = 10_000,
         max_calls: int = 10_000,
         max_exemplars: int = 100_000,
+        exemplar_batch: int = 512,
         metrics: Metrics | None = None,
     ) -> None:
         self.inner = inner
         self._max_turns = max_turns
         self._max_calls = max_calls
         self._max_exemplars = max_exemplars
+        self._exemplar_batch = max(exemplar_batch, 1)
         self._metrics = metrics or Metrics()
         self._turns: deque[Turn] = deque()
         self._calls: deque[OracleCall] = deque()
@@ -110,18 +118,10 @@ class BufferedStore:
             try:
                 while self._turns:
                     batch = [self._turns[i] for i in range(min(_FLUSH_TURNS, len(self._turns)))]
-                    await self.inner.record_turns(batch)
+                    written += await self._flush_turns(batch)
                     for _ in batch:
                         self._turns.popleft()
-                    written += len(batch)
-                while self._exemplars:
-                    key, exemplar = next(iter(self._exemplars.items()))
-                    try:
-                        await self.inner.save_exemplar(exemplar)
-                    except NotFound:
-                        log.warning("backlog_exemplar_rejected", tool=exemplar.tool)
-                    self._exemplars.pop(key, None)
-                    written += 1
+                written += await self._flush_exemplars()
                 while self._calls:
                     await self.inner.record_oracle_call(self._calls[0])
                     self._calls.popleft()
@@ -134,6 +134,46 @@ class BufferedStore:
         if written:
             log.info("store_backlog_flushed", written=written)
         self.last_error = None
+        return written
+
+    async def _flush_turns(self, batch: list[Turn]) -> int:
+        """Record a chunk of the backlog; when the store refuses it (not unreachable), record its
+        turns one by one and drop only those refused alone, so one bad turn cannot hold the
+        whole backlog back forever."""
+        try:
+            await self.inner.record_turns(batch)
+            return len(batch)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:  # any refusal: find the turn that causes it
+            log.warning("backlog_turns_retried_alone", turns=len(batch), error=repr(exc))
+        written = 0
+        for turn in batch:
+            try:
+                await self.inner.record_turns([turn])
+                written += 1
+            except StoreUnavailable:
+                raise
+            except Exception as exc:
+                log.error("backlog_turn_refused", turn_id=turn.id, error=repr(exc))
+                self._drop("turn_refused", 1)
+        return written
+
+    async def _flush_exemplars(self) -> int:
+        """Save pending labels in batches, stronger tiers first (so a flush cut short by a new
+        outage has landed the labels that matter most)."""
+        ordered = sorted(self._exemplars.values(), key=lambda e: -TIER_STRENGTH[e.tier])
+        written = 0
+        for start in range(0, len(ordered), self._exemplar_batch):
+            batch = ordered[start : start + self._exemplar_batch]
+            result = await self.inner.save_exemplars(batch)
+            for rejected in result.unknown_tool:
+                log.warning("backlog_exemplar_rejected", tool=rejected.tool)
+            for exemplar in batch:
+                # A label queued meanwhile for the same query stays for the next flush.
+                if self._exemplars.get(exemplar.query_norm) is exemplar:
+                    del self._exemplars[exemplar.query_norm]
+            written += len(batch)
         return written
 
     # -- writes that survive an outage -----------------------------------------------------
@@ -153,26 +193,35 @@ class BufferedStore:
         self._publish()
         return len(turns)
 
-    async def save_exemplar(self, exemplar: Exemplar) -> bool:
+    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+        for exemplar in exemplars:
+            check_tier(exemplar)
         if not self.backlog and not self.down:
             try:
-                return await self.inner.save_exemplar(exemplar)
+                return await self.inner.save_exemplars(exemplars)
             except StoreUnavailable as exc:
-                self._down(exc, "save_exemplar")
+                self._down(exc, "save_exemplars")
+        # The catalog cannot be checked while down: an unknown tool is rejected at flush.
+        changed = tuple(e for e in exemplars if self._pend(e))
+        self._publish()
+        return SaveResult(changed=changed)
+
+    def _pend(self, exemplar: Exemplar) -> bool:
+        """Queue one label under the store's rules; whether it changed the backlog."""
         key = exemplar.query_norm
         pending = self._exemplars.get(key)
         if pending is not None:
-            stronger = TIER_STRENGTH[pending.tier] > TIER_STRENGTH[exemplar.tier]
-            same = pending.tool == exemplar.tool and pending.tier == exemplar.tier
-            if stronger or same:
+            if not replaces(StoredLabel(pending.tool, pending.tier), exemplar):
                 return False
             del self._exemplars[key]
         self._exemplars[key] = exemplar
         if len(self._exemplars) > self._max_exemplars:
             self._exemplars.popitem(last=False)
             self._drop("exemplar", 1)
-        self._publish()
         return True
+
+    async def save_exemplar(self, exemplar: Exemplar) -> bool:
+        return await save_one(self, exemplar)
 
     async def record_oracle_call(self, call: OracleCall) -> None:
         if not self.backlog and not self.down:
@@ -187,16 +236,22 @@ class BufferedStore:
             self._drop("oracle_call", 1)
         self._publish()
 
-    async def exemplar_for_query(self, query: str) -> Exemplar | None:
-        pending = self._exemplars.get(normalise_query(query))
-        if pending is not None:
+    async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
+        keys = {normalise_query(q) for q in queries}
+        pending = {k: self._exemplars[k] for k in keys if k in self._exemplars}
+        rest = [k for k in keys if k not in pending]
+        if not rest:
             return pending
         try:
-            return await self._through(
-                "exemplar_for_query", lambda: self.inner.exemplar_for_query(query)
+            stored = await self._through(
+                "exemplars_for_queries", lambda: self.inner.exemplars_for_queries(rest)
             )
         except StoreUnavailable:
-            return None
+            return pending
+        return stored | pending
+
+    async def exemplar_for_query(self, query: str) -> Exemplar | None:
+        return await lookup_one(self, query)
 
     # -- everything else passes through ------------------------------------------------------
 

@@ -6,6 +6,10 @@ deadlocks) and the database is always named. Every write that moves a version fi
 write lock of the `(:Meta {key: 'state'})` node (`queries/lock_meta`), so concurrent writers on any
 replica get strictly increasing, unique versions.
 
+Embeddings are stored as float32 little-endian bytes (`pack_vector`), as in the SQLite store:
+sending or reading a batch of them as lists of floats cost seconds of driver time per batch.
+Exemplars written as lists by older versions are still read.
+
 Driver errors never leave this module: unreachable servers and refused credentials become
 `StoreUnavailable`, anything else the server refuses becomes `StoreError`.
 """
@@ -16,7 +20,7 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Concatenate, LiteralString, ParamSpec, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -34,20 +38,28 @@ from neo4j.exceptions import (
 from neo4j.time import DateTime
 
 from toolselect.analytics import finish, get_analysis
-from toolselect.errors import InvalidInput, NotFound, StoreError, StoreUnavailable
+from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.graph import cypher
 from toolselect.graph.store import (
-    TIER_STRENGTH,
     AnalyticsResult,
     Exemplar,
     ExemplarDelta,
     OracleCall,
     Retention,
+    SaveResult,
+    StoredLabel,
     StoreState,
     Tool,
     Turn,
     UpsertResult,
     canonical_json,
+    check_tier,
+    last_per_query,
+    lookup_one,
+    pack_vector,
+    plan_saves,
+    save_one,
+    unpack_vector,
 )
 from toolselect.names import normalise_query
 
@@ -118,12 +130,19 @@ def _exemplar(props: Mapping[str, Any], tool: str) -> Exemplar:
         tool=tool,
         tier=props["tier"],
         embedder=props["embedder"],
-        embedding=tuple(float(x) for x in props.get("embedding") or ()),
+        embedding=_embedding(props.get("embedding")),
         created_at=_from_db(props["created_at"]),
         confidence=float(props["confidence"]),
         turn_id=props.get("turn_id"),
         version=int(props["version"]),
     )
+
+
+def _embedding(value: Any) -> tuple[float, ...]:
+    """Float32 bytes as written now, or the list of floats stores wrote before."""
+    if isinstance(value, bytes | bytearray):
+        return unpack_vector(value)
+    return tuple(float(x) for x in value or ())
 
 
 def _call(props: Mapping[str, Any]) -> OracleCall:
@@ -308,67 +327,64 @@ class Neo4jStore:
 
     # --- exemplars --------------------------------------------------------------------------
 
-    async def save_exemplar(self, exemplar: Exemplar) -> bool:
-        """Keep `exemplar` as its normalised query's label unless that would downgrade it.
+    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+        """See `Store.save_exemplars`: one write transaction of three queries whatever the batch
+        size: lock and read the current labels, write (`UNWIND`), then retention and the
+        version move."""
+        for exemplar in exemplars:
+            check_tier(exemplar)
+        if not exemplars:
+            return SaveResult()
+        keys = {e.query_norm: query_key(e.query_norm) for e in exemplars}
+        guard = {"tools": sorted({e.tool for e in exemplars}), "keys": sorted(keys.values())}
 
-        Returns whether anything changed. The saved exemplar gets the next exemplar version;
-        retention evictions that follow it get one more, shared by their tombstones.
-        """
-        strength = TIER_STRENGTH.get(exemplar.tier)
-        if strength is None:
-            tiers = ", ".join(TIER_STRENGTH)
-            raise InvalidInput(f"expected tier in {tiers}, got {exemplar.tier!r}", "tier")
-        props: dict[str, Any] = {name: getattr(exemplar, name) for name in _EXEMPLAR_PROPS}
-        props |= {
-            "query_norm": exemplar.query_norm,
-            "query_key": query_key(exemplar.query_norm),
-            "embedding": [float(x) for x in exemplar.embedding],
-            "created_at": _to_db(exemplar.created_at),
-        }
+        async def work(tx: AsyncManagedTransaction) -> tuple[SaveResult, int]:
+            found = await _one(tx, "exemplars_guard", guard)
+            stored = {s["query_norm"]: StoredLabel(s["tool"], s["tier"]) for s in found["stored"]}
+            changing, unknown = plan_saves(exemplars, stored, set(found["known"]))
+            if not changing:
+                return SaveResult(unknown_tool=tuple(unknown)), 0
+            version = int(found["exemplar_version"]) + 1
+            written = last_per_query(changing)
+            rows = [
+                {"tool": e.tool, "exemplar": _exemplar_props(e, keys[e.query_norm], version)}
+                for e in written
+            ]
+            await _rows(tx, "save_exemplars", {"rows": rows})
+            evicted = await self._evict(tx, sorted({e.tool for e in written}), version)
+            changed = tuple(replace(e, version=version) for e in changing)
+            return SaveResult(changed=changed, unknown_tool=tuple(unknown)), evicted
 
-        async def work(tx: AsyncManagedTransaction) -> tuple[bool, int]:
-            state = await _lock_meta(tx)
-            guard = {"tool": exemplar.tool, "query_key": props["query_key"]}
-            found = await _one(tx, "exemplar_guard", guard)
-            if not found["tool_exists"]:
-                raise NotFound(f"unknown tool {exemplar.tool!r}")
-            if found["tier"] is not None and (
-                TIER_STRENGTH.get(found["tier"], 0) > strength
-                or (found["tool"] == exemplar.tool and found["tier"] == exemplar.tier)
-            ):
-                return False, 0
-            version = state.exemplar_version + 1
-            await _rows(tx, "save_exemplar", {"exemplar": props | {"version": version}, **guard})
-            evicted = await self._evict(tx, exemplar.tool, version + 1)
-            await _bump(tx, exemplar=2 if evicted else 1)
-            return True, evicted
-
-        changed, evicted = await self._write(work)
+        result, evicted = await self._write(work)
         if evicted:
-            log.info("exemplars_evicted", store=self._uri, count=evicted, tool=exemplar.tool)
-        return changed
+            log.info("exemplars_evicted", store=self._uri, count=evicted)
+        return result
 
-    async def _evict(self, tx: AsyncManagedTransaction, tool: str, version: int) -> int:
-        """Apply retention to non-feedback exemplars: expired, beyond the tool's cap, beyond all."""
+    async def save_exemplar(self, exemplar: Exemplar) -> bool:
+        return await save_one(self, exemplar)
+
+    async def _evict(self, tx: AsyncManagedTransaction, tools: list[str], version: int) -> int:
+        """Apply retention (expired, beyond the written tools' caps, beyond all; feedback
+        exempt) with tombstones at `version`, and move the exemplar version to it."""
         limits = self._retention
-        cutoff = _to_db(self._clock() - timedelta(days=limits.max_age_days))
-        steps: tuple[tuple[str, dict[str, Any]], ...] = (
-            ("expired_exemplar_ids", {"cutoff": cutoff}),
-            ("excess_tool_exemplar_ids", {"tool": tool, "keep": max(limits.per_tool, 0)}),
-            ("excess_exemplar_ids", {"keep": max(limits.total, 0)}),
-        )
-        evicted = 0
-        for name, params in steps:
-            # One step at a time: each cap counts what the previous steps left.
-            ids = [r["id"] for r in await _rows(tx, name, params)]
-            if ids:
-                evicted += await _tombstone(tx, ids, version)
-        return evicted
+        params = {
+            "cutoff": _to_db(self._clock() - timedelta(days=limits.max_age_days)),
+            "tools": tools,
+            "per_tool": max(limits.per_tool, 0),
+            "total": max(limits.total, 0),
+            "version": version,
+        }
+        return int((await _one(tx, "evict_exemplars", params))["evicted"])
+
+    async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
+        keys = sorted({query_key(normalise_query(q)) for q in queries})
+        if not keys:
+            return {}
+        rows = await self._read("exemplars_for_queries", {"keys": keys})
+        return {r["exemplar"]["query_norm"]: _exemplar(r["exemplar"], r["tool"]) for r in rows}
 
     async def exemplar_for_query(self, query: str) -> Exemplar | None:
-        key = query_key(normalise_query(query))
-        rows = await self._read("exemplar_for_query", {"query_key": key})
-        return _exemplar(rows[0]["exemplar"], rows[0]["tool"]) if rows else None
+        return await lookup_one(self, query)
 
     async def exemplars_for_tool(self, tool: str) -> list[Exemplar]:
         rows = await self._read("exemplars_for_tool", {"tool": tool})
@@ -456,6 +472,17 @@ async def _tombstone(tx: AsyncManagedTransaction, ids: Sequence[str], version: i
 
 async def _record_turns(tx: AsyncManagedTransaction, rows: list[dict[str, Any]]) -> int:
     return int((await _one(tx, "record_turns", {"turns": rows}))["created"])
+
+
+def _exemplar_props(exemplar: Exemplar, key: str, version: int) -> dict[str, Any]:
+    props: dict[str, Any] = {name: getattr(exemplar, name) for name in _EXEMPLAR_PROPS}
+    return props | {
+        "query_norm": exemplar.query_norm,
+        "query_key": key,
+        "embedding": pack_vector(exemplar.embedding),
+        "created_at": _to_db(exemplar.created_at),
+        "version": version,
+    }
 
 
 def _turn_row(turn: Turn) -> dict[str, Any]:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,20 +22,28 @@ from typing import Any, TypeVar
 import structlog
 
 from toolselect.analytics import finish, get_analysis
-from toolselect.errors import InvalidInput, NotFound, StoreError, StoreUnavailable
+from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.graph import sqlite_analytics
 from toolselect.graph.store import (
-    TIER_STRENGTH,
     AnalyticsResult,
     Exemplar,
     ExemplarDelta,
     OracleCall,
     Retention,
+    SaveResult,
+    StoredLabel,
     StoreState,
     Tool,
     Turn,
     UpsertResult,
     canonical_json,
+    check_tier,
+    last_per_query,
+    lookup_one,
+    pack_vector,
+    plan_saves,
+    save_one,
+    unpack_vector,
 )
 from toolselect.names import normalise_query
 
@@ -123,14 +130,20 @@ _UPSERT_CALL = """
 _TOMBSTONE = """
     INSERT INTO exemplar_tombstones (query_norm, version) VALUES (?, ?)
     ON CONFLICT(query_norm) DO UPDATE SET version = excluded.version"""
+# Batches look keys up one by one on the worker thread (a cached statement, an index seek
+# each): `IN (...)` lists would need SQL built from the batch size, and `json_each` arrays
+# cut text at NUL characters.
+_TOOL_EXISTS = "SELECT 1 FROM tools WHERE name = ?"
+_LABEL_OF_QUERY = "SELECT tool, tier FROM exemplars WHERE query_norm = ?"
+_EXEMPLAR_OF_QUERY = "SELECT * FROM exemplars WHERE query_norm = ?"
 # Retention, in order: expired, beyond the tool's cap, beyond the total (newest kept).
 _EXPIRED = "SELECT query_norm FROM exemplars WHERE tier != 'feedback' AND created_at < ?"
 _BEYOND_TOOL_CAP = """
     SELECT query_norm FROM exemplars WHERE tool = ? AND tier != 'feedback'
-    ORDER BY created_at DESC, version DESC LIMIT -1 OFFSET ?"""
+    ORDER BY created_at DESC, version DESC, id DESC LIMIT -1 OFFSET ?"""
 _BEYOND_TOTAL_CAP = """
     SELECT query_norm FROM exemplars WHERE tier != 'feedback'
-    ORDER BY created_at DESC, version DESC LIMIT -1 OFFSET ?"""
+    ORDER BY created_at DESC, version DESC, id DESC LIMIT -1 OFFSET ?"""
 
 # Primary result codes meaning "cannot reach the data now" rather than "refused the operation".
 _UNAVAILABLE_CODES = {5, 6, 10, 13, 14, 15, 26}  # BUSY LOCKED IOERR FULL CANTOPEN PROTOCOL NOTADB
@@ -156,14 +169,6 @@ def _ts(value: datetime) -> str:
 
 def _dt(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(UTC)
-
-
-def _pack_vector(values: Sequence[float]) -> bytes:
-    return struct.pack(f"<{len(values)}f", *values)
-
-
-def _unpack_vector(blob: bytes) -> tuple[float, ...]:
-    return struct.unpack(f"<{len(blob) // 4}f", blob)
 
 
 def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
@@ -198,10 +203,23 @@ def _bump(conn: sqlite3.Connection, statement: str) -> int:
     return int(row[0])
 
 
+def _row(conn: sqlite3.Connection, sql: str, key: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(sql, (key,)).fetchone()
+    return row
+
+
 def _tombstone(conn: sqlite3.Connection, query_norms: Sequence[str]) -> None:
     """Record removed queries under one fresh exemplar version."""
     version = _bump(conn, _BUMP_EXEMPLAR)
     conn.executemany(_TOMBSTONE, [(qn, version) for qn in query_norms])
+
+
+def _exemplar_params(exemplar: Exemplar) -> dict[str, Any]:
+    return _fields(exemplar) | {
+        "query_norm": exemplar.query_norm,
+        "embedding": pack_vector(exemplar.embedding),
+        "created_at": _ts(exemplar.created_at),
+    }
 
 
 def _tool(row: sqlite3.Row, packs: Sequence[str]) -> Tool:
@@ -223,7 +241,7 @@ def _exemplar(row: sqlite3.Row) -> Exemplar:
     del fields["query_norm"]
     return Exemplar(
         **fields
-        | {"embedding": _unpack_vector(row["embedding"]), "created_at": _dt(row["created_at"])}
+        | {"embedding": unpack_vector(row["embedding"]), "created_at": _dt(row["created_at"])}
     )
 
 
@@ -447,78 +465,86 @@ class SqliteStore:
 
     # --- exemplars ------------------------------------------------------------------------
 
-    async def save_exemplar(self, exemplar: Exemplar) -> bool:
-        strength = TIER_STRENGTH.get(exemplar.tier)
-        if strength is None:
-            tiers = ", ".join(TIER_STRENGTH)
-            raise InvalidInput(f"expected tier in {tiers}, got {exemplar.tier!r}", "tier")
-        params = _fields(exemplar) | {
-            "query_norm": exemplar.query_norm,
-            "embedding": _pack_vector(exemplar.embedding),
-            "created_at": _ts(exemplar.created_at),
-        }
+    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+        for exemplar in exemplars:
+            check_tier(exemplar)
+        if not exemplars:
+            return SaveResult()
+        keys = sorted({e.query_norm for e in exemplars})
+        names = sorted({e.tool for e in exemplars})
 
-        def work(conn: sqlite3.Connection) -> tuple[bool, int]:
+        def work(conn: sqlite3.Connection) -> tuple[SaveResult, int]:
             with _transaction(conn):
-                known = conn.execute("SELECT 1 FROM tools WHERE name = ?", (exemplar.tool,))
-                if known.fetchone() is None:
-                    raise NotFound(f"unknown tool {exemplar.tool!r}")
-                stored = conn.execute(
-                    "SELECT tool, tier FROM exemplars WHERE query_norm = ?", (params["query_norm"],)
-                ).fetchone()
-                if stored is not None and (
-                    TIER_STRENGTH.get(stored["tier"], 0) > strength
-                    or (stored["tool"] == exemplar.tool and stored["tier"] == exemplar.tier)
-                ):
-                    return False, 0
+                known = {name for name in names if _row(conn, _TOOL_EXISTS, name) is not None}
+                stored = {
+                    key: StoredLabel(row["tool"], row["tier"])
+                    for key in keys
+                    if (row := _row(conn, _LABEL_OF_QUERY, key)) is not None
+                }
+                changing, unknown = plan_saves(exemplars, stored, known)
+                if not changing:
+                    return SaveResult(unknown_tool=tuple(unknown)), 0
                 version = _bump(conn, _BUMP_EXEMPLAR)
-                conn.execute("DELETE FROM exemplars WHERE query_norm = ?", (params["query_norm"],))
-                conn.execute(_INSERT_EXEMPLAR, params | {"version": version})
-                # The upsert supersedes an earlier removal of the same query.
-                conn.execute(
-                    "DELETE FROM exemplar_tombstones WHERE query_norm = ?", (params["query_norm"],)
+                written = last_per_query(changing)
+                rows = [(e.query_norm,) for e in written]
+                conn.executemany("DELETE FROM exemplars WHERE query_norm = ?", rows)
+                conn.executemany(
+                    _INSERT_EXEMPLAR, [_exemplar_params(e) | {"version": version} for e in written]
                 )
-                evicted = self._enforce_retention(conn, exemplar.tool)
-            return True, evicted
+                # The upsert supersedes an earlier removal of the same query.
+                conn.executemany("DELETE FROM exemplar_tombstones WHERE query_norm = ?", rows)
+                evicted = self._enforce_retention(conn, {e.tool for e in written}, version)
+            changed = tuple(replace(e, version=version) for e in changing)
+            return SaveResult(changed=changed, unknown_tool=tuple(unknown)), evicted
 
-        changed, evicted = await self._run(work)
+        result, evicted = await self._run(work)
         if evicted:
-            log.info("exemplars_evicted", store=self.uri, count=evicted, tool=exemplar.tool)
-        return changed
+            log.info("exemplars_evicted", store=self.uri, count=evicted)
+        return result
 
-    def _enforce_retention(self, conn: sqlite3.Connection, tool: str) -> int:
-        """Evict non-feedback exemplars: expired, then beyond the tool's cap, then the total."""
+    async def save_exemplar(self, exemplar: Exemplar) -> bool:
+        return await save_one(self, exemplar)
+
+    def _enforce_retention(self, conn: sqlite3.Connection, tools: Set[str], version: int) -> int:
+        """Evict non-feedback exemplars: expired, then beyond each written tool's cap, then the
+        total; the tombstones carry the batch's `version`."""
         limits = self._retention
         cutoff = _ts(self._clock() - timedelta(days=limits.max_age_days))
-        selections: tuple[tuple[str, tuple[Any, ...]], ...] = (
-            (_EXPIRED, (cutoff,)),
-            (_BEYOND_TOOL_CAP, (tool, max(limits.per_tool, 0))),
-            (_BEYOND_TOTAL_CAP, (max(limits.total, 0),)),
-        )
+        selections: list[tuple[str, tuple[Any, ...]]] = [(_EXPIRED, (cutoff,))]
+        selections += [
+            (_BEYOND_TOOL_CAP, (tool, max(limits.per_tool, 0))) for tool in sorted(tools)
+        ]
+        selections.append((_BEYOND_TOTAL_CAP, (max(limits.total, 0),)))
         victims: list[str] = []
         for sql, args in selections:
             found = [row[0] for row in conn.execute(sql, args)]
             conn.executemany("DELETE FROM exemplars WHERE query_norm = ?", [(q,) for q in found])
             victims.extend(found)
-        if victims:
-            _tombstone(conn, victims)
+        conn.executemany(_TOMBSTONE, [(qn, version) for qn in victims])
         return len(victims)
 
-    async def exemplar_for_query(self, query: str) -> Exemplar | None:
-        query_norm = normalise_query(query)
+    async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
+        keys = sorted({normalise_query(q) for q in queries})
+        if not keys:
+            return {}
 
-        def work(conn: sqlite3.Connection) -> Exemplar | None:
-            row = conn.execute(
-                "SELECT * FROM exemplars WHERE query_norm = ?", (query_norm,)
-            ).fetchone()
-            return None if row is None else _exemplar(row)
+        def work(conn: sqlite3.Connection) -> dict[str, Exemplar]:
+            return {
+                key: _exemplar(row)
+                for key in keys
+                if (row := _row(conn, _EXEMPLAR_OF_QUERY, key)) is not None
+            }
 
         return await self._run(work)
+
+    async def exemplar_for_query(self, query: str) -> Exemplar | None:
+        return await lookup_one(self, query)
 
     async def exemplars_for_tool(self, tool: str) -> list[Exemplar]:
         def work(conn: sqlite3.Connection) -> list[Exemplar]:
             rows = conn.execute(
-                "SELECT * FROM exemplars WHERE tool = ? ORDER BY created_at DESC, version DESC",
+                "SELECT * FROM exemplars WHERE tool = ? "
+                "ORDER BY created_at DESC, version DESC, id DESC",
                 (tool,),
             )
             return [_exemplar(row) for row in rows]

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import struct
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from toolselect.errors import InvalidInput, NotFound
 from toolselect.names import bare_name, namespace, normalise_query
 
 Tier = Literal["ranker", "teacher", "feedback"]
@@ -24,6 +26,16 @@ OracleResult = Literal["labeled", "declined", "limit_reached", "error"]
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no spaces: equal values give equal text (and hashes)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def pack_vector(values: Sequence[float]) -> bytes:
+    """An embedding as stored: float32, little-endian (a quarter of a list of floats on the wire,
+    and one copy to encode or decode instead of one object per value)."""
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def unpack_vector(blob: bytes | bytearray) -> tuple[float, ...]:
+    return struct.unpack(f"<{len(blob) // 4}f", blob)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +145,74 @@ class ExemplarDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class SaveResult:
+    """What one `save_exemplars` call did, in input order.
+
+    `changed` holds the exemplars that changed the store, as stored (with their version);
+    `unknown_tool` the ones skipped because their tool is not in the catalog.
+    """
+
+    changed: tuple[Exemplar, ...] = ()
+    unknown_tool: tuple[Exemplar, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLabel:
+    """The part of a stored exemplar the save rules look at."""
+
+    tool: str
+    tier: str
+
+
+def check_tier(exemplar: Exemplar) -> None:
+    """Refuse a tier outside `TIER_STRENGTH` before anything is written."""
+    if exemplar.tier not in TIER_STRENGTH:
+        tiers = ", ".join(TIER_STRENGTH)
+        raise InvalidInput(f"expected tier in {tiers}, got {exemplar.tier!r}", "tier")
+
+
+def replaces(stored: StoredLabel | None, new: Exemplar) -> bool:
+    """Whether `new` may replace the stored label of its query: never a downgrade
+    (feedback > teacher > ranker), and the same tool and tier again is no change."""
+    if stored is None:
+        return True
+    if TIER_STRENGTH.get(stored.tier, 0) > TIER_STRENGTH[new.tier]:
+        return False
+    return not (stored.tool == new.tool and stored.tier == new.tier)
+
+
+def plan_saves(
+    exemplars: Sequence[Exemplar],
+    stored: Mapping[str, StoredLabel],
+    known_tools: Collection[str],
+) -> tuple[list[Exemplar], list[Exemplar]]:
+    """Apply the save rules to a batch in order: (changing, unknown_tool), both in input order.
+
+    `stored` maps a normalised query to its current label. Two items of one batch with the same
+    normalised query are applied in order, so the later one wins unless it would downgrade.
+    """
+    labels = dict(stored)
+    changing: list[Exemplar] = []
+    unknown: list[Exemplar] = []
+    for exemplar in exemplars:
+        check_tier(exemplar)
+        if exemplar.tool not in known_tools:
+            unknown.append(exemplar)
+            continue
+        key = exemplar.query_norm
+        if replaces(labels.get(key), exemplar):
+            labels[key] = StoredLabel(exemplar.tool, exemplar.tier)
+            changing.append(exemplar)
+    return changing, unknown
+
+
+def last_per_query(exemplars: Sequence[Exemplar]) -> list[Exemplar]:
+    """The last exemplar of each normalised query (what a batch leaves stored), in input order."""
+    last = {e.query_norm: i for i, e in enumerate(exemplars)}
+    return [e for i, e in enumerate(exemplars) if last[e.query_norm] == i]
+
+
+@dataclass(frozen=True, slots=True)
 class AnalyticsResult:
     """The rows of one named analysis (`toolselect.analytics.ANALYSES` lists them).
 
@@ -203,13 +283,26 @@ class Store(Protocol):
         """One turn by id."""
         ...
 
-    async def save_exemplar(self, exemplar: Exemplar) -> bool:
-        """Keep `exemplar` as the label of its normalised query, unless that would downgrade.
+    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+        """Keep each exemplar as the label of its normalised query, unless that would downgrade.
 
-        A stored exemplar of a stronger tier (feedback > teacher > ranker) is never replaced by
-        a weaker one; the same tool and tier again is no change. Returns whether anything
-        changed (and so whether `exemplar_version` moved). Retention limits apply.
+        One transaction per call. A stored exemplar of a stronger tier (feedback > teacher >
+        ranker) is never replaced by a weaker one; the same tool and tier again is no change;
+        items are applied in order (`plan_saves`). An exemplar whose tool is not in the catalog
+        is skipped and reported in `unknown_tool`. When anything changed, `exemplar_version`
+        moves once and every change of the call (writes and retention evictions) carries the
+        new version. Retention limits apply once, after the writes, in the same transaction.
         """
+        ...
+
+    async def save_exemplar(self, exemplar: Exemplar) -> bool:
+        """`save_exemplars([exemplar])`: whether it changed the store; `NotFound` for an
+        unknown tool."""
+        ...
+
+    async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
+        """The stored exemplars of the queries' normalised forms, keyed by normalised query
+        (misses are absent); one round trip."""
         ...
 
     async def exemplar_for_query(self, query: str) -> Exemplar | None:
@@ -249,3 +342,16 @@ class Store(Protocol):
 
     async def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
+
+
+async def save_one(store: Store, exemplar: Exemplar) -> bool:
+    """`Store.save_exemplar` for every store: one batch of one, `NotFound` for an unknown tool."""
+    result = await store.save_exemplars([exemplar])
+    if result.unknown_tool:
+        raise NotFound(f"unknown tool {exemplar.tool!r}")
+    return bool(result.changed)
+
+
+async def lookup_one(store: Store, query: str) -> Exemplar | None:
+    """`Store.exemplar_for_query` for every store: one lookup of one."""
+    return (await store.exemplars_for_queries([query])).get(normalise_query(query))

@@ -4,10 +4,14 @@
 ranks, or touches the store or the network, and it is safe from the event loop and from any
 thread. A full queue drops the turn and counts it.
 
-The intake worker takes batches: embeds the requests in one call, ranks each (top-1, margin),
-runs the detector, records every turn (flagged or not, so analytics have denominators), and
-labels flagged turns through the oracle tiers. Ratchet and ranker labels are decided inline;
-teacher escalations run as separate tasks (bounded) so a slow teacher never stalls intake.
+The intake worker takes what is queued (up to `batch_size`) and per batch: embeds the requests
+in one call, ranks them on one snapshot (top-1, margin), runs the detector, looks up the
+ratchet labels of all flagged turns in one store call, records every turn in one call (flagged
+or not, so analytics have denominators), saves the batch's labels in one call and folds them
+once. A batch that fails for a reason other than an unreachable store is retried turn by turn,
+so a turn that cannot be processed is counted and logged alone and the others are recorded.
+Ratchet and ranker labels are decided inline; teacher escalations run as separate tasks
+(bounded) so a slow teacher never stalls intake.
 A saved exemplar is handed to `on_saved`, which folds it into the ranker at once.
 """
 
@@ -26,12 +30,14 @@ import numpy as np
 import structlog
 
 from toolselect.embed import Embedder
-from toolselect.errors import NotFound, ToolselectError
+from toolselect.errors import StoreUnavailable, ToolselectError
 from toolselect.graph.store import Exemplar, Store, Tier, Turn
 from toolselect.learn.detect import RankSignal, detect
+from toolselect.learn.fit import within_budget
+from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.names import normalise_query
-from toolselect.oracle.base import Candidate
+from toolselect.oracle.base import Candidate, estimated_tokens
 from toolselect.oracle.oracle import InFlight, Oracle
 from toolselect.oracle.tiers import plan
 from toolselect.ranker import CentroidRanker, Ranking
@@ -54,12 +60,19 @@ class Observation:
 
 @dataclass(frozen=True, slots=True)
 class LearnerConfig:
+    """`margin_floor` and `teacher_candidates` apply when no `Tuner` is given (a tuner's fit
+    decides them otherwise); the teacher sees the whole catalog (or pack) up to
+    `teacher_full_catalog` tools, and never more candidates than `teacher_max_input_tokens` buy."""
+
     fallback_tools: Collection[str]
     margin_floor: float = 0.05
     tiers: Sequence[str] = ("ratchet", "ranker", "teacher")
     queue_size: int = 1024
-    batch_size: int = 64
-    teacher_candidates: int = 10
+    # A burst is recorded in few store transactions: the worker takes what is queued, up to this.
+    batch_size: int = 512
+    teacher_candidates: int = 30
+    teacher_full_catalog: int = 50
+    teacher_max_input_tokens: int = 6000
     teacher_concurrency: int = 4
 
 
@@ -69,6 +82,7 @@ class _Stats:
     processed: int = 0
     saved: int = 0
     errors: int = 0
+    failed_turns: int = 0
     in_progress: int = field(default=0)
 
 
@@ -85,9 +99,11 @@ class Learner:
         on_saved: Callable[[Sequence[Exemplar]], Awaitable[None]],
         describe: Callable[[str], str],
         config: LearnerConfig,
+        tuner: Tuner | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        self._tuner = tuner
         self._store = store
         self._embedder = embedder
         self._ranker = ranker
@@ -235,7 +251,7 @@ class Learner:
             batch = self._take()
             self.stats.in_progress += 1
             try:
-                await self._process(batch)
+                await self._process_isolated(batch)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -246,16 +262,60 @@ class Learner:
                 self.stats.batches += 1
                 self.stats.processed += len(batch)
 
+    async def _process_isolated(self, batch: Sequence[Observation]) -> None:
+        """Process a batch; when it fails for a reason other than the store being unreachable,
+        process its turns one by one so one bad turn costs only itself (counted and logged)."""
+        try:
+            await self._process(batch)
+            return
+        except (StoreUnavailable, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            if len(batch) == 1:
+                self._failed(batch[0], exc)
+                return
+            log.warning("intake_batch_retried_alone", turns=len(batch), error=repr(exc))
+        for obs in batch:
+            try:
+                await self._process([obs])
+            except (StoreUnavailable, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                self._failed(obs, exc)
+
+    def _failed(self, obs: Observation, exc: Exception) -> None:
+        self.stats.failed_turns += 1
+        self._metrics.intake_failed_turns.inc()
+        log.error("intake_turn_failed", turn_id=obs.turn_id, error=repr(exc), exc_info=exc)
+
     async def _process(self, batch: Sequence[Observation]) -> None:
         vectors = await self._embedder.embed([o.request for o in batch])
-        turns: list[Turn] = []
-        escalations: list[tuple[Turn, np.ndarray, Ranking]] = []
-        saves: list[tuple[Turn, np.ndarray, str, Tier, float]] = []
-        for obs, vector in zip(batch, vectors, strict=True):
-            ranking = self._rank(vector, obs.pack)
-            signal = (
-                RankSignal(ranking.results[0].tool, ranking.margin) if ranking.results else None
+        tuner = self._tuner
+        floor = tuner.free_floor if tuner is not None else self.config.margin_floor
+        rankings = self._rank_batch(vectors, batch)
+        signals = [
+            RankSignal(ranking.results[0].tool, ranking.margin) if ranking.results else None
+            for ranking in rankings
+        ]
+        flags = [
+            detect(
+                obs.request,
+                obs.used_tool,
+                signal,
+                fallback_tools=self.config.fallback_tools,
+                margin_floor=floor,
             )
+            for obs, signal in zip(batch, signals, strict=True)
+        ]
+        # The ratchet: one lookup for every flagged turn of the batch.
+        flagged = [obs.request for obs, flag in zip(batch, flags, strict=True) if flag is not None]
+        labels = await self._store.exemplars_for_queries(flagged) if flagged else {}
+        turns: list[Turn] = []
+        escalations: list[tuple[Turn, np.ndarray]] = []
+        saves: list[tuple[Turn, np.ndarray, str, Tier, float]] = []
+        for obs, vector, ranking, signal, flag in zip(
+            batch, vectors, rankings, signals, flags, strict=True
+        ):
             turn = Turn(
                 id=obs.turn_id,
                 request=obs.request,
@@ -267,113 +327,156 @@ class Learner:
                 top1=signal.top1 if signal else None,
                 margin=signal.margin if signal else None,
             )
-            flag = detect(
-                obs.request,
-                obs.used_tool,
-                signal,
-                fallback_tools=self.config.fallback_tools,
-                margin_floor=self.config.margin_floor,
-            )
             if flag is None:
                 turns.append(turn)
                 continue
             self._metrics.flags.labels(flag.reason).inc()
-            existing = await self._store.exemplar_for_query(obs.request)
+            existing = labels.get(normalise_query(obs.request))
+            probability = self._confidence(ranking) if signal is not None else 0.0
+            if tuner is not None and signal is not None:
+                tuner.flagged(probability)
             decision = plan(
                 flag,
                 obs.outcome,
                 signal,
-                margin_floor=self.config.margin_floor,
+                margin_floor=floor,
                 ratchet_label=existing.tool if existing else None,
                 tiers=self.config.tiers,
+                used_tool=obs.used_tool,
+                teacher_worth=tuner is None or tuner.worth_teaching(probability),
             )
             turn = replace(turn, flagged=True, flag_reason=flag.reason, tier=decision.tier)
             if decision.escalate:
-                escalations.append((turn, vector, ranking))
+                if tuner is not None:
+                    tuner.escalated()
+                escalations.append((turn, vector))
             elif decision.label is not None:
                 turn = replace(turn, label=decision.label, result="labeled")
                 if decision.tier == "ranker":
-                    saves.append((turn, vector, decision.label, "ranker", ranking.margin))
+                    saves.append((turn, vector, decision.label, "ranker", probability))
                 self._decided(turn)
             else:
                 turn = replace(turn, result="declined")
                 self._decided(turn)
             turns.append(turn)
         await self._store.record_turns(turns)
-        saved = [
-            exemplar
-            for turn, vector, label, tier, confidence in saves
-            if (exemplar := await self._save(turn, vector, label, tier, confidence)) is not None
-        ]
+        saved = await self._save(saves)
         if saved:  # one fold per batch: a fold swaps the ranker's matrix
             await self._on_saved(saved)
-        for turn, vector, ranking in escalations:
-            self._escalate(turn, vector, ranking)
+        for turn, vector in escalations:
+            self._escalate(turn, vector)
 
-    def _rank(self, vector: np.ndarray, pack: str | None) -> Ranking:
-        k = max(2, self.config.teacher_candidates)
+    def _rank(self, vector: np.ndarray, pack: str | None, k: int) -> Ranking:
+        """The top `k` for one turn: within its pack when the pack has tools, else over the
+        whole catalog (the teacher's candidates)."""
         if pack:
             in_pack = self._ranker.rank(vector, k, pack=pack)
             if in_pack.results:
                 return in_pack
         return self._ranker.rank(vector, k)
 
+    def _rank_batch(self, vectors: np.ndarray, batch: Sequence[Observation]) -> list[Ranking]:
+        """Rank every turn of a batch on one snapshot (top-1 and margin: k=2): within its pack
+        when that pack has tools, else over the whole catalog."""
+        k = 2
+        snapshot = self._ranker.snapshot
+        rankings = snapshot.rank_many(vectors, k)
+        by_pack: dict[str, list[int]] = {}
+        for i, obs in enumerate(batch):
+            if obs.pack:
+                by_pack.setdefault(obs.pack, []).append(i)
+        for pack, rows in by_pack.items():
+            for i, in_pack in zip(
+                rows, snapshot.rank_many(vectors[rows], k, pack=pack), strict=True
+            ):
+                if in_pack.results:
+                    rankings[i] = in_pack
+        return rankings
+
     def _decided(self, turn: Turn) -> None:
         self._metrics.decisions.labels(turn.tier or "none", turn.result or "none").inc()
 
     async def _save(
-        self, turn: Turn, vector: np.ndarray, label: str, tier: Tier, confidence: float
-    ) -> Exemplar | None:
-        """Save a label; the exemplar when the store changed, else None."""
-        exemplar = Exemplar(
-            id=uuid.uuid4().hex,
-            query=turn.request,
-            tool=label,
-            tier=tier,
-            embedder=self._embedder.id,
-            embedding=tuple(vector.tolist()),
-            created_at=self._clock(),
-            confidence=float(confidence),
-            turn_id=turn.id,
-        )
-        try:
-            changed = await self._store.save_exemplar(exemplar)
-        except NotFound:
-            log.info("label_for_unknown_tool", tool=label, turn_id=turn.id)
-            return None
-        if not changed:
-            return None
-        self.stats.saved += 1
-        return exemplar
+        self, labels: Sequence[tuple[Turn, np.ndarray, str, Tier, float]]
+    ) -> list[Exemplar]:
+        """Save labels in one store call; the exemplars that changed the store."""
+        if not labels:
+            return []
+        now = self._clock()
+        exemplars = [
+            Exemplar(
+                id=uuid.uuid4().hex,
+                query=turn.request,
+                tool=label,
+                tier=tier,
+                embedder=self._embedder.id,
+                embedding=tuple(vector.tolist()),
+                created_at=now,
+                confidence=float(confidence),
+                turn_id=turn.id,
+            )
+            for turn, vector, label, tier, confidence in labels
+        ]
+        result = await self._store.save_exemplars(exemplars)
+        for unknown in result.unknown_tool:
+            log.info("label_for_unknown_tool", tool=unknown.tool, turn_id=unknown.turn_id)
+        self.stats.saved += len(result.changed)
+        return list(result.changed)
 
     # -- teacher tier ------------------------------------------------------------------------
 
-    def _escalate(self, turn: Turn, vector: np.ndarray, ranking: Ranking) -> None:
-        task = asyncio.create_task(self._teach(turn, vector, ranking), name=f"teach-{turn.id}")
+    def _confidence(self, ranking: Ranking) -> float:
+        """The calibrated probability that the ranker's top-1 is right (the margin without a
+        tuner)."""
+        if self._tuner is None:
+            return ranking.margin
+        return self._tuner.current.calibration.probability(ranking.margin)
+
+    def _escalate(self, turn: Turn, vector: np.ndarray) -> None:
+        task = asyncio.create_task(self._teach(turn, vector), name=f"teach-{turn.id}")
         self._teaching.add(task)
         task.add_done_callback(self._teaching.discard)
 
-    async def _teach(self, turn: Turn, vector: np.ndarray, ranking: Ranking) -> None:
+    async def _teach(self, turn: Turn, vector: np.ndarray) -> None:
         key = normalise_query(turn.request)
         if not self._in_flight.reserve(key):
             await self._finish(replace(turn, result="declined"), "query already being labelled")
             return
         try:
             async with self._teacher_slots:
-                candidates = [Candidate(r.tool, self._describe(r.tool)) for r in ranking.results]
+                candidates = self._teacher_candidates(vector, turn.pack)
+                self._metrics.teacher_candidates.observe(len(candidates))
                 answer = await self._oracle.teach(
                     turn.request, turn.used_tool, candidates, turn_id=turn.id
                 )
             done = replace(turn, result=answer.result, label=answer.label)
+            called = answer.attempts > 0  # not the kill switch, the budget or an error
+            if self._tuner is not None and called and answer.result in ("labeled", "declined"):
+                names = [c.name for c in candidates]
+                position = names.index(answer.label) if answer.label in names else None
+                self._tuner.teacher_answered(len(candidates), position)
             if answer.result == "labeled" and answer.label is not None:
-                exemplar = await self._save(done, vector, answer.label, "teacher", 1.0)
-                if exemplar is not None:
-                    await self._on_saved([exemplar])
+                saved = await self._save([(done, vector, answer.label, "teacher", 1.0)])
+                if saved:
+                    await self._on_saved(saved)
             await self._finish(done, answer.reason or answer.error)
         except ToolselectError as exc:
             await self._finish(replace(turn, result="error"), str(exc))
         finally:
             self._in_flight.release(key)
+
+    def _teacher_candidates(self, vector: np.ndarray, pack: str | None) -> list[Candidate]:
+        """The whole catalog (or pack) when small, else the ranked top `teacher_depth` (sized
+        from the labels so it contains the true tool), cut to the token budget."""
+        snapshot = self._ranker.snapshot
+        in_pack = snapshot.packs.get(pack) if pack else None
+        size = in_pack.size if in_pack is not None and in_pack.size else snapshot.size
+        depth = self._tuner.current.teacher_depth if self._tuner else self.config.teacher_candidates
+        k = size if size <= self.config.teacher_full_catalog else min(depth, size)
+        ranked = self._rank(vector, pack, k)
+        candidates = [Candidate(r.tool, self._describe(r.tool)) for r in ranked.results]
+        costs = [estimated_tokens(c) for c in candidates]
+        return candidates[: within_budget(costs, self.config.teacher_max_input_tokens)]
 
     async def _finish(self, turn: Turn, why: str | None) -> None:
         self._decided(turn)

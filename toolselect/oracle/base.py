@@ -159,12 +159,22 @@ def user_prompt(request: str, used_tool: str, candidates: Sequence[Candidate]) -
         f"Tool the agent used: {used_tool}",
         "Candidate tools:",
     ]
-    for candidate in candidates:
-        description = " ".join(candidate.description.split())
-        if len(description) > MAX_DESCRIPTION_CHARS:
-            description = description[: MAX_DESCRIPTION_CHARS - 3] + "..."
-        lines.append(f"- {candidate.name}: {description}" if description else f"- {candidate.name}")
+    lines.extend(prompt_line(candidate) for candidate in candidates)
     return "\n".join(lines)
+
+
+def prompt_line(candidate: Candidate) -> str:
+    """A candidate as the teacher sees it: name and (shortened) description."""
+    description = " ".join(candidate.description.split())
+    if len(description) > MAX_DESCRIPTION_CHARS:
+        description = description[: MAX_DESCRIPTION_CHARS - 3] + "..."
+    return f"- {candidate.name}: {description}" if description else f"- {candidate.name}"
+
+
+def estimated_tokens(candidate: Candidate) -> int:
+    """Input tokens a candidate costs: its prompt line and its enum entry, ~4 characters a
+    token (an estimate for budgeting, not a tokenizer)."""
+    return (len(prompt_line(candidate)) + len(candidate.name) + 8) // 4 + 1
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:

@@ -10,7 +10,11 @@ The default policy of ARCHITECTURE.md ("Oracle policy"), row by row:
 | used != confident top-1 | ok               | teacher              | teacher        |
 
 The last row escalates even when the ranker is confident: the agent's choice worked, so the
-ranker's disagreement is not evidence the agent was wrong. The `ratchet` tier (a label that
+ranker's disagreement is not evidence the agent was wrong. The ranker never confirms the very
+fallback tool whose use flagged the turn (a turn flagged for `text_response` is not labelled
+`text_response` for free): that would teach the ranker the mis-route it was meant to catch. The floor is the calibrated
+one (`toolselect.learn.fit`) unless a setting pins it. With `teacher_worth` False (the turn is
+not among the most uncertain share the teacher budget is spent on) the teacher row declines. The `ratchet` tier (a label that
 already exists for the normalised query) is free and runs wherever it sits in the tier order;
 by default first. Tiers are tried in the configured order and the first that applies wins; when
 none applies the turn is `declined` with the reason.
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from toolselect.learn.detect import Flag, FlagReason, RankSignal
+from toolselect.names import same_tool
 
 TierName = Literal["ratchet", "ranker", "teacher"]
 PlanTier = Literal["ratchet", "ranker", "teacher", "declined"]
@@ -30,6 +35,8 @@ KNOWN_TIERS: tuple[TierName, ...] = ("ratchet", "ranker", "teacher")
 DEFAULT_TIERS: tuple[TierName, ...] = KNOWN_TIERS
 
 OutcomeClass = Literal["unknown", "failed", "ok"]
+
+NOT_WORTH = "not worth a teacher call: the ranker is more likely right than on the turns sent"
 
 # (why flagged, outcome class) -> may a confident ranker label it? Below the floor the ranker
 # never labels. The fallback rule ignores the outcome, so it has a row per outcome class.
@@ -66,11 +73,18 @@ def outcome_class(outcome: str | None) -> OutcomeClass:
 
 
 def ranker_refusal(
-    flag: Flag, outcome: str | None, signal: RankSignal | None, *, margin_floor: float
+    flag: Flag,
+    outcome: str | None,
+    signal: RankSignal | None,
+    *,
+    margin_floor: float,
+    used_tool: str = "",
 ) -> str | None:
     """Why the ranker's top-1 is not an acceptable label here, or None when it is."""
     if signal is None or not signal.top1.strip():
         return "no ranker signal"
+    if flag.reason == "fallback" and used_tool and same_tool(signal.top1, used_tool):
+        return "ranker top-1 is the fallback tool that flagged the turn"
     if not signal.margin >= margin_floor:  # written so that a NaN margin is refused too
         return f"ranker margin {signal.margin:.4f} below floor {margin_floor:.4f}"
     if not _RANKER_MAY_LABEL[(flag.reason, outcome_class(outcome))]:
@@ -86,19 +100,23 @@ def plan(
     margin_floor: float,
     ratchet_label: str | None,
     tiers: Sequence[str] = DEFAULT_TIERS,
+    used_tool: str = "",
+    teacher_worth: bool = True,
 ) -> Plan:
     """Decide which tier labels a flagged turn; see the module docstring for the table."""
     unknown = [t for t in tiers if t not in KNOWN_TIERS]
     if unknown:
         raise ValueError(f"expected tiers among {', '.join(KNOWN_TIERS)}, got {unknown[0]!r}")
-    refusal = ranker_refusal(flag, outcome, signal, margin_floor=margin_floor)
+    refusal = ranker_refusal(flag, outcome, signal, margin_floor=margin_floor, used_tool=used_tool)
     for tier in tiers:
         if tier == "ratchet" and ratchet_label:
             return Plan("ratchet", label=ratchet_label)
         if tier == "ranker" and refusal is None and signal is not None:
             return Plan("ranker", label=signal.top1)
-        if tier == "teacher":
+        if tier == "teacher" and teacher_worth:
             return Plan("teacher", escalate=True, reason=refusal)
+        if tier == "teacher":
+            return Plan("declined", reason=f"{refusal}; {NOT_WORTH}")
     return Plan("declined", reason=_declined_reason(tiers, refusal))
 
 

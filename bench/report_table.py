@@ -1,0 +1,23 @@
+"""Markdown table cells and tables for the generated pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.1f}"
+
+
+def ms(x: float | None) -> str:
+    if x is None or x != x:
+        return ""
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def table(header: list[str], rows: list[list[Any]], align: str = "") -> str:
+    align = align or "l" + "r" * (len(header) - 1)
+    marks = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(marks) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

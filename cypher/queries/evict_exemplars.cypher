@@ -1,0 +1,54 @@
+// The end of save_exemplars: retention over non-feedback exemplars, in order (each step sees
+// what the previous ones removed): older than $cutoff; beyond the newest $per_tool of each of
+// $tools; beyond the newest $total overall (ties by version, then id). Every evicted exemplar
+// leaves a tombstone at $version; then the exemplar version moves to $version.
+CALL () {
+  MATCH (e:ToolSelectionExample)
+  WHERE e.created_at < $cutoff AND e.tier <> 'feedback'
+  MERGE (ts:ExemplarTombstone {query_key: e.query_key})
+  SET ts.version = $version, ts.query_norm = e.query_norm
+  DETACH DELETE e
+  RETURN count(*) AS expired
+}
+CALL () {
+  UNWIND $tools AS name
+  MATCH (t:Tool {name: name})
+  WITH t
+  WHERE COUNT {
+    MATCH (e:ToolSelectionExample)-[:SELECTS]->(t)
+    WHERE e.tier <> 'feedback'
+  } > $per_tool
+  CALL (t) {
+    MATCH (e:ToolSelectionExample)-[:SELECTS]->(t)
+    WHERE e.tier <> 'feedback'
+    WITH e
+    ORDER BY e.created_at DESC, e.version DESC, e.id DESC
+    SKIP $per_tool
+    RETURN e
+  }
+  MERGE (ts:ExemplarTombstone {query_key: e.query_key})
+  SET ts.version = $version, ts.query_norm = e.query_norm
+  DETACH DELETE e
+  RETURN count(*) AS over_tool
+}
+CALL () {
+  CALL () {
+    MATCH (e:ToolSelectionExample)
+    WHERE e.tier <> 'feedback'
+    RETURN count(e) AS held
+  }
+  WITH held
+  WHERE held > $total
+  MATCH (e:ToolSelectionExample)
+  WHERE e.tier <> 'feedback'
+  WITH e
+  ORDER BY e.created_at DESC, e.version DESC, e.id DESC
+  SKIP $total
+  MERGE (ts:ExemplarTombstone {query_key: e.query_key})
+  SET ts.version = $version, ts.query_norm = e.query_norm
+  DETACH DELETE e
+  RETURN count(*) AS over_total
+}
+MATCH (m:Meta {key: 'state'})
+SET m.exemplar_version = $version
+RETURN expired + over_tool + over_total AS evicted

@@ -1,0 +1,23 @@
+// $rows: [{tool, exemplar}], one row per query_key; `exemplar` is the full property map
+// (query_norm and query_key included) and replaces every field and edge of the stored one.
+UNWIND $rows AS row
+MATCH (tool:Tool {name: row.tool})
+MERGE (e:ToolSelectionExample {query_key: row.exemplar.query_key})
+SET e = row.exemplar
+WITH e, tool
+CALL (e) {
+  MATCH (e)-[r:SELECTS|PRODUCED]-()
+  DELETE r
+}
+// The new label supersedes an earlier removal of the same query.
+CALL (e) {
+  MATCH (ts:ExemplarTombstone {query_key: e.query_key})
+  DELETE ts
+}
+MERGE (e)-[:SELECTS]->(tool)
+WITH e
+CALL (e) {
+  MATCH (turn:Turn {id: e.turn_id})
+  MERGE (turn)-[:PRODUCED]->(e)
+}
+RETURN count(e) AS written
