@@ -149,6 +149,17 @@ async def test_select_needs_query_text(client: Client) -> None:
     assert err["field"] == "query.Text"
 
 
+async def test_select_candidate_needs_an_id(client: Client) -> None:
+    """A PromptKit candidate with an empty ID answers 422 naming it, even when it has a Name:
+    the ID is what the selector returns."""
+    candidates = [{"ID": "a", "Name": "a"}, {"ID": "", "Name": "b", "Description": "x"}]
+    resp = await client.post(
+        "/v1/select", json={"query": {"Text": "x", "K": 1}, "candidates": candidates}
+    )
+    err = await error_of(resp, 422, "invalid_request")
+    assert err["field"] == "candidates[1].ID"
+
+
 async def test_errors_carry_a_request_id(client: Client) -> None:
     """Every response, error or not, carries X-Request-Id (echoed when the caller sends one)."""
     resp = await client.get("/v1/nope", headers={"X-Request-Id": "abc-123"})
