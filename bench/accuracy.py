@@ -26,6 +26,7 @@ import numpy as np
 from bench.cache import Encoders
 from bench.data import TEXT_VARIANTS, Dataset, Query, variant_text
 from toolselect.catalog import tool_text
+from toolselect.config import Settings
 from toolselect.embed import Embedder, build_embedder
 from toolselect.ranker import CentroidRanker
 
@@ -409,7 +410,12 @@ def run(data: Dataset, encoders: Encoders, url: str = "") -> dict[str, Any]:
         methods.append(sr)
     _lap("semantic-router", started)
     grid = asyncio.run(hybrid_grid(data, encoders))
-    best_weight = max(grid, key=lambda r: (r["before"]["top1"], r["before"]["mrr10"]))["weight"]
+    # A new default needs a top-1 win: on a tie the configured weight stays.
+    default = Settings().hybrid_weight
+    best_weight = max(
+        grid,
+        key=lambda r: (r["before"]["top1"], r["weight"] == default, r["before"]["mrr10"]),
+    )["weight"]
     _lap("hybrid grid", started)
     variants = asyncio.run(text_variants(data, encoders, best_weight))
     _lap("text variants", started)

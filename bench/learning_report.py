@@ -246,8 +246,11 @@ def _sensitivity(learn: dict[str, Any]) -> str:
                 pct(r["final"]["top1"]),
                 f"{100 * r['gain_top1']:+.1f}",
                 f"{a['free_labels']} / {pct(a['free_precision'])}",
-                f"{pct(a['escalated_share'])}%",
-                f"{pct(a['decline_rate'])}%",
+                *(
+                    ("off", "")
+                    if r["arm"] == "teacher off"
+                    else (f"{pct(a['escalated_share'])}%", f"{pct(a['decline_rate'])}%")
+                ),
             ]
         )
     for method in methods(learn):
@@ -258,7 +261,8 @@ def _sensitivity(learn: dict[str, Any]) -> str:
                 rows.append(
                     [method, "defaults (0.95 / 0.95 / 0.25)", arm, pct(r["final"]["top1"]),
                      f"{100 * r['gain_top1']:+.1f}", f"{a['free_labels']} / {pct(a['free_precision'])}",
-                     f"{pct(a['escalated_share'])}%", f"{pct(a['decline_rate'])}%"]
+                     *(("off", "") if arm == "teacher off" else
+                       (f"{pct(a['escalated_share'])}%", f"{pct(a['decline_rate'])}%"))]
                 )  # fmt: skip
     rows.sort(key=lambda row: (row[0], row[2], row[1]))
     return "\n".join(
