@@ -23,7 +23,7 @@ import numpy as np
 
 from toolselect.catalog import load_demo_catalog, tool_text
 from toolselect.config import Settings
-from toolselect.embed import VectorCache, build_embedder
+from toolselect.embed import Embedder, VectorCache, build_embedder
 from toolselect.errors import InvalidInput
 from toolselect.graph.factory import open_store
 from toolselect.graph.store import Exemplar, Store, Tool
@@ -31,8 +31,9 @@ from toolselect.ranker import CentroidRanker, LearnedVector
 from toolselect.selection import Selection, check_text, choose
 
 CACHE_FILE = "vectors.db"
-# Labels whose truth does not come from the ranker (as the service folds them).
-_TRUSTED_TIERS = frozenset({"teacher", "feedback"})
+# Labels whose truth does not come from the ranker; the same set as `service.TRUSTED_TIERS`
+# (not imported from there: that module brings the learner, metrics and oracle with it).
+TRUSTED_TIERS = frozenset({"teacher", "feedback"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +110,6 @@ async def select_once(
 ) -> Selection:
     """The selection `Service.select` makes on a freshly started service, without starting one."""
     check_text(text, "query.Text", settings.max_query_bytes)
-    store = await open_store(settings)
     embedder = build_embedder(
         settings.embedder_kind,
         hybrid_weight=settings.hybrid_weight,
@@ -120,41 +120,50 @@ async def select_once(
         cache=VectorCache(cache_path(settings)),
     )
     try:
-        await store.migrate()
-        if not candidates:
-            return choose(CentroidRanker(), np.zeros(0, np.float32), (), None, k, settings.max_k)
-        stored, exemplars = await _read(store, settings, candidates)
-        known = {t.name for t in stored}
-        unknown = [c for c in candidates if c.name not in known]
-        stale = [e for e in exemplars if e.embedder != embedder.id or not e.embedding]
-        texts = [text, *(tool_text(t) for t in stored), *(tool_text(c) for c in unknown)]
-        vectors = await embedder.embed([*texts, *(e.query for e in stale)])
-        query, tools = vectors[0], vectors[1 : 1 + len(stored)]
-        unknown_vectors = vectors[1 + len(stored) : len(texts)]
-        fresh = {e.id: vectors[len(texts) + i] for i, e in enumerate(stale)}
-        ranker = _ranker(settings)
-        ranker.set_catalog(stored, tools)
-        ranker.fold(
-            [
-                LearnedVector(
-                    query_norm=e.query_norm,
-                    tool=e.tool,
-                    vector=fresh[e.id]
-                    if e.id in fresh
-                    else np.asarray(e.embedding, dtype=np.float32),
-                    trusted=e.tier in _TRUSTED_TIERS,
-                )
-                for e in exemplars
-            ]
-        )
-        return choose(
-            ranker, query, candidates, unknown_vectors if unknown else None, k, settings.max_k
-        )
-    finally:
+        store = await open_store(settings)
         try:
-            await embedder.close()
+            await store.migrate()
+            return await _select(store, embedder, settings, text, candidates, k)
         finally:
             await store.close()
+    finally:
+        await embedder.close()
+
+
+async def _select(
+    store: Store,
+    embedder: Embedder,
+    settings: Settings,
+    text: str,
+    candidates: Sequence[Tool],
+    k: int,
+) -> Selection:
+    if not candidates:
+        return choose(CentroidRanker(), np.zeros(0, np.float32), (), None, k, settings.max_k)
+    stored, exemplars = await _read(store, settings, candidates)
+    known = {t.name for t in stored}
+    unknown = [c for c in candidates if c.name not in known]
+    # One call: whatever the cache lacks (the query, new candidates, exemplars stored by
+    # another embedder) goes to the model in one batch.
+    stale = [e for e in exemplars if e.embedder != embedder.id or not e.embedding]
+    texts = [text, *(tool_text(t) for t in stored), *(tool_text(c) for c in unknown)]
+    vectors = await embedder.embed([*texts, *(e.query for e in stale)])
+    fresh = {e.id: vectors[len(texts) + i] for i, e in enumerate(stale)}
+    ranker = _ranker(settings)
+    ranker.set_catalog(stored, vectors[1 : 1 + len(stored)])
+    ranker.fold(
+        [
+            LearnedVector(
+                query_norm=e.query_norm,
+                tool=e.tool,
+                vector=fresh[e.id] if e.id in fresh else np.asarray(e.embedding, np.float32),
+                trusted=e.tier in TRUSTED_TIERS,
+            )
+            for e in exemplars
+        ]
+    )
+    unknown_vectors = vectors[1 + len(stored) : len(texts)] if unknown else None
+    return choose(ranker, vectors[0], candidates, unknown_vectors, k, settings.max_k)
 
 
 async def _read(
