@@ -19,7 +19,7 @@ from toolselect.embed.base import Vectors, normalise_rows
 
 DEFAULT_DIM = 1 << 11
 DEFAULT_WORD_WEIGHT = 0.5
-# Up to this many texts are embedded inline on the event loop (a query costs ~0.05 ms);
+# Up to this many texts are embedded inline on the event loop (a query costs ~0.2 ms);
 # larger batches (a catalog) go to a worker thread.
 INLINE_LIMIT = 32
 # Entries of each memo (feature -> hash, word -> its character n-gram hashes); a full memo is
