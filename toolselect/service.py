@@ -13,7 +13,6 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
@@ -25,7 +24,8 @@ from toolselect.config import Settings
 from toolselect.embed import Embedder, build_embedder
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.graph.buffered import BufferedStore
-from toolselect.graph.store import Exemplar, Retention, Store, Tool, UpsertResult
+from toolselect.graph.factory import open_store
+from toolselect.graph.store import Exemplar, Store, Tool, UpsertResult
 from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.learn.tuning import Tuner, fit_payload
@@ -33,7 +33,8 @@ from toolselect.metrics import Metrics
 from toolselect.oracle.base import Teacher
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import Oracle
-from toolselect.ranker import CentroidRanker, LearnedVector, Ranked, Ranking
+from toolselect.ranker import CentroidRanker, LearnedVector, Ranking
+from toolselect.selection import Selection, check_text, choose
 
 log = structlog.get_logger("toolselect.service")
 
@@ -41,33 +42,6 @@ _CANDIDATE_CACHE_SIZE = 10_000
 # Labels whose truth does not come from the ranker: they calibrate and validate the loop.
 TRUSTED_TIERS = frozenset({"teacher", "feedback"})
 _EMBED_CHUNK = 256
-
-
-async def open_store(settings: Settings, *, verify: bool = True) -> Store:
-    """The configured store (not yet migrated); `StoreUnavailable` names the URI and cause.
-
-    With `verify=False` a Neo4j store is returned without contacting the server, so a service
-    can start before its database and connect when it comes up.
-    """
-    retention = Retention(
-        per_tool=settings.exemplars_per_tool,
-        total=settings.exemplars_total,
-        max_age_days=settings.exemplar_max_age_days,
-    )
-    if settings.store_kind == "neo4j":
-        from toolselect.graph.neo4j import connect_neo4j
-
-        return await connect_neo4j(
-            settings.neo4j_uri,
-            settings.neo4j_username,
-            settings.neo4j_password,
-            settings.neo4j_database,
-            retention=retention,
-            verify=verify,
-        )
-    from toolselect.graph.sqlite import SqliteStore
-
-    return SqliteStore(settings.sqlite_path, retention=retention)
 
 
 def build_teacher(settings: Settings) -> Teacher | None:
@@ -92,12 +66,6 @@ def build_teacher(settings: Settings) -> Teacher | None:
             api_key=settings.openai_api_key,
         )
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class Selection:
-    selected: list[str]
-    reason: str
 
 
 class Service:
@@ -360,14 +328,7 @@ class Service:
     # -- ranking -------------------------------------------------------------------------
 
     def check_query(self, text: str, field: str) -> None:
-        size = len(text.encode("utf-8", "surrogatepass"))
-        if not text.strip():
-            raise InvalidInput(f"expected a non-empty {field}", field)
-        if size > self.settings.max_query_bytes:
-            raise InvalidInput(
-                f"expected {field} of at most {self.settings.max_query_bytes} bytes, got {size}",
-                field,
-            )
+        check_text(text, field, self.settings.max_query_bytes)
 
     def _check_ready(self) -> None:
         if not self.loaded:
@@ -401,26 +362,12 @@ class Service:
         """PromptKit selection: only candidate names, at most k, unknown ones ranked by text."""
         self.check_query(text, "query.Text")
         self._check_ready()
-        if k <= 0:
-            k = 5
-        k = min(k, self.settings.max_k)
         if not candidates:
-            return Selection([], "no candidates")
+            return choose(self.ranker, np.zeros(0, np.float32), (), None, k, self.settings.max_k)
         vector = (await self.embedder.embed([text]))[0]
-        known = [c.name for c in candidates if self.ranker.has(c.name)]
-        scored: list[Ranked] = list(
-            self.ranker.rank(vector, len(known), restrict=known).results if known else ()
-        )
         unknown = [c for c in candidates if not self.ranker.has(c.name)]
-        if unknown:
-            vectors = await self._candidate_matrix(unknown)
-            scores = vectors @ vector
-            scored += [Ranked(c.name, float(s)) for c, s in zip(unknown, scores, strict=True)]
-        scored.sort(key=lambda r: (-r.score, r.tool))
-        top = scored[:k]
-        margin = top[0].score - top[1].score if len(top) > 1 else (top[0].score if top else 0.0)
-        how = "centroid ranking" if not unknown else "centroid ranking + candidate descriptions"
-        return Selection([r.tool for r in top], f"{how}, margin {margin:.2f}")
+        vectors = await self._candidate_matrix(unknown) if unknown else None
+        return choose(self.ranker, vector, candidates, vectors, k, self.settings.max_k)
 
     async def _candidate_matrix(self, tools: Sequence[Tool]) -> np.ndarray:
         """Vectors of tools not in the catalog, cached by content hash."""

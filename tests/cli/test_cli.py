@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from tests.services import cli_env, free_port
+from toolselect.catalog import candidates_to_tools, tool_text
+from toolselect.embed import VectorCache
+from toolselect.embed.cache import text_digest
+from toolselect.embed.minilm import MODEL_ID
 
 EXE = [sys.executable, "-m", "toolselect.cmd.main"]
 
@@ -143,6 +149,45 @@ def test_select_bad_input_fails_loudly(
         assert done.stdout == ""
         assert expected in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_select_keeps_dense_vectors_between_spawns(env: dict[str, str], tmp_path: Path) -> None:
+    """A second `select` spawn reads the query's and candidates' MiniLM vectors from the data
+    folder's cache; a changed description or vectors stored under another embedder id miss."""
+    data = tmp_path / "data"
+    env = {**env, "TOOLSELECT_EMBEDDER": "hybrid", "TOOLSELECT_DATA_DIR": str(data)}
+    path = data / "vectors.db"
+
+    first = run(["select"], env, stdin=json.dumps(SELECT))
+    assert first.returncode == 0, first.stderr
+    assert VectorCache(path).count(MODEL_ID) == 4  # the query and three candidates
+
+    second = run(["select"], env, stdin=json.dumps(SELECT))
+    assert second.stdout == first.stdout
+    assert VectorCache(path).count(MODEL_ID) == 4
+
+    # Served from the file: give get_weather the query's own dense vector and it wins.
+    weather = candidates_to_tools(SELECT["candidates"])[1]
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(
+            "UPDATE vectors SET vector = (SELECT vector FROM vectors WHERE digest = ?) "
+            "WHERE digest = ?",
+            (text_digest(SELECT["query"]["Text"]), text_digest(tool_text(weather))),
+        )
+    poisoned = run(["select"], env, stdin=json.dumps(SELECT))
+    assert json.loads(poisoned.stdout)["selected"][0] == "get_weather"
+
+    changed = json.loads(json.dumps(SELECT))
+    changed["candidates"][2]["Description"] = "Send a fax to a phone number"
+    assert run(["select"], env, stdin=json.dumps(changed)).returncode == 0
+    assert VectorCache(path).count(MODEL_ID) == 5
+
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE vectors SET embedder = 'minilm-older-export'")
+    third = run(["select"], env, stdin=json.dumps(SELECT))
+    assert third.stdout == first.stdout
+    assert VectorCache(path).count(MODEL_ID) == 4
+    assert VectorCache(path).count("minilm-older-export") == 5
 
 
 def test_select_unreachable_server_fails(catalog_env: dict[str, str]) -> None:

@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import mmh3
 import numpy as np
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -28,7 +31,7 @@ from toolselect.embed import (
     MiniLMEmbedder,
     build_embedder,
 )
-from toolselect.embed.hashing import prepare
+from toolselect.embed.hashing import char_wb_ngrams, prepare
 from toolselect.errors import ConfigError, EmbedderError, EmbedderUnavailable
 
 TEXTS = [
@@ -37,6 +40,8 @@ TEXTS = [
     "quanto costa il bitcoin adesso?",
     "Send an e-mail to Marco about the Q3 report",
 ]
+
+SMALL_HASHING = HashingEmbedder(dim=64, word_weight=0.4)
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 
@@ -52,6 +57,7 @@ def test_hashing_vectors_are_unit_float32_rows() -> None:
     assert vectors.shape == (len(TEXTS), embedder.dim)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
     assert embedder.id == "hashing-v1"
+    assert HashingEmbedder(dim=512, word_weight=0.3).id == "hashing-v1-d512-w0.3"
     assert isinstance(embedder, LocalEmbedder)
 
 
@@ -79,13 +85,71 @@ def test_hashing_is_deterministic_across_processes() -> None:
     assert outputs[0] == HashingEmbedder().embed_now(TEXTS).tobytes().hex()
 
 
-def test_fast_path_equals_sklearn_hashing_vectorizer() -> None:
-    """The inline bucketing computes what scikit-learn's HashingVectorizer computes."""
-    embedder = HashingEmbedder(dim=512, word_weight=0.3)
-    np.testing.assert_allclose(
-        embedder.embed_now(TEXTS), embedder.reference_vectors(TEXTS), atol=1e-6
+# Texts the two hashing paths must agree on: names, unicode that case-folds to several
+# characters or is no word at all, one-letter and exactly-n-letter words (the char_wb edge
+# cases), repeats that cancel in a bucket, whitespace runs, empty and very long texts.
+VARIED = [
+    *TEXTS,
+    "",
+    "   \t\n ",
+    "?!... --",
+    "the a of",
+    "a b c",
+    "ab abc abcd abcde abcdef",
+    "İstanbul ﬁle Straße ΣΊΣΥΦΟΣ",
+    "天气 明天 東京の天気は？",
+    "😀🔥 emoji-only 😀",
+    "Ünïcödé façade naïve café",
+    "HTTPRequest getURLForID x.y.z snake_case_name",
+    "go go go go go stop stop",
+    "tabs\tand\nnew\r\nlines  and   runs",
+    "word " * 2000,
+    "".join(chr(c) for c in range(0x20, 0x2FF)),
+    "x" * 20_000,
+]
+
+
+@pytest.mark.parametrize(("dim", "word_weight"), [(2048, 0.5), (512, 0.3), (37, 0.0), (16, 1.0)])
+def test_fast_path_equals_sklearn_hashing_vectorizer(dim: int, word_weight: float) -> None:
+    """The inline path gives bit-for-bit scikit-learn's HashingVectorizer vectors, any dim."""
+    embedder = HashingEmbedder(dim=dim, word_weight=word_weight)
+    np.testing.assert_array_equal(embedder.embed_now(VARIED), embedder.reference_vectors(VARIED))
+    # Memoised hashes give the same answer the second time, one text at a time.
+    again = np.vstack([embedder.embed_now([text]) for text in VARIED])
+    np.testing.assert_array_equal(again, embedder.reference_vectors(VARIED))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=120), min_size=1, max_size=4))
+def test_fast_path_equals_sklearn_on_any_text(texts: list[str]) -> None:
+    """For arbitrary unicode text the inline path and scikit-learn's agree exactly."""
+    embedder = SMALL_HASHING
+    np.testing.assert_array_equal(embedder.embed_now(texts), embedder.reference_vectors(texts))
+
+
+def test_mmh3_is_sklearns_signed_murmurhash3() -> None:
+    """`mmh3.hash(x, 0, signed=True)` is scikit-learn's `murmurhash3_32(x, positive=False)`."""
+    from sklearn.utils import murmurhash3_32
+
+    samples = [*VARIED, *(f"{w} {i}" for i, w in enumerate(prepare(" ".join(TEXTS)).split()))]
+    grams = {g for text in samples for w in prepare(text).split() for g in char_wb_ngrams(w)}
+    grams |= {"", " ", "\u00e9", "\U0001f600", *samples}
+    assert len(grams) > 100
+    for gram in grams:
+        assert mmh3.hash(gram, 0, signed=True) == murmurhash3_32(gram, seed=0, positive=False)
+
+
+def test_hashing_imports_no_sklearn() -> None:
+    """Embedding with the hashing embedder loads no scikit-learn (it costs seconds to import)."""
+    script = (
+        "import sys; from toolselect.embed import build_embedder; "
+        "build_embedder('hashing').embed_now(['hello world']); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))"
     )
-    assert embedder.id == "hashing-v1-d512-w0.3"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
 
 
 async def test_async_embed_matches_sync_for_small_and_large_batches() -> None:

@@ -21,6 +21,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from toolselect.api.errors import ApiError
+from toolselect.api.validation import rejection
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.service import Service
 
@@ -234,21 +235,10 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def _field(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "body"
-
-
 def _rejected(exc: ValidationError) -> ApiError:
-    """The first validation error: `400 invalid_json` for bytes that do not parse, else
-    `422 invalid_request` naming its field."""
-    first = exc.errors()[0]
-    if first["type"] == "json_invalid":
-        return ApiError(400, "invalid_json", f"body is not JSON: {first['msg']}", "body")
-    field = _field(tuple(first["loc"]))
-    return ApiError(422, "invalid_request", f"{field}: {first['msg']}", field)
+    """The first validation error as the API answers it (see `toolselect.api.validation`)."""
+    status, code, message, field = rejection(exc)
+    return ApiError(status, code, message, field)
 
 
 def validate(model: type[M], data: Any) -> M:

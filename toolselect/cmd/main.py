@@ -177,25 +177,24 @@ def cmd_select(args: argparse.Namespace) -> int:
     data = _read_select_request()
     if args.url:
         return _select_remote(args.url, data, args.timeout)
-    from toolselect.api.app import validate
-    from toolselect.api.errors import ApiError
-    from toolselect.api.models import SelectRequest
+    # Spawned once per agent turn: only what one selection needs is imported (no aiohttp,
+    # no scikit-learn, no learner), see toolselect.cmd.select.
     from toolselect.catalog import candidates_to_tools
+    from toolselect.cmd.select import read_request, select_once
 
-    try:
-        request = validate(SelectRequest, data)
-    except ApiError as exc:
-        raise UsageError(exc.message) from None
+    request = read_request(data)  # InvalidInput: one line on stderr, exit 2
+    tools = candidates_to_tools(request.candidates)
+    settings = _settings(args)
 
-    async def body(service: Service) -> int:
-        tools = candidates_to_tools([c.model_dump() for c in request.candidates])
-        selection = await service.select(
-            request.query.Text, tools, request.query.K, pack=request.query.PackID or None
-        )
+    async def body() -> int:
+        from toolselect.logs import configure_logging
+
+        configure_logging("warning", settings.log_format)
+        selection = await select_once(settings, request.text, tools, request.k)
         print(json.dumps({"selected": selection.selected, "reason": selection.reason}))
         return 0
 
-    return _run(_with_service(args, body))
+    return _run(body())
 
 
 def cmd_observe(args: argparse.Namespace) -> int:
@@ -250,7 +249,7 @@ def cmd_analytics(args: argparse.Namespace) -> int:
         return _run(_with_service(args, fitted))
 
     from toolselect.analytics import cli_analytics, parse_since
-    from toolselect.service import open_store
+    from toolselect.graph.factory import open_store
 
     since = parse_since(args.since)
     plot = Path(args.plot) if args.plot else None

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from toolselect.embed.base import Embedder, LocalEmbedder, Vectors, normalise_rows
+from toolselect.embed.cache import CachedEmbedder, VectorCache
 from toolselect.embed.hashing import HashingEmbedder
-from toolselect.embed.http import HttpEmbedder
 from toolselect.embed.hybrid import HybridEmbedder
 from toolselect.embed.minilm import MiniLMEmbedder
 from toolselect.embed.onnx import OnnxEmbedder, OnnxModel
 from toolselect.errors import ConfigError
 
+if TYPE_CHECKING:
+    from toolselect.embed.http import HttpEmbedder
+
 EMBEDDER_KINDS = ("hashing", "minilm", "http", "hybrid")
 
 __all__ = [
     "EMBEDDER_KINDS",
+    "CachedEmbedder",
     "Embedder",
     "HashingEmbedder",
     "HttpEmbedder",
@@ -22,10 +28,21 @@ __all__ = [
     "MiniLMEmbedder",
     "OnnxEmbedder",
     "OnnxModel",
+    "VectorCache",
     "Vectors",
     "build_embedder",
     "normalise_rows",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`HttpEmbedder` on first use: it imports aiohttp, which processes that embed locally
+    (the exec selector) should not pay for."""
+    if name == "HttpEmbedder":
+        from toolselect.embed.http import HttpEmbedder
+
+        return HttpEmbedder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_embedder(
@@ -36,19 +53,27 @@ def build_embedder(
     model: str = "",
     api_key: str = "",
     threads: int = 1,
+    cache: VectorCache | None = None,
 ) -> Embedder:
     """The embedder a setting names; `hybrid` is MiniLM (dense) fused with hashing (lexical).
 
     Nothing is loaded or connected here: MiniLM loads on its first `embed` (with `threads`
     intra-op threads), the HTTP embedder opens its session then. Missing model files raise
     `EmbedderError` now, naming the reinstall command; an unknown kind or an `http` embedder
-    without URL or model raises `ConfigError`.
+    without URL or model raises `ConfigError`. With a `cache`, the model's (or endpoint's)
+    vectors go through it (`CachedEmbedder`); hashing is never cached, computing it is cheaper
+    than reading it.
     """
+
+    def cached(embedder: Embedder) -> Embedder:
+        return embedder if cache is None else CachedEmbedder(embedder, cache)
+
     if kind == "hashing":
         return HashingEmbedder()
     if kind in ("minilm", "hybrid"):
-        dense = MiniLMEmbedder(threads=threads)
-        dense.check()
+        minilm = MiniLMEmbedder(threads=threads)
+        minilm.check()
+        dense = cached(minilm)
         if kind == "minilm":
             return dense
         if not 0.0 <= hybrid_weight <= 1.0:
@@ -60,5 +85,7 @@ def build_embedder(
                 "the http embedder needs an endpoint URL and a model name, "
                 f"got url={url!r} model={model!r}"
             )
-        return HttpEmbedder(url, model, api_key=api_key)
+        from toolselect.embed.http import HttpEmbedder
+
+        return cached(HttpEmbedder(url, model, api_key=api_key))
     raise ConfigError(f"expected an embedder kind in {', '.join(EMBEDDER_KINDS)}, got {kind!r}")

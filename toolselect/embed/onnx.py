@@ -103,6 +103,11 @@ class OnnxEmbedder:
     def threads(self) -> int:
         return self._threads
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the model session is open (it opens on the first `embed` or `encode`)."""
+        return self._session is not None
+
     async def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)

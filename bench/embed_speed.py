@@ -1,0 +1,247 @@
+"""Per-query embedding cost and exec-selector spawn time: `python -m bench.embed_speed`.
+
+Run on demand (not part of `make bench`); every figure is a median over many calls, with the
+arms compared interleaved in the same run because this machine is shared and noisy.
+
+  lexical  one query at a time through the hashing embedder: scikit-learn's
+           `HashingVectorizer.transform` (`reference_vectors`), the previous inline path
+           (scikit-learn's murmurhash per n-gram, memoised, then `bincount`; copied below as
+           it was) and the current one (`mmh3`, per-word memo, sparse sums)
+  dense    the `minilm` ONNX embedder, one query per call, one intra-op thread (p50, p90)
+  spawn    `toolselect select` (in-process, default `hybrid` embedder) with 20 candidates
+           (17 from the demo catalog in the store, 3 unknown): cold (no vector cache), warm
+           (cached candidates, a new query each spawn: the model loads for the query) and
+           warm with a repeated query (no model load at all)
+
+Options: --quick (fewer repetitions), --only lexical,dense,spawn. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolselect.catalog import load_demo_catalog
+from toolselect.embed import HashingEmbedder, MiniLMEmbedder, normalise_rows
+from toolselect.embed.hashing import prepare
+
+SECTIONS = ("lexical", "dense", "spawn")
+SEED = 20261123
+_VOCABULARY = (
+    "send email report weather forecast tomorrow city price stock bitcoin convert currency "
+    "translate text calendar meeting schedule reminder file read write search web page "
+    "github issue pull request slack channel message post contact phone call map route "
+    "music play pause timer alarm note list todo order pizza flight hotel booking"
+)
+WORDS = tuple(_VOCABULARY.split())
+
+
+class PreviousHashing:
+    """The inline path as it was before `mmh3` (for the side-by-side figure only)."""
+
+    def __init__(self, dim: int = 1 << 11, word_weight: float = 0.5) -> None:
+        from sklearn.feature_extraction.text import HashingVectorizer
+        from sklearn.utils import murmurhash3_32
+
+        self._murmur = murmurhash3_32
+        self._dim = dim
+        common: dict[str, Any] = {
+            "n_features": dim,
+            "preprocessor": prepare,
+            "lowercase": False,
+            "norm": "l2",
+            "alternate_sign": True,
+            "dtype": np.float64,
+        }
+        self._analyzers = (
+            HashingVectorizer(
+                analyzer="word", ngram_range=(1, 2), token_pattern=r"\S+", **common
+            ).build_analyzer(),
+            HashingVectorizer(analyzer="char_wb", ngram_range=(3, 5), **common).build_analyzer(),
+        )
+        self._weights = (math.sqrt(word_weight), math.sqrt(1.0 - word_weight))
+        self._hashes: dict[str, int] = {}
+
+    def embed_now(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self._dim), dtype=np.float64)
+        for row, text in zip(out, texts, strict=True):
+            for analyzer, weight in zip(self._analyzers, self._weights, strict=True):
+                features = analyzer(text)
+                if features and weight:
+                    part = self._bucket(features)
+                    norm = math.sqrt(float(part @ part))
+                    if norm > 0.0:
+                        row += (weight / norm) * part
+        return normalise_rows(out)
+
+    def _bucket(self, features: list[str]) -> np.ndarray:
+        hashes = np.empty(len(features), dtype=np.int64)
+        for i, feature in enumerate(features):
+            h = self._hashes.get(feature)
+            if h is None:
+                h = self._hashes[feature] = self._murmur(feature, seed=0)
+            hashes[i] = h
+        signs = np.where(hashes >= 0, 1.0, -1.0)
+        counts: np.ndarray = np.bincount(np.abs(hashes) % self._dim, signs, minlength=self._dim)
+        return counts
+
+
+def queries(n: int, rng: random.Random) -> list[str]:
+    """Agent-like requests: 4..12 words from a tool vocabulary, a name or number now and then."""
+    out = []
+    for i in range(n):
+        words = rng.choices(WORDS, k=rng.randint(4, 12))
+        if i % 3 == 0:
+            words.append(rng.choice(["Marco", "Turin", "getWeatherForecast", "Q3", str(i)]))
+        out.append(" ".join(words))
+    return out
+
+
+def _summary(seconds: Sequence[float], unit: float = 1e3) -> dict[str, float]:
+    ordered = sorted(seconds)
+    return {
+        "p50": round(statistics.median(ordered) * unit, 3),
+        "p90": round(ordered[int(0.9 * (len(ordered) - 1))] * unit, 3),
+        "n": len(ordered),
+    }
+
+
+def lexical(reps: int) -> dict[str, Any]:
+    """Per-query microseconds of the three hashing paths, interleaved query by query."""
+    texts = queries(reps, random.Random(SEED))
+    current, previous = HashingEmbedder(), PreviousHashing()
+    arms: dict[str, Callable[[str], object]] = {
+        "sklearn_transform": lambda q: current.reference_vectors([q]),
+        "previous_inline": lambda q: previous.embed_now([q]),
+        "current_inline": lambda q: current.embed_now([q]),
+    }
+    for text in texts[:50]:  # same warm memo for both inline paths
+        for arm in arms.values():
+            arm(text)
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    for text in texts:
+        for name, arm in arms.items():
+            started = time.perf_counter()
+            arm(text)
+            times[name].append(time.perf_counter() - started)
+    same = all(
+        np.array_equal(current.embed_now([t]), current.reference_vectors([t])) for t in texts[:200]
+    )
+    out: dict[str, Any] = {name: _summary(ts, 1e6) for name, ts in times.items()}
+    out["unit"] = "us"
+    out["bit_identical_to_sklearn"] = same
+    return out
+
+
+def dense(reps: int) -> dict[str, Any]:
+    """The ONNX MiniLM embedder, one query per call, one intra-op thread."""
+    embedder = MiniLMEmbedder(threads=1)
+    started = time.perf_counter()
+    embedder.encode(["warm up"])
+    load = time.perf_counter() - started
+    times = []
+    for text in queries(reps, random.Random(SEED + 1)):
+        started = time.perf_counter()
+        embedder.encode([text])
+        times.append(time.perf_counter() - started)
+    return {"minilm_1_thread_ms": _summary(times), "load_and_first_ms": round(load * 1e3, 1)}
+
+
+def _request(query: str) -> str:
+    tools = load_demo_catalog()[:17]
+    candidates = [
+        {"ID": t.name, "Name": t.name, "Description": t.description, "Metadata": {}} for t in tools
+    ]
+    extra = ["Post a message to a Slack channel", "Open a GitHub pull request", "Translate text"]
+    candidates += [
+        {"ID": f"ext_tool_{i}", "Name": f"ext_tool_{i}", "Description": d, "Metadata": None}
+        for i, d in enumerate(extra)
+    ]
+    return json.dumps({"query": {"Text": query, "Kind": "tool", "K": 5}, "candidates": candidates})
+
+
+def spawn(reps: int) -> dict[str, Any]:
+    """Wall time of `toolselect select` processes: cold, warm, warm with a repeated query."""
+    folder = Path(tempfile.mkdtemp(prefix="toolselect-embed-speed-"))
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLSELECT_", "NEO4J_"))}
+    env = {
+        **keep,
+        "TOOLSELECT_DATA_DIR": str(folder),
+        "TOOLSELECT_EMBEDDER": "hybrid",
+        "TOOLSELECT_LOAD_DEMO": "true",
+        "TOOLSELECT_LOG_FORMAT": "json",
+    }
+    command = [sys.executable, "-m", "toolselect.cmd.main", "select"]
+    cache = folder / "vectors.db"
+
+    def once(query: str) -> float:
+        started = time.perf_counter()
+        done = subprocess.run(
+            command, input=_request(query), env=env, capture_output=True, text=True, check=False
+        )
+        took = time.perf_counter() - started
+        if done.returncode != 0 or not json.loads(done.stdout)["selected"]:
+            raise RuntimeError(f"select failed: {done.stderr.strip()}")
+        return took
+
+    try:
+        once("load the demo catalog into the store")  # the store exists in every arm
+        texts = queries(3 * reps, random.Random(SEED + 2))
+        cold, warm, repeated = [], [], []
+        for i in range(reps):
+            cache.unlink(missing_ok=True)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{cache}{suffix}").unlink(missing_ok=True)
+            cold.append(once(texts[3 * i]))
+            warm.append(once(texts[3 * i + 1]))
+            repeated.append(once(texts[3 * i + 1]))
+        return {
+            "unit": "ms",
+            "cold_no_cache": _summary(cold),
+            "warm_new_query": _summary(warm),
+            "warm_repeated_query": _summary(repeated),
+            "candidates": 20,
+            "embedder": "hybrid",
+        }
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.embed_speed", description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default=",".join(SECTIONS))
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    only = [s for s in args.only.split(",") if s]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        parser.error(f"expected sections among {', '.join(SECTIONS)}, got {', '.join(unknown)}")
+    result: dict[str, Any] = {"loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+    if "lexical" in only:
+        result["lexical"] = lexical(500 if args.quick else 3000)
+    if "dense" in only:
+        result["dense"] = dense(50 if args.quick else 300)
+    if "spawn" in only:
+        result["spawn"] = spawn(5 if args.quick else 20)
+    result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The on-disk vector cache: hits across processes' instances, misses on any change, no errors."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from toolselect.embed import (
+    CachedEmbedder,
+    HashingEmbedder,
+    HybridEmbedder,
+    MiniLMEmbedder,
+    VectorCache,
+    build_embedder,
+)
+from toolselect.embed.cache import text_digest
+
+TEXTS = ["Send an email message to a recipient.", "Current weather for a city.", "Translate"]
+
+
+async def test_second_instance_reads_the_cache_without_loading_the_model(tmp_path: Path) -> None:
+    """A fresh embedder over a warm cache file gives the same bytes and never loads MiniLM."""
+    path = tmp_path / "vectors.db"
+    first = CachedEmbedder(MiniLMEmbedder(), VectorCache(path))
+    cold = await first.embed(TEXTS)
+    assert first.cache.writes == len(TEXTS)
+    await first.close()
+
+    model = MiniLMEmbedder()
+    second = CachedEmbedder(model, VectorCache(path))
+    warm = await second.embed(TEXTS)
+    assert warm.tobytes() == cold.tobytes()
+    assert (second.cache.hits, second.cache.misses, second.cache.writes) == (len(TEXTS), 0, 0)
+    assert not model.loaded
+    assert second.id == model.id and second.dim == model.dim
+    await second.close()
+
+
+async def test_changed_text_or_embedder_id_misses(tmp_path: Path) -> None:
+    """Only an unchanged text under the same embedder id hits; other ids keep their own rows."""
+    cache = VectorCache(tmp_path / "vectors.db")
+    small = HashingEmbedder(dim=64)
+    embedder = CachedEmbedder(small, cache)
+    await embedder.embed(TEXTS)
+    changed = [TEXTS[0], TEXTS[1] + " Tomorrow too.", TEXTS[2]]
+    vectors = await embedder.embed(changed)
+    assert (cache.hits, cache.misses) == (2, 4)
+    np.testing.assert_array_equal(vectors, small.embed_now(changed))
+
+    other = CachedEmbedder(HashingEmbedder(dim=64, word_weight=0.3), cache)
+    await other.embed(TEXTS)
+    assert (cache.hits, cache.misses) == (2, 7)
+    assert cache.count(small.id) == 4
+    assert cache.count(other.id) == 3
+    assert cache.get(small.id, TEXTS, dim=32) == [None, None, None]  # wrong width: ignored
+    cache.close()
+
+
+async def test_hybrid_caches_only_its_dense_half(tmp_path: Path) -> None:
+    """`build_embedder(cache=...)` caches MiniLM's vectors under its id; hashing is computed."""
+    cache = VectorCache(tmp_path / "vectors.db")
+    hybrid = build_embedder("hybrid", cache=cache)
+    plain = build_embedder("hybrid")
+    assert isinstance(hybrid, HybridEmbedder)
+    assert hybrid.id == plain.id
+    cached, fresh = await hybrid.embed(TEXTS), await plain.embed(TEXTS)
+    np.testing.assert_allclose(cached, fresh, atol=1e-6)
+    again = await hybrid.embed(TEXTS)
+    assert again.tobytes() == cached.tobytes()
+    assert cache.count() == len(TEXTS)
+    assert cache.count(MiniLMEmbedder().id) == len(TEXTS)
+    assert build_embedder("hashing", cache=cache).id == "hashing-v1"
+    await hybrid.close()
+    await plain.close()
+
+
+async def test_unusable_cache_file_only_costs_recomputing(tmp_path: Path) -> None:
+    """A corrupt cache file (or a folder that cannot be created) is a miss, never an error."""
+    corrupt = tmp_path / "vectors.db"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    blocked = tmp_path / "file" / "vectors.db"
+    (tmp_path / "file").write_text("a file where the folder should be")
+    inner = HashingEmbedder(dim=64)
+    for path in (corrupt, blocked):
+        embedder = CachedEmbedder(inner, VectorCache(path))
+        for _ in range(2):
+            np.testing.assert_array_equal(await embedder.embed(TEXTS), inner.embed_now(TEXTS))
+        assert embedder.cache.hits == 0
+        assert embedder.cache.count() == 0
+        await embedder.close()
+
+
+def test_oldest_rows_go_past_the_limit(tmp_path: Path) -> None:
+    """With `max_entries` n, the n most recently stored rows are kept."""
+    cache = VectorCache(tmp_path / "vectors.db", max_entries=3)
+    texts = [f"text {i}" for i in range(5)]
+    for i, text in enumerate(texts):
+        cache.put("e", [text], np.full((1, 4), i, dtype=np.float32))
+    assert cache.count() == 3
+    kept = cache.get("e", texts, dim=4)
+    assert [v is not None for v in kept] == [False, False, True, True, True]
+    assert kept[4] is not None and kept[4].tolist() == [4.0] * 4
+    with pytest.raises(ValueError, match="max_entries >= 1, got 0"):
+        VectorCache(tmp_path / "x.db", max_entries=0)
+    cache.close()
+
+
+def test_rows_are_keyed_by_sha256_of_the_text(tmp_path: Path) -> None:
+    """The file holds the embedder id and the SHA-256 of the UTF-8 text, not the text itself."""
+    path = tmp_path / "vectors.db"
+    cache = VectorCache(path)
+    cache.put("minilm-x", ["héllo \ud800"], np.ones((1, 2), dtype=np.float32))
+    cache.close()
+    with closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute("SELECT embedder, digest FROM vectors").fetchall()
+    assert rows == [("minilm-x", text_digest("héllo \ud800"))]
+    assert len(rows[0][1]) == 32

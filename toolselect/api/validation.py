@@ -1,0 +1,56 @@
+"""Validation errors as the API words them, for HTTP bodies and the CLI's stdin alike.
+
+Only pydantic here (no aiohttp): the exec selector validates its stdin with the same models and
+the same messages as `POST /v1/select` without importing the HTTP stack.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Rejection(NamedTuple):
+    """The first validation error: HTTP status, error code, message and the field it names."""
+
+    status: int
+    code: str
+    message: str
+    field: str
+
+
+class Rejected(ValueError):
+    """A body or stdin object the model refuses; `rejection` says how the API answers it."""
+
+    def __init__(self, rejection: Rejection) -> None:
+        super().__init__(rejection.message)
+        self.rejection = rejection
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """`candidates[2].ID` from pydantic's location tuple; `body` for the whole object."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def rejection(exc: ValidationError) -> Rejection:
+    """`400 invalid_json` for bytes that do not parse, else `422 invalid_request` naming the
+    first invalid field."""
+    first = exc.errors()[0]
+    if first["type"] == "json_invalid":
+        return Rejection(400, "invalid_json", f"body is not JSON: {first['msg']}", "body")
+    field = field_path(tuple(first["loc"]))
+    return Rejection(422, "invalid_request", f"{field}: {first['msg']}", field)
+
+
+def parse(model: type[M], data: Any) -> M:
+    """Validate parsed JSON against a request model; `Rejected` carries the API's answer."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise Rejected(rejection(exc)) from None

@@ -1,0 +1,188 @@
+"""`toolselect select` in-process: one PromptKit selection per process, started cheaply.
+
+An agent runtime spawns the exec selector once per turn with ~20 candidates. Starting the whole
+service for that (learner, tuner, maintenance task, the full catalog embedded) costs seconds;
+this reads only the candidates' stored tools and their exemplars, builds their centroids with
+the same `CentroidRanker` and the fold weights a service starts from (the tuner's refits are
+the server's), and chooses with the service's `choose`. The dense vectors go through the
+vector cache in the data folder (`TOOLSELECT_DATA_DIR/vectors.db`, keyed by embedder id and
+the text's SHA-256), so a spawn whose candidates were seen before embeds only the query; with
+the `minilm`/`http` embedders a query seen before loads no model at all. No aiohttp, no
+scikit-learn, no teacher is imported on this path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolselect.catalog import load_demo_catalog, tool_text
+from toolselect.config import Settings
+from toolselect.embed import Embedder, VectorCache, build_embedder
+from toolselect.errors import InvalidInput
+from toolselect.graph.factory import open_store
+from toolselect.graph.store import Exemplar, Store, Tool
+from toolselect.ranker import CentroidRanker, LearnedVector
+from toolselect.selection import Selection, check_text, choose
+
+CACHE_FILE = "vectors.db"
+# Labels whose truth does not come from the ranker; the same set as `service.TRUSTED_TIERS`
+# (not imported from there: that module brings the learner, metrics and oracle with it).
+TRUSTED_TIERS = frozenset({"teacher", "feedback"})
+
+
+@dataclass(frozen=True, slots=True)
+class SelectInput:
+    """A validated PromptKit request: the query's text and K, candidates as plain dicts."""
+
+    text: str
+    k: int
+    candidates: list[dict[str, Any]]
+
+
+_QUERY_DEFAULTS: dict[str, object] = {"Kind": "tool", "PackID": "", "AgentID": ""}
+_CANDIDATE_DEFAULTS: dict[str, object] = {"Name": "", "Description": ""}
+
+
+def read_request(data: dict[str, Any]) -> SelectInput:
+    """Validate stdin's object as `POST /v1/select` does (`SelectRequest`).
+
+    A request whose every field already has its exact type (the runtime's own, always) is
+    taken as is: pydantic would accept it unchanged, and importing it costs more than the rest
+    of a spawn's imports. Anything else goes through `SelectRequest`, which either converts it
+    or is refused with the API's message (`InvalidInput`).
+    """
+    plain = _plain(data)
+    if plain is not None:
+        return plain
+    from toolselect.api.models import SelectRequest
+    from toolselect.api.validation import Rejected, parse
+
+    try:
+        request = parse(SelectRequest, data)
+    except Rejected as exc:
+        raise InvalidInput(exc.rejection.message, exc.rejection.field) from None
+    return SelectInput(
+        request.query.Text, request.query.K, [c.model_dump() for c in request.candidates]
+    )
+
+
+def _plain(data: dict[str, Any]) -> SelectInput | None:
+    query, candidates = data.get("query"), data.get("candidates")
+    if type(query) is not dict or type(candidates) is not list:
+        return None
+    if type(query.get("Text")) is not str or type(query.get("K", 0)) is not int:
+        return None
+    if any(type(query.get(key, v)) is not str for key, v in _QUERY_DEFAULTS.items()):
+        return None
+    out: list[dict[str, Any]] = []
+    for candidate in candidates:
+        if type(candidate) is not dict or type(candidate.get("ID")) is not str:
+            return None
+        if any(type(candidate.get(key, v)) is not str for key, v in _CANDIDATE_DEFAULTS.items()):
+            return None
+        metadata = candidate.get("Metadata")
+        if metadata is not None and type(metadata) is not dict:
+            return None
+        out.append(
+            {
+                "ID": candidate["ID"],
+                "Name": candidate.get("Name", ""),
+                "Description": candidate.get("Description", ""),
+                "Metadata": metadata,
+            }
+        )
+    return SelectInput(query["Text"], query.get("K", 0), out)
+
+
+def cache_path(settings: Settings) -> Path:
+    """Where the exec selector keeps vectors between spawns."""
+    return Path(settings.data_dir).expanduser() / CACHE_FILE
+
+
+async def select_once(
+    settings: Settings, text: str, candidates: Sequence[Tool], k: int
+) -> Selection:
+    """The selection `Service.select` makes on a freshly started service, without starting one."""
+    check_text(text, "query.Text", settings.max_query_bytes)
+    embedder = build_embedder(
+        settings.embedder_kind,
+        hybrid_weight=settings.hybrid_weight,
+        url=settings.embed_url,
+        model=settings.embed_model,
+        api_key=settings.embed_api_key,
+        threads=settings.embed_threads,
+        cache=VectorCache(cache_path(settings)),
+    )
+    try:
+        store = await open_store(settings)
+        try:
+            await store.migrate()
+            return await _select(store, embedder, settings, text, candidates, k)
+        finally:
+            await store.close()
+    finally:
+        await embedder.close()
+
+
+async def _select(
+    store: Store,
+    embedder: Embedder,
+    settings: Settings,
+    text: str,
+    candidates: Sequence[Tool],
+    k: int,
+) -> Selection:
+    if not candidates:
+        return choose(CentroidRanker(), np.zeros(0, np.float32), (), None, k, settings.max_k)
+    stored, exemplars = await _read(store, settings, candidates)
+    known = {t.name for t in stored}
+    unknown = [c for c in candidates if c.name not in known]
+    # One call: whatever the cache lacks (the query, new candidates, exemplars stored by
+    # another embedder) goes to the model in one batch.
+    stale = [e for e in exemplars if e.embedder != embedder.id or not e.embedding]
+    texts = [text, *(tool_text(t) for t in stored), *(tool_text(c) for c in unknown)]
+    vectors = await embedder.embed([*texts, *(e.query for e in stale)])
+    fresh = {e.id: vectors[len(texts) + i] for i, e in enumerate(stale)}
+    ranker = _ranker(settings)
+    ranker.set_catalog(stored, vectors[1 : 1 + len(stored)])
+    ranker.fold(
+        [
+            LearnedVector(
+                query_norm=e.query_norm,
+                tool=e.tool,
+                vector=fresh[e.id] if e.id in fresh else np.asarray(e.embedding, np.float32),
+                trusted=e.tier in TRUSTED_TIERS,
+            )
+            for e in exemplars
+        ]
+    )
+    unknown_vectors = vectors[1 + len(stored) : len(texts)] if unknown else None
+    return choose(ranker, vectors[0], candidates, unknown_vectors, k, settings.max_k)
+
+
+async def _read(
+    store: Store, settings: Settings, candidates: Sequence[Tool]
+) -> tuple[list[Tool], list[Exemplar]]:
+    """The stored tools among the candidates (by name) and their exemplars."""
+    if settings.load_demo and not await store.list_tools():
+        await store.upsert_tools(load_demo_catalog())
+    found = await asyncio.gather(*(store.get_tool(c.name) for c in candidates))
+    stored = [t for t in found if t is not None]
+    learned = await asyncio.gather(*(store.exemplars_for_tool(t.name) for t in stored))
+    return stored, [e for per_tool in learned for e in per_tool]
+
+
+def _ranker(settings: Settings) -> CentroidRanker:
+    """The ranker a service starts with: its description weight, exemplar weight and the
+    self-label weight before any refit."""
+    return CentroidRanker(
+        description_weight=settings.centroid_description_weight,
+        exemplar_weight=settings.exemplar_weight,
+        self_weight=settings.self_label_weight or 0.0,
+    )

@@ -1,0 +1,203 @@
+"""Vectors kept on disk between processes, keyed by embedder id and the text's SHA-256.
+
+The exec selector (`toolselect select`) is a new process for every agent turn, with mostly the
+same ~20 candidate tools each time: computing their dense vectors again on every spawn costs a
+model load and a forward pass per text. `VectorCache` is one SQLite file (a row per
+`(embedder id, sha256(text))`, the float32 bytes as a blob) shared by concurrent processes;
+`CachedEmbedder` puts it in front of any embedder, so an embedder whose every text is cached
+is never loaded.
+
+The cache only ever saves work: a file that cannot be opened, read or written (read-only
+folder, another process holding the lock too long, a corrupt file) is a miss, never an error,
+and an entry of the wrong width is ignored. Rows past `max_entries` are dropped oldest first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from toolselect.embed.base import Embedder, Vectors
+
+DEFAULT_MAX_ENTRIES = 50_000
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS vectors (
+    embedder TEXT NOT NULL,
+    digest BLOB NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (embedder, digest)
+)
+"""
+
+
+def text_digest(text: str) -> bytes:
+    """SHA-256 of the text's UTF-8 (lone surrogates kept as such, so any str has one)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+class VectorCache:
+    """A SQLite file of float32 vectors; opened on first use (construction does no I/O).
+
+    `hits`, `misses` and `writes` count this instance's lookups and stored rows.
+    """
+
+    def __init__(
+        self, path: Path, *, max_entries: int = DEFAULT_MAX_ENTRIES, busy_timeout: float = 0.5
+    ) -> None:
+        if max_entries < 1:
+            raise ValueError(f"expected max_entries >= 1, got {max_entries}")
+        self._path = Path(path)
+        self._max_entries = max_entries
+        self._busy_timeout = busy_timeout
+        self._conn: sqlite3.Connection | None = None
+        self._broken = False
+        self.hits = 0
+        self.misses = 0
+        self.writes = 0
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def get(self, embedder: str, texts: Sequence[str], dim: int) -> list[Vectors | None]:
+        """Each text's cached vector (float32, length `dim`), or None where there is none."""
+        found: dict[bytes, bytes] = {}
+        digests = [text_digest(t) for t in texts]
+        conn = self._connect()
+        if conn is not None and digests:
+            marks = ",".join("?" * len(digests))
+            # Only placeholders are formatted in; the values are bound.
+            query = f"SELECT digest, vector FROM vectors WHERE embedder = ? AND digest IN ({marks})"  # noqa: S608
+            try:
+                rows = conn.execute(query, (embedder, *digests)).fetchall()
+            except sqlite3.Error:
+                rows = []
+            found = {bytes(d): bytes(v) for d, v in rows}
+        out: list[Vectors | None] = []
+        for digest in digests:
+            blob = found.get(digest)
+            if blob is not None and len(blob) == 4 * dim:
+                out.append(np.frombuffer(blob, dtype=np.float32))
+                self.hits += 1
+            else:
+                out.append(None)
+                self.misses += 1
+        return out
+
+    def put(self, embedder: str, texts: Sequence[str], vectors: Vectors) -> None:
+        """Store vectors (rows in text order); rows already there are kept as they are."""
+        conn = self._connect()
+        if conn is None or not texts:
+            return
+        rows = [
+            (embedder, text_digest(t), np.ascontiguousarray(v, dtype=np.float32).tobytes())
+            for t, v in zip(texts, vectors, strict=True)
+        ]
+        try:
+            with conn:
+                before = conn.total_changes
+                conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)", rows)
+                self.writes += conn.total_changes - before
+                conn.execute(
+                    "DELETE FROM vectors WHERE rowid <= (SELECT max(rowid) FROM vectors) - ?",
+                    (self._max_entries,),
+                )
+        except sqlite3.Error:
+            return
+
+    def count(self, embedder: str | None = None) -> int:
+        """Rows stored (for one embedder id when given); 0 when the file cannot be read."""
+        conn = self._connect()
+        if conn is None:
+            return 0
+        try:
+            if embedder is None:
+                row = conn.execute("SELECT count(*) FROM vectors").fetchone()
+            else:
+                row = conn.execute(
+                    "SELECT count(*) FROM vectors WHERE embedder = ?", (embedder,)
+                ).fetchone()
+        except sqlite3.Error:
+            return 0
+        return int(row[0])
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._conn is not None or self._broken:
+            return self._conn
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self._path, timeout=self._busy_timeout)
+        except (OSError, sqlite3.Error):
+            self._broken = True
+            return None
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(_SCHEMA)
+        except sqlite3.Error:
+            conn.close()
+            self._broken = True
+            return None
+        self._conn = conn
+        return conn
+
+
+class CachedEmbedder:
+    """`inner` with its vectors kept in a `VectorCache`: only uncached texts reach `inner`.
+
+    Same `id` and `dim` as `inner` (the vectors are `inner`'s, bit for bit), so exemplars it
+    embeds are stored as `inner`'s. `inner` is only asked, and so only loaded, on a miss.
+    """
+
+    def __init__(self, inner: Embedder, cache: VectorCache) -> None:
+        self._inner = inner
+        self._cache = cache
+
+    @property
+    def id(self) -> str:
+        return self._inner.id
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+    @property
+    def inner(self) -> Embedder:
+        return self._inner
+
+    @property
+    def cache(self) -> VectorCache:
+        return self._cache
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        dim = self._inner.dim
+        if not texts:
+            return np.zeros((0, dim), dtype=np.float32)
+        cached = self._cache.get(self.id, texts, dim) if dim else [None] * len(texts)
+        missing = [i for i, v in enumerate(cached) if v is None]
+        fresh: Vectors | None = None
+        if missing:
+            fresh = await self._inner.embed([texts[i] for i in missing])
+            self._cache.put(self.id, [texts[i] for i in missing], fresh)
+        out = np.empty((len(texts), fresh.shape[1] if fresh is not None else dim), np.float32)
+        for i, vector in enumerate(cached):
+            if vector is not None:
+                out[i] = vector
+        if fresh is not None:
+            out[missing] = fresh
+        return out
+
+    async def close(self) -> None:
+        try:
+            await self._inner.close()
+        finally:
+            self._cache.close()

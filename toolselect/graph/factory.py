@@ -1,0 +1,33 @@
+"""The configured store, opened from settings (the Neo4j driver is imported only for Neo4j)."""
+
+from __future__ import annotations
+
+from toolselect.config import Settings
+from toolselect.graph.store import Retention, Store
+
+
+async def open_store(settings: Settings, *, verify: bool = True) -> Store:
+    """The configured store (not yet migrated); `StoreUnavailable` names the URI and cause.
+
+    With `verify=False` a Neo4j store is returned without contacting the server, so a service
+    can start before its database and connect when it comes up.
+    """
+    retention = Retention(
+        per_tool=settings.exemplars_per_tool,
+        total=settings.exemplars_total,
+        max_age_days=settings.exemplar_max_age_days,
+    )
+    if settings.store_kind == "neo4j":
+        from toolselect.graph.neo4j import connect_neo4j
+
+        return await connect_neo4j(
+            settings.neo4j_uri,
+            settings.neo4j_username,
+            settings.neo4j_password,
+            settings.neo4j_database,
+            retention=retention,
+            verify=verify,
+        )
+    from toolselect.graph.sqlite import SqliteStore
+
+    return SqliteStore(settings.sqlite_path, retention=retention)
