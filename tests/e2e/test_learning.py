@@ -130,7 +130,7 @@ async def test_kill_switch_sends_nothing(
         },
     )
     assert resp.status == 202 and await resp.json() == {"queued": True}
-    assert await service.learner.drain(5.0)
+    assert await service.learner.drain(30.0)
     turn = await service.store.get_turn("k1")
     assert turn is not None and turn.tier == "teacher" and turn.result == "declined"
     assert anthropic_stub.received == []
@@ -154,7 +154,7 @@ async def test_feedback_is_never_overridden(
     body = await resp.json()
     assert body["saved"] is True and body["exemplar"]["tier"] == "feedback"
     service.observe("il prezzo di BTC ora", "shell_exec", turn_id="f1")
-    assert await service.learner.drain(5.0)
+    assert await service.learner.drain(30.0)
     turn = await service.store.get_turn("f1")
     assert turn is not None and (turn.tier, turn.label) == ("ratchet", "web_search")
     assert anthropic_stub.received == []

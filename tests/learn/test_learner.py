@@ -111,7 +111,7 @@ async def harness(sqlite_store: SqliteStore, anthropic_stub: Stub) -> AsyncItera
 async def test_every_turn_is_recorded_and_unflagged_turns_cost_nothing(harness: Harness) -> None:
     """A well-routed turn is recorded unflagged; no teacher request is made."""
     assert harness.learner.observe("weather in Turin tomorrow", "get_weather", turn_id="t1")
-    assert await harness.learner.drain(5.0)
+    assert await harness.learner.drain(30.0)
     turn = await harness.store.get_turn("t1")
     assert turn is not None and not turn.flagged and turn.top1 == "get_weather"
     assert harness.stub.received == []
@@ -120,7 +120,7 @@ async def test_every_turn_is_recorded_and_unflagged_turns_cost_nothing(harness: 
 async def test_confident_fallback_turn_is_labelled_by_the_ranker(harness: Harness) -> None:
     """A fallback turn with a confident ranker is labelled with its top-1 for free."""
     harness.learner.observe("send an email message to Marco", "shell_exec", turn_id="t2")
-    assert await harness.learner.drain(5.0)
+    assert await harness.learner.drain(30.0)
     turn = await harness.store.get_turn("t2")
     assert turn is not None
     assert (turn.flagged, turn.flag_reason, turn.tier, turn.result, turn.label) == (
@@ -137,7 +137,7 @@ async def test_low_margin_fallback_turn_is_escalated_to_the_teacher(harness: Har
     assert harness.ranker.rank(vector, 2).margin < 0.05
     harness.stub.reply(teacher_answers("crypto_price"))
     harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="t3")
-    assert await harness.learner.drain(5.0)
+    assert await harness.learner.drain(30.0)
     turn = await harness.store.get_turn("t3")
     assert turn is not None
     assert (turn.tier, turn.result, turn.label) == ("teacher", "labeled", "crypto_price")
@@ -154,9 +154,9 @@ async def test_ratchet_reuses_a_label_without_a_teacher_call(harness: Harness) -
     """A query that already has a label reuses it: no second teacher call."""
     harness.stub.reply(teacher_answers("crypto_price"))
     harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="a")
-    assert await harness.learner.drain(5.0)
+    assert await harness.learner.drain(30.0)
     harness.learner.observe("Il  prezzo di BTC ORA", "fs_read", turn_id="b")
-    assert await harness.learner.drain(5.0)
+    assert await harness.learner.drain(30.0)
     turn = await harness.store.get_turn("b")
     assert turn is not None and (turn.tier, turn.label) == ("ratchet", "crypto_price")
     assert len(harness.stub.received) == 1
@@ -167,7 +167,7 @@ async def test_teacher_error_saves_nothing_and_records_error(harness: Harness) -
     harness.stub.reply(Reply(status=500, body={"type": "error", "error": {"type": "api_error",
                                                                           "message": "x"}}))  # fmt: skip
     harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="t4")
-    assert await harness.learner.drain(5.0)
+    assert await harness.learner.drain(30.0)
     turn = await harness.store.get_turn("t4")
     assert turn is not None and turn.result == "error"
     assert harness.saved == []
@@ -195,7 +195,7 @@ async def test_full_queue_drops_and_counts(sqlite_store: SqliteStore, anthropic_
         results = [h.learner.observe(f"weather {i}", "get_weather") for i in range(5)]
         assert results == [True, True, True, False, False]
         assert h.counter("observe_dropped", reason="queue_full") == 2
-        assert await h.learner.drain(5.0)
+        assert await h.learner.drain(30.0)
     finally:
         await h.learner.close(1.0)
         await h.teacher.aclose()
@@ -306,7 +306,7 @@ async def test_disagreement_on_a_turn_that_worked_escalates(harness: Harness) ->
     harness.learner.observe(
         "send an email message to Marco", "web_search", turn_id="d1", outcome="ok"
     )
-    assert await harness.learner.drain(5.0)
+    assert await harness.learner.drain(30.0)
     turn = await harness.store.get_turn("d1")
     assert turn is not None
     assert (turn.flag_reason, turn.tier, turn.label) == ("disagreement", "teacher", "web_search")
