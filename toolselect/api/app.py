@@ -97,6 +97,8 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         elapsed = time.perf_counter() - started
         service.metrics.http_requests.labels(route, str(response.status)).inc()
         service.metrics.http_latency.labels(route).observe(elapsed)
+        if service.metrics.worker_requests is not None:
+            service.metrics.worker_requests.inc()
         if response.status >= 500:
             log.warning("request_error", route=route, status=response.status, ms=elapsed * 1e3)
         return response

@@ -30,6 +30,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         embedder=getattr(args, "embedder", None),
         host=getattr(args, "host", None),
         port=getattr(args, "port", None),
+        workers=getattr(args, "workers", None),
     )
 
 
@@ -281,6 +282,15 @@ def cmd_config(args: argparse.Namespace) -> int:
 # -- parser ------------------------------------------------------------------------------
 
 
+def _workers_arg(text: str) -> int:
+    from toolselect.config import parse_workers
+
+    try:
+        return parse_workers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolselect", description="Decide which tools an LLM agent should see for a turn."
@@ -295,6 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = with_store(sub.add_parser("serve", help="run the HTTP API"))
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--workers",
+        type=_workers_arg,
+        help="server processes on the one port, or auto: one per core (default: from settings)",
+    )
     serve.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback bind without API keys"
     )
