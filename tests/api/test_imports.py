@@ -4,6 +4,7 @@ hangs up mid-import leaves the catalog whole (old or new), on both stores."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -36,9 +37,13 @@ async def versions_stored(service: Service) -> set[str]:
     return {t.description.split(" ", 1)[0] for t in await service.store.list_tools()}
 
 
-async def wait_imports_done(service: Service) -> None:
-    while service.imports_running:
-        await asyncio.sleep(0.05)
+async def until(condition: Callable[[], bool]) -> None:
+    """Let the loop run until `condition` holds (checked every millisecond or so)."""
+    for _ in range(1_000_000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("condition never held")
 
 
 async def test_large_import_outlasts_a_small_request_timeout(
@@ -71,13 +76,12 @@ async def test_client_gone_mid_import_leaves_catalog_old_or_new(
     assert old.status == 200
 
     put = asyncio.create_task(client.put("/v1/tools", json=catalog(LARGE, "new")))
-    while not service.imports_running:
-        await asyncio.sleep(0)
+    await until(lambda: service.imports_running > 0)
     put.cancel()  # hang up: the connection closes before an answer
     await asyncio.gather(put, return_exceptions=True)
     assert await versions_stored(service) in ({"old"}, {"new"})
 
-    await wait_imports_done(service)
+    await until(lambda: service.imports_running == 0)
     assert await versions_stored(service) == {"new"}
     assert len(await service.store.list_tools()) == LARGE
     assert service.ranker.size == LARGE
