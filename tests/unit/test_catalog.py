@@ -118,11 +118,17 @@ def test_duplicate_message_points_at_the_first_occurrence() -> None:
 
 
 def test_promptkit_candidates() -> None:
-    """Candidates become tools named by ID (Name as fallback), with a schema from Metadata."""
+    """Candidates become tools named by ID (Name is display text only), with a schema from
+    Metadata."""
     tools = candidates_to_tools(
         [
             {"ID": "send_email", "Name": "Send", "Description": "Send an email", "Metadata": {}},
-            {"Name": "lookup", "Description": None, "Metadata": {"inputSchema": SCHEMA}},
+            {
+                "ID": "lookup",
+                "Name": "Look up",
+                "Description": None,
+                "Metadata": {"inputSchema": SCHEMA},
+            },
         ]
     )
     assert tools == [Tool("send_email", "Send an email"), Tool("lookup", "", SCHEMA)]
