@@ -79,6 +79,11 @@ def _str(text: str) -> str:
     return text.strip()
 
 
+def parse_workers(text: str) -> int:
+    """`auto` is 0: one worker per core, counted when `serve` starts."""
+    return 0 if text.strip().lower() == "auto" else _int(0, 1024)(text)
+
+
 @dataclass(frozen=True, slots=True)
 class Field:
     name: str
@@ -99,6 +104,7 @@ class Settings:
     neo4j_database: str = "neo4j"
     host: str = "127.0.0.1"
     port: int = 8080
+    workers: int = 1  # 0: one per core
     embedder: str = "hybrid"
     embed_url: str = ""
     embed_model: str = ""
@@ -139,6 +145,7 @@ class Settings:
     max_batch: int = 1000
     max_concurrency: int = 256
     request_timeout_s: float = 10.0
+    import_timeout_per_tool_s: float = 0.1
     shutdown_timeout_s: float = 10.0
     api_keys: tuple[str, ...] = ()
     metrics_auth: bool = False
@@ -182,6 +189,16 @@ class Settings:
             return self.teacher
         return "anthropic" if self.anthropic_api_key else "none"
 
+    @property
+    def worker_count(self) -> int:
+        """Server processes `serve` runs: `workers`, or with 0 (`auto`) one per usable core."""
+        if self.workers:
+            return self.workers
+        try:
+            return len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            return os.cpu_count() or 1
+
     def override(self, **changes: Any) -> Settings:
         """A copy with some values replaced (CLI flags); `None` values are ignored."""
         settings = replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -205,6 +222,11 @@ class Settings:
             )
         if self.teacher_kind == "openai" and not self.openai_base_url:
             raise ConfigError("TOOLSELECT_TEACHER=openai needs TOOLSELECT_OPENAI_BASE_URL")
+        if self.workers != 1 and self.port == 0:
+            raise ConfigError(
+                "TOOLSELECT_WORKERS: several workers share one port, so expected a fixed "
+                f"TOOLSELECT_PORT, got 0 (workers {self.workers or 'auto'})"
+            )
 
 
 def _default_data_dir(environ: Mapping[str, str]) -> str:
@@ -221,6 +243,7 @@ FIELDS: tuple[Field, ...] = (
     Field("neo4j_database", "NEO4J_DATABASE", _str, "Neo4j database name"),
     Field("host", "TOOLSELECT_HOST", _str, "address `serve` binds"),
     Field("port", "TOOLSELECT_PORT", _int(0, 65535), "port `serve` binds"),
+    Field("workers", "TOOLSELECT_WORKERS", parse_workers, "server processes `serve` runs on the one port (`SO_REUSEPORT`), each a full service over the same store; `auto` (or 0): one per core (README, Operations)"),
     Field("embedder", "TOOLSELECT_EMBEDDER", _choice("auto", "hashing", "minilm", "http", "hybrid"), "query and tool embedder: `hybrid` is MiniLM (ONNX, dense) fused with `hashing` (lexical), the most accurate measured (BENCHMARKS.md); `auto` is an alias of `hybrid`"),
     Field("embed_url", "TOOLSELECT_EMBED_URL", _str, "base URL of an OpenAI-compatible `/v1/embeddings` endpoint (`http` embedder)"),
     Field("embed_model", "TOOLSELECT_EMBED_MODEL", _str, "model name sent to the `http` embedder"),
@@ -260,7 +283,8 @@ FIELDS: tuple[Field, ...] = (
     Field("max_k", "TOOLSELECT_MAX_K", _int(1, 10_000), "largest k"),
     Field("max_batch", "TOOLSELECT_MAX_BATCH", _int(1, 1_000_000), "most turns in one observe batch"),
     Field("max_concurrency", "TOOLSELECT_MAX_CONCURRENCY", _int(1, 100_000), "concurrent requests before `503 overloaded`"),
-    Field("request_timeout_s", "TOOLSELECT_REQUEST_TIMEOUT", _float(0.01, 3600.0), "seconds a request may take"),
+    Field("request_timeout_s", "TOOLSELECT_REQUEST_TIMEOUT", _float(0.01, 3600.0), "seconds a request may take (`PUT /v1/tools`: see the next)"),
+    Field("import_timeout_per_tool_s", "TOOLSELECT_IMPORT_TIMEOUT_PER_TOOL", _float(0.0, 60.0), "seconds `PUT /v1/tools` may take per tool, on top of `TOOLSELECT_REQUEST_TIMEOUT`; the clock also restarts after every batch of tools embedded, so an import that keeps working is not cut off"),
     Field("shutdown_timeout_s", "TOOLSELECT_SHUTDOWN_TIMEOUT", _float(0.0, 3600.0), "seconds to drain on shutdown"),
     Field("api_keys", "TOOLSELECT_API_KEYS", _names, "comma list of API keys, or `@FILE` (one key a line); set: `/v1/*` needs `Authorization: Bearer`"),
     Field("metrics_auth", "TOOLSELECT_METRICS_AUTH", _bool, "require an API key on `/metrics` too"),

@@ -1,8 +1,17 @@
-"""Prometheus metrics, one registry per service (no module globals, so tests can run several)."""
+"""Prometheus metrics, one registry per service (no module globals, so tests can run several).
+
+With `serve --workers N` every worker process writes its values to files in one folder
+(prometheus_client's multiprocess mode: the supervisor sets `PROMETHEUS_MULTIPROC_DIR` before a
+worker imports prometheus_client) and `/metrics` in any worker aggregates them all: counters
+and histograms are summed, and each gauge says how (`multiprocess_mode`, ignored with one
+process): work waiting (queue depth, backlog, requests in flight) is the sum over live workers,
+fitted values are the most recent, sizes the largest.
+"""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 _TEACHER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0)
@@ -11,7 +20,8 @@ _TEACHER_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0)
 class Metrics:
     """Every counter, gauge and histogram toolselect exports at `/metrics`."""
 
-    def __init__(self) -> None:
+    def __init__(self, multiprocess_dir: str | None = None) -> None:
+        self.multiprocess_dir = multiprocess_dir
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.http_requests = Counter(
             "toolselect_http_requests",
@@ -32,10 +42,20 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.http_inflight = Gauge("toolselect_http_inflight", "Requests in flight", registry=r)
-        self.catalog_size = Gauge("toolselect_catalog_tools", "Tools in the ranker", registry=r)
+        self.http_inflight = Gauge(
+            "toolselect_http_inflight",
+            "Requests in flight",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.catalog_size = Gauge(
+            "toolselect_catalog_tools", "Tools in the ranker", multiprocess_mode="max", registry=r
+        )
         self.exemplars = Gauge(
-            "toolselect_exemplars", "Exemplars folded into the ranker", registry=r
+            "toolselect_exemplars",
+            "Exemplars folded into the ranker",
+            multiprocess_mode="max",
+            registry=r,
         )
         self.ranker_rebuilds = Counter(
             "toolselect_ranker_rebuilds",
@@ -49,7 +69,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.queue_depth = Gauge("toolselect_observe_queue_depth", "Turns waiting", registry=r)
+        self.queue_depth = Gauge(
+            "toolselect_observe_queue_depth",
+            "Turns waiting",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
         self.observed = Counter("toolselect_observed_turns", "Turns queued", registry=r)
         self.dropped = Counter(
             "toolselect_observe_dropped",
@@ -102,6 +127,7 @@ class Metrics:
         self.backlog = Gauge(
             "toolselect_store_backlog",
             "Writes waiting for the store to return",
+            multiprocess_mode="livesum",
             registry=r,
         )
         self.backlog_dropped = Counter(
@@ -124,24 +150,38 @@ class Metrics:
         self.free_tier_floor = Gauge(
             "toolselect_free_tier_margin_floor",
             "Margin at which the calibrated free tier labels (-1: never)",
+            multiprocess_mode="mostrecent",
             registry=r,
         )
         self.calibration_labels = Gauge(
-            "toolselect_calibration_labels", "Trusted labels behind the last fit", registry=r
+            "toolselect_calibration_labels",
+            "Trusted labels behind the last fit",
+            multiprocess_mode="mostrecent",
+            registry=r,
         )
         self.fold_description_weight = Gauge(
-            "toolselect_fold_description_weight", "Description weight of the centroids", registry=r
+            "toolselect_fold_description_weight",
+            "Description weight of the centroids",
+            multiprocess_mode="mostrecent",
+            registry=r,
         )
         self.fold_shrink = Gauge(
-            "toolselect_fold_shrink", "Exemplar shrink power of the centroids", registry=r
+            "toolselect_fold_shrink",
+            "Exemplar shrink power of the centroids",
+            multiprocess_mode="mostrecent",
+            registry=r,
         )
         self.fold_self_weight = Gauge(
             "toolselect_fold_self_weight",
             "Weight of the ranker's own (free-tier) labels in the centroids",
+            multiprocess_mode="mostrecent",
             registry=r,
         )
         self.teacher_depth = Gauge(
-            "toolselect_teacher_depth", "Ranked candidates the teacher is shown", registry=r
+            "toolselect_teacher_depth",
+            "Ranked candidates the teacher is shown",
+            multiprocess_mode="mostrecent",
+            registry=r,
         )
         self.teacher_candidates = Histogram(
             "toolselect_teacher_candidates",
@@ -150,8 +190,26 @@ class Metrics:
             registry=r,
         )
         self.last_refit = Gauge(
-            "toolselect_learning_last_refit_timestamp_seconds", "When the last fit ran", registry=r
+            "toolselect_learning_last_refit_timestamp_seconds",
+            "When the last fit ran",
+            multiprocess_mode="max",
+            registry=r,
         )
 
+        # Which worker answered: one series per live worker process (multiprocess mode only).
+        self.worker_requests: Gauge | None = None
+        if multiprocess_dir is not None:
+            self.worker_requests = Gauge(
+                "toolselect_worker_requests",
+                "HTTP requests answered by each worker process (serve --workers)",
+                multiprocess_mode="liveall",
+                registry=r,
+            )
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition text: this registry, or with workers every live and dead worker's."""
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)

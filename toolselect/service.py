@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
@@ -42,6 +42,12 @@ _CANDIDATE_CACHE_SIZE = 10_000
 # Labels whose truth does not come from the ranker: they calibrate and validate the loop.
 TRUSTED_TIERS = frozenset({"teacher", "feedback"})
 _EMBED_CHUNK = 256
+# An import embeds in smaller batches: each one reports progress (a terminal line in the CLI,
+# a fresh time limit over HTTP), and 64 MiniLM texts take about a second on one busy core.
+IMPORT_BATCH = 64
+
+# Called with (tools embedded, tools to embed) after each batch of an import.
+Progress = Callable[[int, int], None]
 
 
 def build_teacher(settings: Settings) -> Teacher | None:
@@ -66,6 +72,18 @@ def build_teacher(settings: Settings) -> Teacher | None:
             api_key=settings.openai_api_key,
         )
     return None
+
+
+def _guarded(progress: Progress) -> Progress:
+    """A progress callback whose failure is logged, never the end of the import."""
+
+    def report(done: int, total: int) -> None:
+        try:
+            progress(done, total)
+        except Exception:
+            log.exception("import_progress_failed", done=done, total=total)
+
+    return report
 
 
 class Service:
@@ -114,6 +132,8 @@ class Service:
         self.catalog_version = -1
         self.exemplar_version = 0
         self._descriptions: dict[str, str] = {}
+        self._held: dict[str, Tool] = {}  # the tools in the ranker, as the store returned them
+        self._imports: set[asyncio.Task[UpsertResult]] = set()
         self._candidate_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._reload_lock = asyncio.Lock()
         self._maintenance: asyncio.Task[None] | None = None
@@ -231,6 +251,14 @@ class Service:
         if self._maintenance is not None:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
+        if self._imports:
+            # An import whose caller went away still finishes (or, past the shutdown timeout,
+            # is cancelled while embedding or inside its one transaction: nothing half-written).
+            pending = list(self._imports)
+            _, late = await asyncio.wait(pending, timeout=self.settings.shutdown_timeout_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         try:
             await self.learner.close(self.settings.shutdown_timeout_s)
             await self.tuner.close()
@@ -242,19 +270,31 @@ class Service:
 
     # -- loading -------------------------------------------------------------------------
 
-    async def _embed(self, texts: Sequence[str], what: str = "") -> np.ndarray:
-        """Embed many texts in chunks, with a progress line on a terminal for large loads."""
-        if len(texts) <= _EMBED_CHUNK:
+    async def _embed(
+        self,
+        texts: Sequence[str],
+        what: str = "",
+        *,
+        progress: Progress | None = None,
+        chunk: int = _EMBED_CHUNK,
+    ) -> np.ndarray:
+        """Embed many texts in chunks, reporting each to `progress`, or without one with a
+        progress line on a terminal for large loads."""
+        if len(texts) <= chunk and progress is None:
             return await self.embedder.embed(texts)
         parts: list[np.ndarray] = []
-        show = sys.stderr.isatty()
-        for start in range(0, len(texts), _EMBED_CHUNK):
-            parts.append(await self.embedder.embed(texts[start : start + _EMBED_CHUNK]))
-            if show:
-                done = min(start + _EMBED_CHUNK, len(texts))
+        show = progress is None and sys.stderr.isatty()
+        for start in range(0, len(texts), chunk):
+            parts.append(await self.embedder.embed(texts[start : start + chunk]))
+            done = min(start + chunk, len(texts))
+            if progress is not None:
+                progress(done, len(texts))
+            elif show:
                 print(f"\rembedding {what}: {done}/{len(texts)}", end="", file=sys.stderr)
         if show:
             print(file=sys.stderr)
+        if not parts:
+            return np.zeros((0, self.ranker.dim or 1), dtype=np.float32)
         return np.vstack(parts)
 
     async def reload(self) -> None:
@@ -265,6 +305,7 @@ class Service:
             vectors = await self._embed([tool_text(t) for t in tools], "tools")
             self.ranker.set_catalog(tools, vectors)
             self._descriptions = {t.name: t.description for t in tools}
+            self._held = {t.name: t for t in tools}
             self.catalog_version = state.catalog_version
             self.exemplar_version = 0
             await self._fold_since(0)
@@ -386,19 +427,73 @@ class Service:
 
     # -- catalog -------------------------------------------------------------------------
 
-    async def upsert_tools(self, tools: Sequence[Tool], pack: str | None = None) -> UpsertResult:
-        """Write tools to the store, then swap them into the ranker."""
+    async def upsert_tools(
+        self,
+        tools: Sequence[Tool],
+        pack: str | None = None,
+        *,
+        progress: Progress | None = None,
+    ) -> UpsertResult:
+        """Embed the tools that changed, then write them all in one store transaction and swap
+        them into the ranker; `progress` hears of every embedded batch.
+
+        The import runs to its end even when the caller is cancelled (a client that hangs up,
+        a request timeout): until the transaction the store holds the old catalog, after it
+        the new one, never a part. `close()` waits for imports still running.
+        """
+        task = asyncio.create_task(self._import(tools, pack, progress), name="toolselect-import")
+        self._imports.add(task)
+        task.add_done_callback(self._import_done)
+        return await asyncio.shield(task)
+
+    def _import_done(self, task: asyncio.Task[UpsertResult]) -> None:
+        self._imports.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("import_failed", error=str(exc))
+
+    @property
+    def imports_running(self) -> int:
+        """Imports (`upsert_tools`) still running, their callers waiting or gone."""
+        return len(self._imports)
+
+    def _needs_vector(self, tool: Tool, pack: str | None) -> bool:
+        held = self._held.get(tool.name)
+        return (
+            held is None
+            or held.content_hash != tool.content_hash
+            or (pack is not None and pack not in held.packs)
+            or not self.ranker.has(tool.name)
+        )
+
+    async def _import(
+        self, tools: Sequence[Tool], pack: str | None, progress: Progress | None
+    ) -> UpsertResult:
+        # Embedding first, outside the reload lock (tens of seconds for a large catalog with a
+        # dense model): ranking and polls go on meanwhile, and nothing is written yet.
+        by_name = {t.name: t for t in tools}  # a name sent twice: the last one wins
+        if progress is not None:
+            progress = _guarded(progress)
+        changed = [t for t in by_name.values() if self._needs_vector(t, pack)]
+        vectors = await self._embed(
+            [tool_text(t) for t in changed], "tools", progress=progress, chunk=IMPORT_BATCH
+        )
         # Under the reload lock: a poll's reload that listed the catalog before this write and
         # swapped it in after would drop these tools, and with the version already current,
         # no later poll would bring them back.
         async with self._reload_lock:
             result = await self.store.upsert_tools(tools, pack)
-            if result.upserted or pack is not None:
+            if result.upserted or changed:
                 stored = {t.name: t for t in await self.store.list_tools()}
-                fresh = [stored[t.name] for t in tools if t.name in stored]
-                vectors = await self._embed([tool_text(t) for t in fresh], "tools")
-                self.ranker.upsert_tools(fresh, vectors)
+                rows = [
+                    i
+                    for i, t in enumerate(changed)
+                    if t.name in stored and stored[t.name].content_hash == t.content_hash
+                ]
+                fresh = [stored[changed[i].name] for i in rows]
+                if fresh:
+                    self.ranker.upsert_tools(fresh, vectors[rows])
                 self._descriptions.update((t.name, t.description) for t in fresh)
+                self._held.update((t.name, t) for t in fresh)
                 self.catalog_version = (await self.store.state()).catalog_version
                 self._publish_sizes("upsert")
         return result
@@ -409,6 +504,7 @@ class Service:
                 raise NotFound(f"no tool named {name!r}")
             self.ranker.remove_tools([name])
             self._descriptions.pop(name, None)
+            self._held.pop(name, None)
             self.catalog_version = (await self.store.state()).catalog_version
             self._publish_sizes("delete")
 

@@ -224,6 +224,28 @@ def test_tools_list_and_observe(catalog_env: dict[str, str]) -> None:
     )  # fmt: skip
 
 
+def test_tools_import_reports_progress(env: dict[str, str], tmp_path: Path) -> None:
+    """`tools import --progress` reports every embedded batch and the one write on stderr
+    (stdout keeps only the counts); without the flag and off a terminal it stays quiet."""
+    tools = [{"name": f"lookup_{i}", "description": f"Look up record {i}."} for i in range(150)]
+    path = tmp_path / "large.json"
+    path.write_text(json.dumps({"tools": tools}))
+    done = run(["tools", "import", str(path), "--progress"], env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"upserted": 150, "unchanged": 0}
+    progress = [line for line in done.stderr.splitlines() if not line.startswith("{")]
+    assert progress == [
+        "embedded 64/150 tools",
+        "embedded 128/150 tools",
+        "embedded 150/150 tools",
+        "writing 150 tools in one transaction",
+    ]
+    quiet = run(["tools", "import", str(path)], env)
+    assert quiet.returncode == 0, quiet.stderr
+    assert json.loads(quiet.stdout) == {"upserted": 0, "unchanged": 150}
+    assert [line for line in quiet.stderr.splitlines() if not line.startswith("{")] == []
+
+
 def test_unreachable_neo4j_is_one_clear_line(env: dict[str, str]) -> None:
     """A store that cannot be reached: one line naming the URI and the cause, exit non-zero."""
     uri = f"bolt://127.0.0.1:{free_port()}"

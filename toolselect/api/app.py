@@ -1,7 +1,8 @@
 """The aiohttp application: `create_app(service)` wires routes, middlewares and background tasks.
 
 Middlewares, outermost first: request context (request id, access log, metrics, error model),
-API keys (`401 unauthorized` on `/v1/*` when keys are configured), concurrency limit (`503 overloaded` beyond `max_concurrency`), per-request timeout. Background
+API keys (`401 unauthorized` on `/v1/*` when keys are configured), concurrency limit (`503 overloaded` beyond `max_concurrency`), per-request timeout (which
+`PUT /v1/tools` moves as its import progresses: `DEADLINE`). Background
 work (connecting, flushing the write backlog, polling for other replicas) belongs to the service.
 """
 
@@ -98,6 +99,8 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         elapsed = time.perf_counter() - started
         service.metrics.http_requests.labels(route, str(response.status)).inc()
         service.metrics.http_latency.labels(route).observe(elapsed)
+        if service.metrics.worker_requests is not None:
+            service.metrics.worker_requests.inc()
         if response.status >= 500:
             log.warning("request_error", route=route, status=response.status, ms=elapsed * 1e3)
         return response
@@ -150,6 +153,8 @@ class _Gate:
 
 
 GATE = web.AppKey("gate", _Gate)
+# The request's time limit, for a handler that knows its work is larger (an import) to move.
+DEADLINE = web.RequestKey("deadline", asyncio.Timeout)
 
 
 async def _gated(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -170,7 +175,8 @@ async def _gated(request: web.Request, handler: Handler) -> web.StreamResponse:
     gate.inflight += 1
     service.metrics.http_inflight.set(gate.inflight)
     try:
-        async with asyncio.timeout(service.settings.request_timeout_s):
+        async with asyncio.timeout(service.settings.request_timeout_s) as deadline:
+            request[DEADLINE] = deadline
             return await handler(request)
     except TimeoutError:
         service.metrics.http_rejected.labels("timeout").inc()

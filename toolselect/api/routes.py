@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -9,7 +10,7 @@ from aiohttp import web
 
 from toolselect import analytics
 from toolselect.api import models as m
-from toolselect.api.app import SERVICE, json_response, read_body, read_model
+from toolselect.api.app import DEADLINE, SERVICE, json_response, read_body, read_model
 from toolselect.api.errors import ApiError, not_found
 from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
@@ -20,8 +21,8 @@ from toolselect.service import Service
 # Not a store analysis: the fit the learning loop holds in memory, served beside them.
 LEARNING = "learning"
 
-# Larger catalogs go in several PUTs (`toolselect tools import` sends 500 at a time); with the
-# default 1 MiB body limit, the body size usually binds first.
+# Larger catalogs go in several PUTs; with the default 1 MiB body limit, the body size usually
+# binds first.
 MAX_TOOLS_PER_PUT = 10_000
 
 
@@ -77,7 +78,26 @@ async def put_tools(request: web.Request) -> web.Response:
         )
     if request.query.get("pack"):
         pack = check_pack(request.query["pack"])
-    result = await service.upsert_tools(tools, pack)
+    # A size-aware limit: the request timeout plus a share per tool, counted again from every
+    # embedded batch, so an import that keeps working is never answered `503 timeout`. The
+    # answer comes when the catalog is stored and ranked; the import is shielded, so a client
+    # that hangs up leaves the whole old catalog or the whole new one.
+    settings = service.settings
+    budget = settings.request_timeout_s + len(tools) * settings.import_timeout_per_tool_s
+    deadline = request[DEADLINE]
+    loop = asyncio.get_running_loop()
+
+    waiting = True  # the import outlives this handler when the client goes
+
+    def progress(done: int = 0, total: int = 0) -> None:
+        if waiting:
+            deadline.reschedule(loop.time() + budget)
+
+    progress()
+    try:
+        result = await service.upsert_tools(tools, pack, progress=progress)
+    finally:
+        waiting = False
     return json_response(m.UpsertResponse(upserted=result.upserted, unchanged=result.unchanged))
 
 

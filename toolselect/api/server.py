@@ -1,10 +1,15 @@
-"""`toolselect serve`: start the service, serve HTTP until SIGTERM/SIGINT, then shut down cleanly."""
+"""`toolselect serve`: start the service, serve HTTP until SIGTERM/SIGINT, then shut down cleanly.
+
+With more than one worker (`--workers`, `TOOLSELECT_WORKERS`) this process supervises that many
+servers on one port instead (`toolselect.api.workers`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
 import signal
+from collections.abc import Callable
 
 import structlog
 from aiohttp import web
@@ -12,6 +17,7 @@ from aiohttp import web
 from toolselect.api.app import create_app
 from toolselect.config import Settings
 from toolselect.errors import ConfigError
+from toolselect.metrics import Metrics
 from toolselect.service import Service
 
 log = structlog.get_logger("toolselect.server")
@@ -35,9 +41,20 @@ def check_bind(settings: Settings, insecure: bool) -> None:
         )
 
 
-async def run_server(settings: Settings, stop: asyncio.Event) -> None:
-    """Serve until `stop` is set; in-flight requests get `shutdown_timeout_s` to finish."""
-    service = await Service.start(settings, wait_for_store=True)
+async def run_server(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    metrics: Metrics | None = None,
+    reuse_port: bool = False,
+    on_serving: Callable[[], None] | None = None,
+) -> None:
+    """Serve until `stop` is set; in-flight requests get `shutdown_timeout_s` to finish.
+
+    A worker of `serve --workers` passes its multiprocess `metrics`, binds with `reuse_port`
+    (the kernel spreads connections over the workers' sockets) and reports `on_serving`.
+    """
+    service = await Service.start(settings, metrics=metrics, wait_for_store=True)
     runner = web.AppRunner(
         create_app(service),
         shutdown_timeout=settings.shutdown_timeout_s,
@@ -46,8 +63,16 @@ async def run_server(settings: Settings, stop: asyncio.Event) -> None:
     )
     try:
         await runner.setup()
-        site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
+        site = web.TCPSite(
+            runner,
+            settings.host,
+            settings.port,
+            reuse_address=True,
+            reuse_port=reuse_port or None,
+        )
         await site.start()
+        if on_serving is not None:
+            on_serving()
         log.info(
             "serving",
             url=f"http://{settings.host}:{settings.port}",
@@ -65,6 +90,10 @@ async def run_server(settings: Settings, stop: asyncio.Event) -> None:
 
 def serve(settings: Settings, *, insecure: bool = False) -> int:
     check_bind(settings, insecure)
+    if settings.worker_count > 1:
+        from toolselect.api.workers import serve_workers
+
+        return serve_workers(settings)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -30,6 +30,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         embedder=getattr(args, "embedder", None),
         host=getattr(args, "host", None),
         port=getattr(args, "port", None),
+        workers=getattr(args, "workers", None),
     )
 
 
@@ -102,19 +103,25 @@ def cmd_tools_import(args: argparse.Namespace) -> int:
     tools, pack = parse_tools(data)
 
     async def body(service: Service) -> int:
-        chunk = 500
-        upserted = unchanged = 0
-        show = sys.stderr.isatty() and len(tools) > chunk
-        for start in range(0, len(tools), chunk):
-            result = await service.upsert_tools(tools[start : start + chunk], args.pack or pack)
-            upserted += result.upserted
-            unchanged += result.unchanged
-            if show:
-                done = min(start + chunk, len(tools))
-                print(f"\rimporting: {done}/{len(tools)}", end="", file=sys.stderr)
-        if show:
-            print(file=sys.stderr)
-        print(json.dumps({"upserted": upserted, "unchanged": unchanged}))
+        from toolselect.service import IMPORT_BATCH
+
+        # Progress on stderr: asked for, or on a terminal when there is more than one batch.
+        tty = sys.stderr.isatty()
+        show = args.progress or (tty and len(tools) > IMPORT_BATCH)
+
+        def progress(done: int, total: int) -> None:
+            line = f"embedded {done}/{total} tools"
+            if tty:
+                print(f"\r{line}", end="\n" if done == total else "", file=sys.stderr, flush=True)
+            else:
+                print(line, file=sys.stderr, flush=True)
+            if done == total:
+                print(f"writing {len(tools)} tools in one transaction", file=sys.stderr)
+
+        result = await service.upsert_tools(
+            tools, args.pack or pack, progress=progress if show else None
+        )
+        print(json.dumps({"upserted": result.upserted, "unchanged": result.unchanged}))
         return 0
 
     return _run(_with_service(args, body))
@@ -280,6 +287,15 @@ def cmd_config(args: argparse.Namespace) -> int:
 # -- parser ------------------------------------------------------------------------------
 
 
+def _workers_arg(text: str) -> int:
+    from toolselect.config import parse_workers
+
+    try:
+        return parse_workers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolselect", description="Decide which tools an LLM agent should see for a turn."
@@ -294,6 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = with_store(sub.add_parser("serve", help="run the HTTP API"))
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--workers",
+        type=_workers_arg,
+        help="server processes on the one port, or auto: one per core (default: from settings)",
+    )
     serve.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback bind without API keys"
     )
@@ -312,6 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
     imp = with_store(tools.add_parser("import", help="import MCP, OpenAI or native JSON"))
     imp.add_argument("file")
     imp.add_argument("--pack")
+    imp.add_argument(
+        "--progress",
+        action="store_true",
+        help="report embedding progress on stderr (default: on a terminal, for long imports)",
+    )
     imp.set_defaults(func=cmd_tools_import)
     lst = with_store(tools.add_parser("list", help="list tools"))
     lst.add_argument("--pack")

@@ -1,0 +1,165 @@
+"""`toolselect serve --workers 2` as a user runs it: two real worker processes on one port over
+one embedded store, metrics aggregated across them, and the supervisor's exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from tests.services import cli_env, free_port
+from toolselect.graph.sqlite import SqliteStore
+
+EXE = [sys.executable, "-m", "toolselect.cmd.main"]
+CATALOG = {
+    "tools": [
+        {"name": "get_weather", "description": "Current weather and forecast for a city."},
+        {"name": "send_email", "description": "Send an email message to a recipient."},
+        {"name": "shell_exec", "description": "Run a shell command on the host."},
+    ]
+}
+WORKER_SERIES = re.compile(r'^toolselect_worker_requests\{pid="(\d+)"\} (\S+)$', re.MULTILINE)
+
+
+class Workers:
+    """A running `serve --workers 2`: its supervisor, URL and the worker pids it logged."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, url: str, pids: list[int]) -> None:
+        self.proc = proc
+        self.url = url
+        self.pids = pids
+        self.log: list[str] = []
+
+
+async def read_events(proc: asyncio.subprocess.Process, log: list[str]) -> None:
+    assert proc.stderr is not None
+    while line := await proc.stderr.readline():
+        log.append(line.decode())
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def workers(tmp_path: Path) -> AsyncIterator[Workers]:
+    """`serve --workers 2` on a free port over a small imported catalog, all workers serving."""
+    env = cli_env(tmp_path / "serve.db", TOOLSELECT_SHUTDOWN_TIMEOUT="10")
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps(CATALOG))
+    imported = await asyncio.to_thread(
+        subprocess.run, [*EXE, "tools", "import", str(catalog)], env=env, capture_output=True
+    )
+    assert imported.returncode == 0, imported.stderr
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *EXE, "serve", "--workers", "2", "--port", str(port), env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    running = Workers(proc, f"http://127.0.0.1:{port}", [])
+    reader = asyncio.create_task(read_events(proc, running.log))
+    try:
+        while not running.pids:  # the supervisor logs once every worker is bound
+            assert proc.returncode is None and not reader.done(), "".join(running.log)
+            for line in running.log:
+                event = json.loads(line)
+                if event.get("event") == "workers_serving":
+                    running.pids = event["pids"]
+            await asyncio.sleep(0.1)
+        yield running
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await reader
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_two_workers_share_the_port_and_the_metrics(workers: Workers, tmp_path: Path) -> None:
+    """Requests on fresh connections are answered by both workers; /metrics from either one
+    counts every request of both; every turn either worker queued is in the shared SQLite
+    file after SIGTERM, which stops all of them with exit 0."""
+    assert len(workers.pids) == 2 and all(alive(pid) for pid in workers.pids)
+    acknowledged: list[str] = []
+    # force_close: one connection per request, so the kernel spreads them over both sockets.
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for i in range(40):
+            body = {"query": f"weather in city {i}", "k": 2}
+            async with session.post(workers.url + "/v1/rank", json=body) as resp:
+                assert resp.status == 200
+            turn = {"request": f"mail the report {i}", "used_tool": "shell_exec",
+                    "turn_id": f"t{i}"}  # fmt: skip
+            async with session.post(workers.url + "/v1/observe", json=turn) as resp:
+                assert resp.status == 202
+                if (await resp.json())["queued"]:
+                    acknowledged.append(f"t{i}")
+        async with session.get(workers.url + "/metrics") as resp:
+            text = await resp.text()
+    answered = {int(pid): float(n) for pid, n in WORKER_SERIES.findall(text)}
+    assert set(answered) == set(workers.pids), text
+    assert all(n > 0 for n in answered.values()), answered
+    assert sum(answered.values()) == 80
+    assert 'toolselect_http_requests_total{route="/v1/rank",status="200"} 40.0' in text
+    assert 'toolselect_http_requests_total{route="/v1/observe",status="202"} 40.0' in text
+    assert "toolselect_observe_queue_depth " in text
+
+    workers.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(workers.proc.wait(), 60) == 0, "".join(workers.log)
+    assert not any(alive(pid) for pid in workers.pids)
+    assert len(acknowledged) == 40
+    store = SqliteStore(tmp_path / "serve.db")
+    try:
+        missing = [t for t in acknowledged if await store.get_turn(t) is None]
+        assert missing == []
+    finally:
+        await store.close()
+
+
+async def test_a_worker_that_dies_stops_the_group_with_exit_1(workers: Workers) -> None:
+    """A worker killed from outside is not restarted: the supervisor stops the other worker
+    and exits 1, naming the dead worker in its log."""
+    dead, other = workers.pids
+    os.kill(dead, signal.SIGKILL)
+    assert await asyncio.wait_for(workers.proc.wait(), 60) == 1
+    assert not alive(other)
+    died = [json.loads(line) for line in workers.log if '"worker_died"' in line]
+    assert [(e["pid"], e["exitcode"]) for e in died] == [(dead, -signal.SIGKILL)]
+
+
+def test_workers_need_a_fixed_port(tmp_path: Path) -> None:
+    """Several workers on port 0 would each bind a different port: refused in one line."""
+    env = cli_env(tmp_path / "serve.db")
+    done = subprocess.run(
+        [*EXE, "serve", "--workers", "2", "--port", "0"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "toolselect serve: TOOLSELECT_WORKERS: several workers share one port, so expected a "
+        "fixed TOOLSELECT_PORT, got 0 (workers 2)"
+    ]
+
+
+@pytest.mark.parametrize("value", ["none", "-1"])
+def test_bad_workers_flag_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    """`--workers` takes a count or `auto`; anything else is refused before anything starts."""
+    done = subprocess.run(
+        [*EXE, "serve", "--workers", value], env=cli_env(tmp_path / "serve.db"),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--workers" in done.stderr
