@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -502,9 +502,10 @@ def count_turns(store: str, db_path: Path | None, prefix: str) -> dict[str, int]
 class ServerProcess:
     """`toolselect serve` on a free loopback port; RSS, CPU time and metrics read from outside."""
 
-    def __init__(self, env: dict[str, str], workdir: Path) -> None:
+    def __init__(self, env: dict[str, str], workdir: Path, args: Sequence[str] = ()) -> None:
         self.env = env
         self.workdir = workdir
+        self.args = list(args)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -513,7 +514,7 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
-                [TOOLSELECT, "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+                [TOOLSELECT, "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
                 env=self.env,
                 cwd=self.workdir,
                 stdout=log,
