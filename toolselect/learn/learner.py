@@ -16,7 +16,8 @@ retried turn by turn, so a turn that cannot be processed is counted and logged a
 others are recorded.
 Ratchet and ranker labels are decided inline; teacher escalations run as separate tasks
 (bounded) so a slow teacher never stalls intake; the turns they finish meanwhile are recorded
-together.
+together. When no paid call can happen (kill switch, or no teacher) an escalation is declined
+inline and its turn recorded once, with its batch.
 A save's result is handed to `on_saved`, which folds its exemplars into the ranker at once.
 """
 
@@ -384,7 +385,14 @@ class Learner:
             if decision.escalate:
                 if tuner is not None:
                     tuner.escalated()
-                escalations.append((turn, vector))
+                if self._oracle.active:
+                    escalations.append((turn, vector))
+                else:
+                    # No paid call can happen (kill switch, or no teacher): the teacher tier's
+                    # answer is known now, so the turn is recorded once, finished, with the batch.
+                    turn = replace(turn, result="declined")
+                    self._decided(turn)
+                    self._log_finished(turn, "teacher off")
             elif decision.label is not None:
                 turn = replace(turn, label=decision.label, result="labeled")
                 if decision.tier == "ranker":
@@ -515,6 +523,10 @@ class Learner:
 
     async def _finish(self, turn: Turn, why: str | None) -> None:
         self._decided(turn)
+        self._log_finished(turn, why)
+        await self._record_finished(turn)
+
+    def _log_finished(self, turn: Turn, why: str | None) -> None:
         log.info(
             "turn_labelled",
             turn_id=turn.id,
@@ -523,14 +535,13 @@ class Learner:
             label=turn.label,
             why=why,
         )
-        await self._record_finished(turn)
 
     async def _record_finished(self, turn: Turn) -> None:
         """Record a turn the teacher tier finished, once every turn finished before it is.
 
         Turns finished while such a write is in flight wait for it and are then recorded
-        together by whichever of them runs first: a burst of escalations (or the teacher off,
-        where all of a batch's finish at once) costs a few transactions instead of one each.
+        together by whichever of them runs first: a burst of escalations costs a few
+        transactions instead of one each.
         A batch the store refuses is recorded turn by turn, so a bad turn fails alone.
         """
         self._finished.append(turn)
