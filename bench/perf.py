@@ -763,7 +763,9 @@ async def _intake(
     service = await Service.start(settings)
     try:
         await service.upsert_tools(as_tools(catalog))
-        floor = settings.margin_floor
+        # The free tier's floor as the learner sees it (pinned, or the tuner's calibrated one
+        # when `margin_floor` is auto).
+        floor = service.tuner.free_floor
         plain: list[tuple[str, str]] = []
         confident: list[str] = []
         for q in queries:

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 import uuid
@@ -25,7 +24,7 @@ from toolselect.embed import Embedder, build_embedder
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.factory import open_store
-from toolselect.graph.store import Exemplar, Store, Tool, UpsertResult
+from toolselect.graph.store import Exemplar, SaveResult, Store, Tool, UpsertResult
 from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.learn.tuning import Tuner, fit_payload
@@ -162,6 +161,7 @@ class Service:
                 queue_size=settings.queue_size,
                 teacher_full_catalog=settings.teacher_full_catalog,
                 teacher_max_input_tokens=settings.teacher_max_input_tokens,
+                overlap_embedding=settings.store_kind == "neo4j",
             ),
             tuner=self.tuner,
             metrics=self.metrics,
@@ -515,12 +515,31 @@ class Service:
 
     # -- learning ------------------------------------------------------------------------
 
-    async def _saved(self, exemplars: Sequence[Exemplar]) -> None:
-        """Labels were saved here: fold them into the ranker now, then pick up any eviction
-        they caused (the store may be down: the backlog holds them and ranking uses them)."""
-        await self.fold(exemplars)
-        with contextlib.suppress(StoreUnavailable):
+    async def _saved(self, result: SaveResult) -> None:
+        """Labels were saved here: fold them into the ranker now.
+
+        One save gives all its exemplars one version. When that is the version after the
+        ranker's and the save evicted nothing, the saved exemplars are the whole change, so
+        they are folded as they are, without reading them back. Otherwise (retention evicted
+        some, or another replica wrote in between) the delta is read from the store and folded
+        in version order, as a poll would. A version a delta read has already covered is not
+        folded again (that could put back a label a later save replaced). While the store is
+        down the backlog holds the labels (version 0) and ranking uses them at once.
+        """
+        changed = result.changed
+        if not changed:
+            return
+        version = changed[0].version
+        if version and version <= self.exemplar_version:
+            return
+        if version == self.exemplar_version + 1 and not result.evicted:
+            await self.fold(changed)
+            self.exemplar_version = max(self.exemplar_version, version)
+            return
+        try:
             await self._fold_since(self.exemplar_version)
+        except StoreUnavailable:
+            await self.fold(changed)
 
     def learning_payload(self) -> dict[str, object]:
         """What the tuner chose and why (`GET /v1/analytics/learning`)."""
@@ -556,8 +575,9 @@ class Service:
             embedding=tuple(vector.tolist()),
             created_at=datetime.now(UTC),
         )
-        changed = await self.store.save_exemplar(exemplar)
-        if changed:
-            await self._saved([exemplar])
+        result = await self.store.save_exemplars([exemplar])
+        if result.unknown_tool:
+            raise NotFound(f"unknown tool {tool!r}")
+        await self._saved(result)
         stored = await self.store.exemplar_for_query(query)
-        return changed, stored or exemplar
+        return bool(result.changed), stored or exemplar

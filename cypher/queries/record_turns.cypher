@@ -1,10 +1,11 @@
-// $turns: turn property maps with distinct ids. A resent id updates the turn in place.
+// $turns: turn property maps with distinct ids, `at` an ISO 8601 string. A resent id updates the
+// turn in place.
 // Exemplars and oracle calls recorded before their turn are linked here through turn_id.
 UNWIND $turns AS row
 OPTIONAL MATCH (old:Turn {id: row.id})
 WITH row, old IS NULL AS is_new
 MERGE (t:Turn {id: row.id})
-SET t = row
+SET t = row, t.at = datetime(row.at)
 WITH t, is_new
 CALL (t) {
   MATCH (t)-[u:USED]->(prev:Tool)

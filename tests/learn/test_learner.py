@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import neo4j
@@ -17,7 +17,7 @@ from toolselect.catalog import tool_text
 from toolselect.embed import HashingEmbedder
 from toolselect.graph.neo4j import Neo4jStore
 from toolselect.graph.sqlite import SqliteStore
-from toolselect.graph.store import Exemplar, Store, Tool
+from toolselect.graph.store import Exemplar, SaveResult, Store, Tool
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.metrics import Metrics
 from toolselect.names import DEFAULT_FALLBACK_TOOLS
@@ -74,8 +74,8 @@ class Harness:
             metrics=self.metrics,
         )
 
-    async def _on_saved(self, exemplars: Sequence[Exemplar]) -> None:
-        self.saved.extend(exemplars)
+    async def _on_saved(self, result: SaveResult) -> None:
+        self.saved.extend(result.changed)
 
     async def load_catalog(self) -> None:
         self.ranker.set_catalog(TOOLS, await self.embedder.embed([tool_text(t) for t in TOOLS]))

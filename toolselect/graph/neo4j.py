@@ -312,12 +312,22 @@ class Neo4jStore:
     # --- turns ------------------------------------------------------------------------------
 
     async def record_turns(self, turns: Sequence[Turn]) -> int:
+        """Record turns a chunk per transaction. Intake sends new turns, so each chunk is first
+        CREATEd (`create_turns`, about half the server time of MERGE); when the uniqueness
+        constraint refuses it (a resent id, or another replica racing), the chunk is MERGEd
+        instead (`record_turns`), which updates stored turns in place."""
         # An id sent twice in one batch is one turn; its last version wins.
         by_id = {turn.id: _turn_row(turn) for turn in turns}
         rows = list(by_id.values())
         created = 0
         for start in range(0, len(rows), _TURN_CHUNK):
             chunk = rows[start : start + _TURN_CHUNK]
+            with self._translated():
+                try:
+                    created += await self._write_once(_create_turns, chunk)
+                    continue
+                except ConstraintError:
+                    pass  # an id of the chunk is stored already
             created += await self._write(_record_turns, chunk)
         return created
 
@@ -353,7 +363,7 @@ class Neo4jStore:
             await _rows(tx, "save_exemplars", {"rows": rows})
             evicted = await self._evict(tx, sorted({e.tool for e in written}), version)
             changed = tuple(replace(e, version=version) for e in changing)
-            return SaveResult(changed=changed, unknown_tool=tuple(unknown)), evicted
+            return SaveResult(changed, tuple(unknown), evicted), evicted
 
         result, evicted = await self._write(work)
         if evicted:
@@ -474,6 +484,10 @@ async def _record_turns(tx: AsyncManagedTransaction, rows: list[dict[str, Any]])
     return int((await _one(tx, "record_turns", {"turns": rows}))["created"])
 
 
+async def _create_turns(tx: AsyncManagedTransaction, rows: list[dict[str, Any]]) -> int:
+    return int((await _one(tx, "create_turns", {"turns": rows}))["created"])
+
+
 def _exemplar_props(exemplar: Exemplar, key: str, version: int) -> dict[str, Any]:
     props: dict[str, Any] = {name: getattr(exemplar, name) for name in _EXEMPLAR_PROPS}
     return props | {
@@ -486,8 +500,10 @@ def _exemplar_props(exemplar: Exemplar, key: str, version: int) -> dict[str, Any
 
 
 def _turn_row(turn: Turn) -> dict[str, Any]:
+    """A turn's properties; `at` as ISO 8601 text, which the query turns into a DateTime
+    (the driver's DateTime encoding took more client time than the rest of the batch)."""
     row = {name: getattr(turn, name) for name in _TURN_FIELDS}
-    row["at"] = _to_db(turn.at)
+    row["at"] = _to_db(turn.at).isoformat()
     return row
 
 

@@ -495,7 +495,7 @@ class SqliteStore:
                 conn.executemany("DELETE FROM exemplar_tombstones WHERE query_norm = ?", rows)
                 evicted = self._enforce_retention(conn, {e.tool for e in written}, version)
             changed = tuple(replace(e, version=version) for e in changing)
-            return SaveResult(changed=changed, unknown_tool=tuple(unknown)), evicted
+            return SaveResult(changed, tuple(unknown), evicted), evicted
 
         result, evicted = await self._run(work)
         if evicted:

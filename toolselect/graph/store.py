@@ -149,11 +149,14 @@ class SaveResult:
     """What one `save_exemplars` call did, in input order.
 
     `changed` holds the exemplars that changed the store, as stored (with their version);
-    `unknown_tool` the ones skipped because their tool is not in the catalog.
+    `unknown_tool` the ones skipped because their tool is not in the catalog; `evicted` how
+    many exemplars retention removed in the same transaction (their tombstones carry the
+    version of `changed`).
     """
 
     changed: tuple[Exemplar, ...] = ()
     unknown_tool: tuple[Exemplar, ...] = ()
+    evicted: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,17 @@ The intake worker takes what is queued (up to `batch_size`) and per batch: embed
 in one call, ranks them on one snapshot (top-1, margin), runs the detector, looks up the
 ratchet labels of all flagged turns in one store call, records every turn in one call (flagged
 or not, so analytics have denominators), saves the batch's labels in one call and folds them
-once. A batch that fails for a reason other than an unreachable store is retried turn by turn,
-so a turn that cannot be processed is counted and logged alone and the others are recorded.
+once. Embedding depends on nothing but the text, so with `overlap_embedding` (a store in
+another process) the next batch is taken and embedded (in a worker thread for a large batch)
+while this one waits on the store; everything after the embedding runs strictly batch after
+batch, so ranking, the ratchet and the fold see what the batches before wrote. A batch that fails for a reason other than an unreachable store is
+retried turn by turn, so a turn that cannot be processed is counted and logged alone and the
+others are recorded.
 Ratchet and ranker labels are decided inline; teacher escalations run as separate tasks
-(bounded) so a slow teacher never stalls intake.
-A saved exemplar is handed to `on_saved`, which folds it into the ranker at once.
+(bounded) so a slow teacher never stalls intake; the turns they finish meanwhile are recorded
+together. When no paid call can happen (kill switch, or no teacher) an escalation is declined
+inline and its turn recorded once, with its batch.
+A save's result is handed to `on_saved`, which folds its exemplars into the ranker at once.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import structlog
 
 from toolselect.embed import Embedder
 from toolselect.errors import StoreUnavailable, ToolselectError
-from toolselect.graph.store import Exemplar, Store, Tier, Turn
+from toolselect.graph.store import Exemplar, SaveResult, Store, Tier, Turn
 from toolselect.learn.detect import RankSignal, detect
 from toolselect.learn.fit import within_budget
 from toolselect.learn.tuning import Tuner
@@ -74,6 +80,10 @@ class LearnerConfig:
     teacher_full_catalog: int = 50
     teacher_max_input_tokens: int = 6000
     teacher_concurrency: int = 4
+    # Embed the next batch while this one is written: a gain when the store's work runs in
+    # another process (Neo4j); with SQLite in this process the two threads only contend for
+    # the GIL, which measured ~13% slower unflagged intake.
+    overlap_embedding: bool = False
 
 
 @dataclass
@@ -96,7 +106,7 @@ class Learner:
         embedder: Embedder,
         ranker: CentroidRanker,
         oracle: Oracle,
-        on_saved: Callable[[Sequence[Exemplar]], Awaitable[None]],
+        on_saved: Callable[[SaveResult], Awaitable[None]],
         describe: Callable[[str], str],
         config: LearnerConfig,
         tuner: Tuner | None = None,
@@ -123,6 +133,11 @@ class Learner:
         self._teaching: set[asyncio.Task[None]] = set()
         self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
         self._in_flight = InFlight()
+        # The next batch, taken and being embedded while the current one is processed.
+        self._ahead: tuple[list[Observation], asyncio.Future[np.ndarray]] | None = None
+        # Turns the teacher tier finished, waiting for the write in flight to end.
+        self._finished: list[Turn] = []
+        self._finish_lock = asyncio.Lock()
         self._accepting = False
         self.stats = _Stats()
 
@@ -215,7 +230,7 @@ class Learner:
         """Stop intake, drain within `within_s`, cancel teacher calls, join every task."""
         self._accepting = False
         drained = await self.drain(within_s) if self._worker is not None else True
-        left = len(self._queue)
+        left = len(self._queue) + (len(self._ahead[0]) if self._ahead is not None else 0)
         if not drained:
             log.warning("learner_drain_timeout", left=left, teaching=len(self._teaching))
             if left:
@@ -226,6 +241,10 @@ class Learner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._ahead is not None:
+            self._ahead[1].cancel()
+            await asyncio.gather(self._ahead[1], return_exceptions=True)
+            self._ahead = None
         self._worker = None
         self._teaching.clear()
         self._queue.clear()
@@ -241,17 +260,33 @@ class Learner:
         self._metrics.queue_depth.set(depth)
         return batch
 
+    def _take_and_embed(self) -> tuple[list[Observation], asyncio.Future[np.ndarray]]:
+        """Take a batch (in progress from now on, for `drain`) and start embedding it."""
+        batch = self._take()
+        self.stats.in_progress += 1
+        return batch, asyncio.ensure_future(self._embedder.embed([o.request for o in batch]))
+
     async def _run(self) -> None:
         while True:
-            if not self._queue:
-                self._idle.set()
-                await self._wake.wait()
-                self._wake.clear()
-                continue
-            batch = self._take()
-            self.stats.in_progress += 1
+            if self._ahead is None:
+                if not self._queue:
+                    self._idle.set()
+                    await self._wake.wait()
+                    self._wake.clear()
+                    continue
+                self._ahead = self._take_and_embed()
+            batch, embedding = self._ahead
+            self._ahead = None
             try:
-                await self._process_isolated(batch)
+                try:
+                    vectors: np.ndarray | None = await embedding
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    vectors = None  # embedded again (turn by turn if need be) by _process
+                if self._queue and self.config.overlap_embedding:
+                    self._ahead = self._take_and_embed()
+                await self._process_isolated(batch, vectors)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -262,11 +297,13 @@ class Learner:
                 self.stats.batches += 1
                 self.stats.processed += len(batch)
 
-    async def _process_isolated(self, batch: Sequence[Observation]) -> None:
+    async def _process_isolated(
+        self, batch: Sequence[Observation], vectors: np.ndarray | None = None
+    ) -> None:
         """Process a batch; when it fails for a reason other than the store being unreachable,
         process its turns one by one so one bad turn costs only itself (counted and logged)."""
         try:
-            await self._process(batch)
+            await self._process(batch, vectors)
             return
         except (StoreUnavailable, asyncio.CancelledError):
             raise
@@ -288,8 +325,11 @@ class Learner:
         self._metrics.intake_failed_turns.inc()
         log.error("intake_turn_failed", turn_id=obs.turn_id, error=repr(exc), exc_info=exc)
 
-    async def _process(self, batch: Sequence[Observation]) -> None:
-        vectors = await self._embedder.embed([o.request for o in batch])
+    async def _process(
+        self, batch: Sequence[Observation], vectors: np.ndarray | None = None
+    ) -> None:
+        if vectors is None:
+            vectors = await self._embedder.embed([o.request for o in batch])
         tuner = self._tuner
         floor = tuner.free_floor if tuner is not None else self.config.margin_floor
         rankings = self._rank_batch(vectors, batch)
@@ -349,7 +389,14 @@ class Learner:
             if decision.escalate:
                 if tuner is not None:
                     tuner.escalated()
-                escalations.append((turn, vector))
+                if self._oracle.active:
+                    escalations.append((turn, vector))
+                else:
+                    # No paid call can happen (kill switch, or no teacher): the teacher tier's
+                    # answer is known now, so the turn is recorded once, finished, with the batch.
+                    turn = replace(turn, result="declined")
+                    self._decided(turn)
+                    self._log_finished(turn, "teacher off")
             elif decision.label is not None:
                 turn = replace(turn, label=decision.label, result="labeled")
                 if decision.tier == "ranker":
@@ -361,7 +408,7 @@ class Learner:
             turns.append(turn)
         await self._store.record_turns(turns)
         saved = await self._save(saves)
-        if saved:  # one fold per batch: a fold swaps the ranker's matrix
+        if saved.changed:  # one fold per batch: a fold swaps the ranker's matrix
             await self._on_saved(saved)
         for turn, vector in escalations:
             self._escalate(turn, vector)
@@ -398,10 +445,10 @@ class Learner:
 
     async def _save(
         self, labels: Sequence[tuple[Turn, np.ndarray, str, Tier, float]]
-    ) -> list[Exemplar]:
-        """Save labels in one store call; the exemplars that changed the store."""
+    ) -> SaveResult:
+        """Save labels in one store call."""
         if not labels:
-            return []
+            return SaveResult()
         now = self._clock()
         exemplars = [
             Exemplar(
@@ -421,7 +468,7 @@ class Learner:
         for unknown in result.unknown_tool:
             log.info("label_for_unknown_tool", tool=unknown.tool, turn_id=unknown.turn_id)
         self.stats.saved += len(result.changed)
-        return list(result.changed)
+        return result
 
     # -- teacher tier ------------------------------------------------------------------------
 
@@ -457,7 +504,7 @@ class Learner:
                 self._tuner.teacher_answered(len(candidates), position)
             if answer.result == "labeled" and answer.label is not None:
                 saved = await self._save([(done, vector, answer.label, "teacher", 1.0)])
-                if saved:
+                if saved.changed:
                     await self._on_saved(saved)
             await self._finish(done, answer.reason or answer.error)
         except ToolselectError as exc:
@@ -480,6 +527,10 @@ class Learner:
 
     async def _finish(self, turn: Turn, why: str | None) -> None:
         self._decided(turn)
+        self._log_finished(turn, why)
+        await self._record_finished(turn)
+
+    def _log_finished(self, turn: Turn, why: str | None) -> None:
         log.info(
             "turn_labelled",
             turn_id=turn.id,
@@ -488,4 +539,33 @@ class Learner:
             label=turn.label,
             why=why,
         )
-        await self._store.record_turns([turn])
+
+    async def _record_finished(self, turn: Turn) -> None:
+        """Record a turn the teacher tier finished, once every turn finished before it is.
+
+        Turns finished while such a write is in flight wait for it and are then recorded
+        together by whichever of them runs first: a burst of escalations costs a few
+        transactions instead of one each.
+        A batch the store refuses is recorded turn by turn, so a bad turn fails alone.
+        """
+        self._finished.append(turn)
+        async with self._finish_lock:
+            if not self._finished:
+                return  # recorded by the write of an earlier finisher
+            turns, self._finished = self._finished, []
+            try:
+                await self._store.record_turns(turns)
+                return
+            except (StoreUnavailable, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                if len(turns) == 1:
+                    raise
+                log.warning("finished_turns_retried_alone", turns=len(turns), error=repr(exc))
+            for alone in turns:
+                try:
+                    await self._store.record_turns([alone])
+                except (StoreUnavailable, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    log.error("finished_turn_not_recorded", turn_id=alone.id, error=repr(exc))
