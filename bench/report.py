@@ -160,9 +160,51 @@ def render() -> str:
         parts += ["", perf_md.read_text().strip()]
     else:
         parts += ["", "## Latency, throughput and load", "", "Not run yet: `python -m bench.perf`."]
+    wrk = load("throughput.json")
+    if wrk is not None:
+        parts += ["", _throughput(wrk)]
     parts += ["", _defaults(acc, learn, d)]
     parts += ["", "## Commands", "", COMMANDS]
     return "\n".join(parts).rstrip() + "\n"
+
+
+# Issue targets for `/v1/rank` throughput, as a share of the bare handler's.
+THROUGHPUT_TARGETS = {"hashing, --workers 2": 0.50, "hybrid, --workers 2": 0.35}
+
+
+def _throughput(wrk: dict[str, Any]) -> str:
+    """`bench.throughput`: each arm's median req/s and its share of the bare handler's."""
+    rows = []
+    for name, arm in wrk["arms"].items():
+        target = THROUGHPUT_TARGETS.get(name)
+        rows.append(
+            [
+                name,
+                f"{arm['rps']:.0f}",
+                f"{100 * arm['ratio']:.1f}%",
+                f"{arm['p50_ms']:.1f}",
+                f"{arm['non_2xx']:.0f}",
+                "" if target is None else f">= {100 * target:.0f}%",
+                "" if target is None else ("yes" if arm["ratio"] >= target else "**no**"),
+            ]
+        )
+    load_end = " / ".join(f"{x:.2f}" for x in wrk["loadavg_end"])
+    return "\n".join(
+        [
+            "### `/v1/rank` against a bare aiohttp handler (wrk)",
+            "",
+            f"`{wrk['command']}` ({wrk['wrk']}): POST `/v1/rank` (k 5, 200 queries in turn) on "
+            f"the {wrk['tools']:,}-tool synthetic catalog, embedded store, one wrk thread with "
+            f"{wrk['connections']} connections; the baseline reads the body and returns a "
+            f"constant JSON from {wrk['baseline_workers']} processes on one port. Arms "
+            f"interleaved, medians of the rounds; load average at the end {load_end}.",
+            "",
+            table(
+                ["server", "req/s", "of bare", "p50 ms", "non-2xx", "target", "met"],
+                rows,
+            ),
+        ]
+    )
 
 
 def _target(name: str, measured: float, limit: float) -> list[str]:

@@ -201,7 +201,9 @@ def _property_texts(schema: object, depth: int) -> list[str]:
     if not isinstance(properties, Mapping):
         return []
     texts: list[str] = []
-    for name, spec in properties.items():
+    # In name order, as the stores give schemas back (canonical JSON): a tool embedded as a
+    # caller sent it and the same tool reloaded from the store must get the same vector.
+    for name, spec in sorted(properties.items(), key=lambda item: str(item[0])):
         texts.append(name_words(str(name)))
         if isinstance(spec, Mapping):
             description = spec.get("description")

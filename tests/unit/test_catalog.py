@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from toolselect.catalog import candidates_to_tools, load_demo_catalog, parse_tools, tool_text
 from toolselect.errors import InvalidInput
-from toolselect.graph.store import Tool
+from toolselect.graph.store import Tool, canonical_json
 from toolselect.names import DEFAULT_FALLBACK_TOOLS, name_words
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "description": "City"}}}
@@ -216,3 +217,13 @@ def test_demo_catalog() -> None:
         assert tool.input_schema.get("type") == "object", tool.name
         assert tool.input_schema.get("properties"), tool.name
     assert load_demo_catalog() is not load_demo_catalog()
+
+
+def test_tool_text_does_not_depend_on_the_order_of_parameters() -> None:
+    """A schema as a caller sent it and as a store gives it back (keys sorted) embed alike."""
+    sent = {"properties": {"to": {"description": "recipient"}, "body": {"description": "text"}}}
+    stored = json.loads(canonical_json(sent))
+    assert list(stored["properties"]) == ["body", "to"]
+    assert tool_text(Tool("send_email", "Send", sent)) == tool_text(
+        Tool("send_email", "Send", stored)
+    )
