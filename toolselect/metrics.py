@@ -69,6 +69,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.query_vectors = Counter(
+            "toolselect_query_vectors",
+            "Query vector lookups in the in-memory cache (TOOLSELECT_QUERY_CACHE) by result",
+            ["result"],
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "toolselect_observe_queue_depth",
             "Turns waiting",

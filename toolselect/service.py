@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from toolselect.catalog import load_demo_catalog, tool_text
 from toolselect.config import Settings
-from toolselect.embed import Embedder, build_embedder
+from toolselect.embed import CachedEmbedder, Embedder, RecentVectors, build_embedder
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.factory import open_store
@@ -101,6 +101,12 @@ class Service:
         self.metrics = metrics or Metrics()
         self.store = BufferedStore(store, metrics=self.metrics)
         self.embedder = embedder
+        # Queries (not tool texts: an import would flush them) go through recent vectors, so
+        # the learner does not embed a reported turn whose request was just ranked.
+        self.queries: Embedder = embedder
+        if settings.query_cache:
+            recent = RecentVectors(settings.query_cache, on_lookup=self._count_query_vectors)
+            self.queries = CachedEmbedder(embedder, recent)
         ew = settings.exemplar_weight
         prior = FoldWeights(
             settings.centroid_description_weight / (ew or 1.0),
@@ -150,7 +156,7 @@ class Service:
         )
         self.learner = Learner(
             store=self.store,
-            embedder=embedder,
+            embedder=self.queries,
             ranker=self.ranker,
             oracle=self.oracle,
             on_saved=self._saved,
@@ -166,6 +172,10 @@ class Service:
             tuner=self.tuner,
             metrics=self.metrics,
         )
+
+    def _count_query_vectors(self, hits: int, misses: int) -> None:
+        self.metrics.query_vectors.labels("hit").inc(hits)
+        self.metrics.query_vectors.labels("miss").inc(misses)
 
     @classmethod
     async def start(
@@ -265,7 +275,7 @@ class Service:
         finally:
             if self.teacher is not None:
                 await self.teacher.aclose()
-            await self.embedder.close()
+            await self.queries.close()  # the embedder too, when it is wrapped
             await self.store.close()
 
     # -- loading -------------------------------------------------------------------------
@@ -392,7 +402,7 @@ class Service:
         self.check_k(k)
         self._check_ready()
         started = time.perf_counter()
-        vector = (await self.embedder.embed([query]))[0]
+        vector = (await self.queries.embed([query]))[0]
         ranking = self.ranker.rank(vector, k, restrict=tools, pack=pack)
         self.metrics.rank_latency.observe(time.perf_counter() - started)
         return ranking
@@ -405,7 +415,7 @@ class Service:
         self._check_ready()
         if not candidates:
             return choose(self.ranker, np.zeros(0, np.float32), (), None, k, self.settings.max_k)
-        vector = (await self.embedder.embed([text]))[0]
+        vector = (await self.queries.embed([text]))[0]
         unknown = [c for c in candidates if not self.ranker.has(c.name)]
         vectors = await self._candidate_matrix(unknown) if unknown else None
         return choose(self.ranker, vector, candidates, vectors, k, self.settings.max_k)
@@ -565,7 +575,7 @@ class Service:
         self.check_query(query, "query")
         if not self.ranker.has(tool):
             raise NotFound(f"no tool named {tool!r}")
-        vector = (await self.embedder.embed([query]))[0]
+        vector = (await self.queries.embed([query]))[0]
         exemplar = Exemplar(
             id=uuid.uuid4().hex,
             query=query,

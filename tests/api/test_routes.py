@@ -7,6 +7,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from toolselect.service import Service
+
 Client = TestClient[Any, Any]
 
 
@@ -133,6 +135,25 @@ async def test_operations_routes(client: Client) -> None:
     assert "post" in doc["paths"]["/v1/rank"]
     schema = doc["components"]["schemas"]["RankRequest"]
     assert schema["required"] == ["query"]
+
+
+async def test_a_turn_reported_after_its_rank_reuses_the_query_vector(
+    client: Client, service: Service
+) -> None:
+    """The learner finds the vector `/v1/rank` computed for the same request: a cache hit,
+    counted at /metrics, and the turn is judged against the same ranking."""
+    query = "what's the weather in Turin tomorrow?"
+    ranked = await (await client.post("/v1/rank", json={"query": query, "k": 2})).json()
+    resp = await client.post(
+        "/v1/observe", json={"request": query, "used_tool": "get_weather", "turn_id": "reused"}
+    )
+    assert resp.status == 202
+    assert await service.learner.drain(30.0)
+    turn = await service.store.get_turn("reused")
+    assert turn is not None and turn.top1 == ranked["results"][0]["tool"] == "get_weather"
+    metrics = await (await client.get("/metrics")).text()
+    assert 'toolselect_query_vectors_total{result="miss"} 1.0' in metrics
+    assert 'toolselect_query_vectors_total{result="hit"} 1.0' in metrics
 
 
 async def test_concurrent_ranks_while_upserting(client: Client) -> None:

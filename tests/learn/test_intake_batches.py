@@ -123,6 +123,42 @@ async def test_one_lookup_one_record_one_save_per_batch(
         await harness.teacher.aclose()
 
 
+async def test_overlapped_batches_reach_the_store_in_order(
+    real_store: Store, anthropic_stub: Stub
+) -> None:
+    """With each batch ranked while the one before is written, every batch's ratchet lookup
+    still sees the labels saved by the batches before it, and every turn is recorded."""
+    harness = Harness(real_store, anthropic_stub, batch_size=2, overlap_embedding=True)
+    await harness.load_catalog()
+    learner = harness.learner
+    learner.open()
+    try:
+        queries = [f"{CONFIDENT} ref {i}" for i in range(2)]
+        for round_ in ("first", "again"):
+            for i, query in enumerate(queries):
+                learner.observe(query, "shell_exec", turn_id=f"{round_}-{i}")
+        for i in range(4):
+            learner.observe("weather in Turin tomorrow", "get_weather", turn_id=f"plain-{i}")
+        learner.start()
+        assert await learner.drain(30.0)
+        assert learner.stats.batches == 4 and learner.stats.processed == 8
+        decided = {}
+        for turn_id in [f"{r}-{i}" for r in ("first", "again", "plain") for i in range(2)]:
+            turn = await real_store.get_turn(turn_id)
+            assert turn is not None, turn_id
+            decided[turn_id] = (turn.tier, turn.result, turn.label)
+        assert decided == {
+            **{f"first-{i}": ("ranker", "labeled", "send_email") for i in range(2)},
+            **{f"again-{i}": ("ratchet", "labeled", "send_email") for i in range(2)},
+            **{f"plain-{i}": (None, None, None) for i in range(2)},
+        }
+        assert await real_store.get_turn("plain-3") is not None
+        assert learner.stats.failed_turns == 0 and learner.stats.errors == 0
+    finally:
+        await learner.close(1.0)
+        await harness.teacher.aclose()
+
+
 async def test_a_turn_that_cannot_be_stored_costs_only_itself(
     real_store: Store, anthropic_stub: Stub
 ) -> None:

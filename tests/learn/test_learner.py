@@ -42,7 +42,15 @@ LOW_MARGIN = "il prezzo di BTC ora"
 class Harness:
     """A learner over real components, with what it saved collected for assertions."""
 
-    def __init__(self, store: Store, stub: Stub, *, queue_size: int = 1024) -> None:
+    def __init__(
+        self,
+        store: Store,
+        stub: Stub,
+        *,
+        queue_size: int = 1024,
+        batch_size: int = 512,
+        overlap_embedding: bool = False,
+    ) -> None:
         self.store = store
         self.stub = stub
         self.embedder = HashingEmbedder()
@@ -69,7 +77,11 @@ class Harness:
             on_saved=self._on_saved,
             describe=lambda name: name,
             config=LearnerConfig(
-                fallback_tools=DEFAULT_FALLBACK_TOOLS, margin_floor=0.05, queue_size=queue_size
+                fallback_tools=DEFAULT_FALLBACK_TOOLS,
+                margin_floor=0.05,
+                queue_size=queue_size,
+                batch_size=batch_size,
+                overlap_embedding=overlap_embedding,
             ),
             metrics=self.metrics,
         )

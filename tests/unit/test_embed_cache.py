@@ -1,4 +1,5 @@
-"""The on-disk vector cache: hits across processes' instances, misses on any change, no errors."""
+"""The vector caches: on disk, hits across processes' instances, misses on any change, no
+errors; in memory, the most recently used queries."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from toolselect.embed import (
     HashingEmbedder,
     HybridEmbedder,
     MiniLMEmbedder,
+    RecentVectors,
     VectorCache,
     build_embedder,
 )
@@ -119,3 +121,31 @@ def test_rows_are_keyed_by_sha256_of_the_text(tmp_path: Path) -> None:
         rows = conn.execute("SELECT embedder, digest FROM vectors").fetchall()
     assert rows == [("minilm-x", text_digest("héllo \ud800"))]
     assert len(rows[0][1]) == 32
+
+
+async def test_recent_vectors_embed_only_what_they_have_not_seen() -> None:
+    """Texts embedded before come from memory, bit for bit; only new ones reach the embedder."""
+    lookups: list[tuple[int, int]] = []
+    recent = RecentVectors(8, on_lookup=lambda hits, misses: lookups.append((hits, misses)))
+    embedder = CachedEmbedder(HashingEmbedder(), recent)
+    first = await embedder.embed(TEXTS[:2])
+    both = await embedder.embed(TEXTS)
+    assert both[:2].tobytes() == first.tobytes()
+    assert both.tobytes() == HashingEmbedder().embed_now(TEXTS).tobytes()
+    assert lookups == [(0, 2), (2, 1)]
+    assert (recent.hits, recent.misses, len(recent)) == (2, 3, 3)
+
+
+def test_recent_vectors_drop_the_least_recently_used() -> None:
+    """Past capacity the entry used longest ago goes; a lookup counts as a use."""
+    recent = RecentVectors(2)
+    vectors = np.eye(3, dtype=np.float32)
+    recent.put("e", ["a", "b"], vectors[:2])
+    assert recent.get("e", ["a"], 3)[0] is not None  # "a" is now the most recent
+    recent.put("e", ["c"], vectors[2:])
+    got = recent.get("e", ["a", "b", "c"], 3)
+    assert [v is not None for v in got] == [True, False, True]
+    assert recent.get("other", ["a"], 3) == [None]  # another embedder id has its own entries
+    assert recent.get("e", ["a"], 4) == [None]  # a row of another width is a miss
+    with pytest.raises(ValueError, match="capacity >= 1"):
+        RecentVectors(0)

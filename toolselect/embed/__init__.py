@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from toolselect.embed.base import Embedder, LocalEmbedder, Vectors, normalise_rows
-from toolselect.embed.cache import CachedEmbedder, VectorCache
+from toolselect.embed.cache import CachedEmbedder, RecentVectors, VectorCache, VectorStore
 from toolselect.embed.hashing import HashingEmbedder
 from toolselect.embed.hybrid import HybridEmbedder
 from toolselect.embed.minilm import MiniLMEmbedder
@@ -28,7 +28,9 @@ __all__ = [
     "MiniLMEmbedder",
     "OnnxEmbedder",
     "OnnxModel",
+    "RecentVectors",
     "VectorCache",
+    "VectorStore",
     "Vectors",
     "build_embedder",
     "normalise_rows",

@@ -10,14 +10,21 @@ is never loaded.
 The cache only ever saves work: a file that cannot be opened, read or written (read-only
 folder, another process holding the lock too long, a corrupt file) is a miss, never an error,
 and an entry of the wrong width is ignored. Rows past `max_entries` are dropped oldest first.
+
+`RecentVectors` is the in-memory kind, for a long-running service: an agent runtime ranks a
+request and reports the same request as a turn a few seconds later, so the learner finds the
+vector `/v1/rank` computed instead of running the model again (and a repeated query skips it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -37,6 +44,17 @@ CREATE TABLE IF NOT EXISTS vectors (
 def text_digest(text: str) -> bytes:
     """SHA-256 of the text's UTF-8 (lone surrogates kept as such, so any str has one)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+class VectorStore(Protocol):
+    """Where `CachedEmbedder` keeps vectors: a lookup that may miss, and a write that may not
+    keep what it was given (neither ever raises)."""
+
+    def get(self, embedder: str, texts: Sequence[str], dim: int) -> list[Vectors | None]: ...
+
+    def put(self, embedder: str, texts: Sequence[str], vectors: Vectors) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class VectorCache:
@@ -151,14 +169,68 @@ class VectorCache:
         return conn
 
 
+class RecentVectors:
+    """The last `capacity` texts' vectors in memory, least recently used dropped first.
+
+    Keyed by the text itself within one embedder id (a service has one); safe from the event
+    loop and worker threads alike. `hits` and `misses` count lookups, and `on_lookup(hits,
+    misses)` hears of each (a metric).
+    """
+
+    def __init__(
+        self, capacity: int, *, on_lookup: Callable[[int, int], None] | None = None
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"expected capacity >= 1, got {capacity}")
+        self.capacity = capacity
+        self._on_lookup = on_lookup
+        self._vectors: OrderedDict[tuple[str, str], Vectors] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def get(self, embedder: str, texts: Sequence[str], dim: int) -> list[Vectors | None]:
+        out: list[Vectors | None] = []
+        with self._lock:
+            for text in texts:
+                vector = self._vectors.get((embedder, text))
+                if vector is not None and vector.shape[0] == dim:
+                    self._vectors.move_to_end((embedder, text))
+                    out.append(vector)
+                else:
+                    out.append(None)
+        hits = sum(v is not None for v in out)
+        self.hits += hits
+        self.misses += len(out) - hits
+        if self._on_lookup is not None:
+            self._on_lookup(hits, len(out) - hits)
+        return out
+
+    def put(self, embedder: str, texts: Sequence[str], vectors: Vectors) -> None:
+        with self._lock:
+            for text, vector in zip(texts, vectors, strict=True):
+                # A copy: a row view would keep its whole batch's matrix alive.
+                self._vectors[(embedder, text)] = np.array(vector, dtype=np.float32)
+                self._vectors.move_to_end((embedder, text))
+            while len(self._vectors) > self.capacity:
+                self._vectors.popitem(last=False)
+
+    def close(self) -> None:
+        with self._lock:
+            self._vectors.clear()
+
+
 class CachedEmbedder:
-    """`inner` with its vectors kept in a `VectorCache`: only uncached texts reach `inner`.
+    """`inner` with its vectors kept in a `VectorStore`: only uncached texts reach `inner`.
 
     Same `id` and `dim` as `inner` (the vectors are `inner`'s, bit for bit), so exemplars it
     embeds are stored as `inner`'s. `inner` is only asked, and so only loaded, on a miss.
     """
 
-    def __init__(self, inner: Embedder, cache: VectorCache) -> None:
+    def __init__(self, inner: Embedder, cache: VectorStore) -> None:
         self._inner = inner
         self._cache = cache
 
@@ -175,7 +247,7 @@ class CachedEmbedder:
         return self._inner
 
     @property
-    def cache(self) -> VectorCache:
+    def cache(self) -> VectorStore:
         return self._cache
 
     async def embed(self, texts: Sequence[str]) -> Vectors:

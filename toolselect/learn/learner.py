@@ -38,7 +38,7 @@ import structlog
 from toolselect.embed import Embedder
 from toolselect.errors import StoreUnavailable, ToolselectError
 from toolselect.graph.store import Exemplar, SaveResult, Store, Tier, Turn
-from toolselect.learn.detect import RankSignal, detect
+from toolselect.learn.detect import Flag, RankSignal, detect
 from toolselect.learn.fit import within_budget
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
@@ -46,7 +46,7 @@ from toolselect.names import normalise_query
 from toolselect.oracle.base import Candidate, estimated_tokens
 from toolselect.oracle.oracle import InFlight, Oracle
 from toolselect.oracle.tiers import plan
-from toolselect.ranker import CentroidRanker, Ranking
+from toolselect.ranker import CentroidRanker, Ranking, Snapshot
 
 log = structlog.get_logger("toolselect.learn")
 
@@ -84,6 +84,19 @@ class LearnerConfig:
     # another process (Neo4j); with SQLite in this process the two threads only contend for
     # the GIL, which measured ~13% slower unflagged intake.
     overlap_embedding: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A batch ranked and checked on one snapshot, ready for the store."""
+
+    batch: Sequence[Observation]
+    vectors: np.ndarray
+    snapshot: Snapshot
+    floor: float
+    rankings: list[Ranking]
+    signals: list[RankSignal | None]
+    flags: list[Flag | None]
 
 
 @dataclass
@@ -267,54 +280,101 @@ class Learner:
         return batch, asyncio.ensure_future(self._embedder.embed([o.request for o in batch]))
 
     async def _run(self) -> None:
-        while True:
-            if self._ahead is None:
-                if not self._queue:
-                    self._idle.set()
-                    await self._wake.wait()
-                    self._wake.clear()
-                    continue
-                self._ahead = self._take_and_embed()
-            batch, embedding = self._ahead
-            self._ahead = None
-            try:
-                try:
-                    vectors: np.ndarray | None = await embedding
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    vectors = None  # embedded again (turn by turn if need be) by _process
+        writing: asyncio.Task[None] | None = None
+        try:
+            while True:
+                if self._ahead is None:
+                    if not self._queue:
+                        if writing is not None:
+                            await writing
+                            writing = None
+                            continue
+                        self._idle.set()
+                        await self._wake.wait()
+                        self._wake.clear()
+                        continue
+                    self._ahead = self._take_and_embed()
+                batch, embedding = self._ahead
+                self._ahead = None
+                prepared = await self._prepare_taken(batch, embedding)
                 if self._queue and self.config.overlap_embedding:
                     self._ahead = self._take_and_embed()
-                await self._process_isolated(batch, vectors)
+                if writing is not None:
+                    await writing  # batches reach the store in the order they were taken
+                    writing = None
+                if prepared is not None and prepared.snapshot is not self._ranker.snapshot:
+                    # A fold (or a reload) landed while this batch was ranked: rank it again,
+                    # so detection sees every label the batches before it wrote.
+                    prepared = self._prepare(batch, prepared.vectors)
+                writing = asyncio.create_task(self._write(batch, prepared))
+                if not self.config.overlap_embedding:
+                    await writing
+                    writing = None
+        finally:
+            if writing is not None:
+                writing.cancel()
+                await asyncio.gather(writing, return_exceptions=True)
+
+    async def _prepare_taken(
+        self, batch: Sequence[Observation], embedding: asyncio.Future[np.ndarray]
+    ) -> _Prepared | None:
+        """Embed (if the embedding failed) and rank a taken batch; None when that fails, and
+        its turns are then processed one by one."""
+        try:
+            try:
+                vectors = await embedding
             except asyncio.CancelledError:
                 raise
             except Exception:
-                self.stats.errors += 1
-                log.exception("intake_batch_failed", turns=len(batch))
-            finally:
-                self.stats.in_progress -= 1
-                self.stats.batches += 1
-                self.stats.processed += len(batch)
+                vectors = await self._embedder.embed([o.request for o in batch])
+            if self.config.overlap_embedding:
+                # In a worker thread: the previous batch's write and the HTTP requests sharing
+                # this loop go on while this one is ranked.
+                return await asyncio.to_thread(self._prepare, batch, vectors)
+            return self._prepare(batch, vectors)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("intake_batch_retried_alone", turns=len(batch), error=repr(exc))
+            return None
 
-    async def _process_isolated(
-        self, batch: Sequence[Observation], vectors: np.ndarray | None = None
-    ) -> None:
-        """Process a batch; when it fails for a reason other than the store being unreachable,
+    async def _write(self, batch: Sequence[Observation], prepared: _Prepared | None) -> None:
+        """Record a prepared batch (or, when it could not be prepared, its turns one by one)."""
+        try:
+            if prepared is None:
+                await self._one_by_one(batch)
+            else:
+                await self._commit_isolated(prepared)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.stats.errors += 1
+            log.exception("intake_batch_failed", turns=len(batch))
+        finally:
+            self.stats.in_progress -= 1
+            self.stats.batches += 1
+            self.stats.processed += len(batch)
+
+    async def _commit_isolated(self, prepared: _Prepared) -> None:
+        """Commit a batch; when it fails for a reason other than the store being unreachable,
         process its turns one by one so one bad turn costs only itself (counted and logged)."""
         try:
-            await self._process(batch, vectors)
+            await self._commit(prepared)
             return
         except (StoreUnavailable, asyncio.CancelledError):
             raise
         except Exception as exc:
-            if len(batch) == 1:
-                self._failed(batch[0], exc)
+            if len(prepared.batch) == 1:
+                self._failed(prepared.batch[0], exc)
                 return
-            log.warning("intake_batch_retried_alone", turns=len(batch), error=repr(exc))
+            log.warning("intake_batch_retried_alone", turns=len(prepared.batch), error=repr(exc))
+        await self._one_by_one(prepared.batch)
+
+    async def _one_by_one(self, batch: Sequence[Observation]) -> None:
         for obs in batch:
             try:
-                await self._process([obs])
+                vectors = await self._embedder.embed([obs.request])
+                await self._commit(self._prepare([obs], vectors))
             except (StoreUnavailable, asyncio.CancelledError):
                 raise
             except Exception as exc:
@@ -325,14 +385,11 @@ class Learner:
         self._metrics.intake_failed_turns.inc()
         log.error("intake_turn_failed", turn_id=obs.turn_id, error=repr(exc), exc_info=exc)
 
-    async def _process(
-        self, batch: Sequence[Observation], vectors: np.ndarray | None = None
-    ) -> None:
-        if vectors is None:
-            vectors = await self._embedder.embed([o.request for o in batch])
-        tuner = self._tuner
-        floor = tuner.free_floor if tuner is not None else self.config.margin_floor
-        rankings = self._rank_batch(vectors, batch)
+    def _prepare(self, batch: Sequence[Observation], vectors: np.ndarray) -> _Prepared:
+        """Rank every turn of the batch on one snapshot and run the detector: no I/O."""
+        floor = self._tuner.free_floor if self._tuner is not None else self.config.margin_floor
+        snapshot = self._ranker.snapshot
+        rankings = self._rank_batch(snapshot, vectors, batch)
         signals = [
             RankSignal(ranking.results[0].tool, ranking.margin) if ranking.results else None
             for ranking in rankings
@@ -347,6 +404,12 @@ class Learner:
             )
             for obs, signal in zip(batch, signals, strict=True)
         ]
+        return _Prepared(batch, vectors, snapshot, floor, rankings, signals, flags)
+
+    async def _commit(self, prepared: _Prepared) -> None:
+        """Label the flagged turns of a prepared batch, record every turn, save and fold."""
+        batch, floor, tuner = prepared.batch, prepared.floor, self._tuner
+        flags = prepared.flags
         # The ratchet: one lookup for every flagged turn of the batch.
         flagged = [obs.request for obs, flag in zip(batch, flags, strict=True) if flag is not None]
         labels = await self._store.exemplars_for_queries(flagged) if flagged else {}
@@ -354,7 +417,7 @@ class Learner:
         escalations: list[tuple[Turn, np.ndarray]] = []
         saves: list[tuple[Turn, np.ndarray, str, Tier, float]] = []
         for obs, vector, ranking, signal, flag in zip(
-            batch, vectors, rankings, signals, flags, strict=True
+            batch, prepared.vectors, prepared.rankings, prepared.signals, flags, strict=True
         ):
             turn = Turn(
                 id=obs.turn_id,
@@ -422,11 +485,13 @@ class Learner:
                 return in_pack
         return self._ranker.rank(vector, k)
 
-    def _rank_batch(self, vectors: np.ndarray, batch: Sequence[Observation]) -> list[Ranking]:
+    @staticmethod
+    def _rank_batch(
+        snapshot: Snapshot, vectors: np.ndarray, batch: Sequence[Observation]
+    ) -> list[Ranking]:
         """Rank every turn of a batch on one snapshot (top-1 and margin: k=2): within its pack
         when that pack has tools, else over the whole catalog."""
         k = 2
-        snapshot = self._ranker.snapshot
         rankings = snapshot.rank_many(vectors, k)
         by_pack: dict[str, list[int]] = {}
         for i, obs in enumerate(batch):
