@@ -24,7 +24,14 @@ from toolselect.embed import CachedEmbedder, Embedder, RecentVectors, build_embe
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.factory import open_store
-from toolselect.graph.store import Exemplar, SaveResult, Store, Tool, UpsertResult
+from toolselect.graph.store import (
+    TRUSTED_TIERS,
+    Exemplar,
+    SaveResult,
+    Store,
+    Tool,
+    UpsertResult,
+)
 from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.learn.tuning import Tuner, fit_payload
@@ -38,8 +45,6 @@ from toolselect.selection import Selection, check_text, choose
 log = structlog.get_logger("toolselect.service")
 
 _CANDIDATE_CACHE_SIZE = 10_000
-# Labels whose truth does not come from the ranker: they calibrate and validate the loop.
-TRUSTED_TIERS = frozenset({"teacher", "feedback"})
 _EMBED_CHUNK = 256
 # An import embeds in smaller batches: each one reports progress (a terminal line in the CLI,
 # a fresh time limit over HTTP), and 64 MiniLM texts take about a second on one busy core.

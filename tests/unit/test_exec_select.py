@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolselect import service as service_module
 from toolselect.catalog import candidates_to_tools, load_demo_catalog
-from toolselect.cmd import select as exec_select
 from toolselect.cmd.select import read_request, select_once
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput
@@ -80,11 +78,6 @@ async def test_select_once_checks_the_query(tmp_path: Path) -> None:
             await select_once(settings, text, [Tool("a", "b")], 1)
         assert caught.value.field == "query.Text"
     assert not (tmp_path / "toolselect.db").exists()
-
-
-def test_trusted_tiers_are_the_services() -> None:
-    """The exec selector folds the same tiers as trusted as the service does."""
-    assert exec_select.TRUSTED_TIERS == service_module.TRUSTED_TIERS
 
 
 def test_read_request_agrees_with_the_api_model() -> None:

@@ -26,14 +26,11 @@ from toolselect.config import Settings
 from toolselect.embed import Embedder, VectorCache, build_embedder
 from toolselect.errors import InvalidInput
 from toolselect.graph.factory import open_store
-from toolselect.graph.store import Exemplar, Store, Tool
+from toolselect.graph.store import TRUSTED_TIERS, Exemplar, Store, Tool
 from toolselect.ranker import CentroidRanker, LearnedVector
 from toolselect.selection import Selection, check_text, choose
 
 CACHE_FILE = "vectors.db"
-# Labels whose truth does not come from the ranker; the same set as `service.TRUSTED_TIERS`
-# (not imported from there: that module brings the learner, metrics and oracle with it).
-TRUSTED_TIERS = frozenset({"teacher", "feedback"})
 
 
 @dataclass(frozen=True, slots=True)

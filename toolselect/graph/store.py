@@ -19,6 +19,8 @@ from toolselect.names import bare_name, namespace, normalise_query
 
 Tier = Literal["ranker", "teacher", "feedback"]
 TIER_STRENGTH: Mapping[str, int] = {"ranker": 1, "teacher": 2, "feedback": 3}
+# Labels whose truth does not come from the ranker: they calibrate and validate the loop.
+TRUSTED_TIERS = frozenset({"teacher", "feedback"})
 Outcome = Literal["ok", "error", "corrected"]
 OracleResult = Literal["labeled", "declined", "limit_reached", "error"]
 
