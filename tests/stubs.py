@@ -119,3 +119,42 @@ async def start_stub(path: str) -> AsyncIterator[Stub]:
     finally:
         stub.release.set()
         await server.close()
+
+
+def anthropic_reply(content: list[dict[str, Any]], stop_reason: str = "tool_use") -> Any:
+    """A Messages API answer in the real wire format with the given content blocks."""
+    return {
+        "id": "msg_01TOOLSEARCH",
+        "type": "message",
+        "role": "assistant",
+        "model": ANTHROPIC_MODEL,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 200, "output_tokens": 20},
+    }
+
+
+def claude_with_tool_search(search_tool: str, query: str) -> Responder:
+    """Plays Claude using a custom tool search, from the conversation it is sent:
+
+    a user's words -> a `search_tool` call with `query`; a search result -> a call of the first
+    tool it references (with `{}` as input); another tool's result -> a closing text (end_turn).
+    """
+
+    def respond(body: Any) -> Reply:
+        last = body["messages"][-1]
+        content = last["content"]
+        if isinstance(content, str) or not any(b.get("type") == "tool_result" for b in content):
+            call = {"type": "tool_use", "id": "toolu_search_1", "name": search_tool,
+                    "input": {"query": query}}  # fmt: skip
+            return Reply(body=anthropic_reply([call]))
+        result = next(b for b in content if b["type"] == "tool_result")
+        inner = result.get("content")
+        if isinstance(inner, list) and inner and inner[0].get("type") == "tool_reference":
+            call = {"type": "tool_use", "id": "toolu_call_1", "name": inner[0]["tool_name"],
+                    "input": {}}  # fmt: skip
+            return Reply(body=anthropic_reply([call]))
+        return Reply(body=anthropic_reply([{"type": "text", "text": "Done."}], "end_turn"))
+
+    return respond
