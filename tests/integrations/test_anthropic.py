@@ -104,7 +104,7 @@ async def test_toolselect_down_reveals_the_catalog_and_logs_once(
     anthropic_stub.responder = claude_with_tool_search(SEARCH_TOOL, "rain tomorrow")
     async with AsyncClient(f"http://127.0.0.1:{free_port()}", retries=0) as ts:
         search = ToolSearch(ts, CATALOG, fallback_limit=2)
-        with caplog.at_level(logging.WARNING, logger="toolselect.integrations.anthropic"):
+        with caplog.at_level(logging.WARNING, logger="toolselect.integrations"):
             turn = await converse(sdk(anthropic_stub), search, QUESTION)
     refs = anthropic_stub.received[1].body["messages"][-1]["content"][0]["content"]
     assert [r["tool_name"] for r in refs] == ["get_weather", "send_email"]

@@ -19,36 +19,25 @@ line: the host's loop goes on as if there were no search.
 
 from __future__ import annotations
 
-import logging
-import uuid
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
-from anthropic.types import (
-    Message,
-    ToolParam,
-    ToolReferenceBlockParam,
-    ToolResultBlockParam,
-    ToolUseBlock,
-)
+from anthropic.types import Message, ToolParam, ToolResultBlockParam, ToolUseBlock
 
 from toolselect.api.models import UpsertResponse
 from toolselect.client import AsyncClient
-
-# stdlib logging: this runs in the host's process and follows its logging setup.
-log = logging.getLogger(__name__)
-
-SEARCH_TOOL = "toolselect_search"
-SEARCH_DESCRIPTION = (
-    "Search the available tools by what you need to do. Returns references to the tools that "
-    "fit best, which you can then call. Use it whenever the tool you need is not loaded yet."
+from toolselect.integrations.search import (
+    SEARCH_DESCRIPTION,
+    SEARCH_TOOL,
+    CatalogSearch,
+    TurnReport,
+    search_parameters,
 )
-# Enough for a search to reveal alternatives without loading a large share of the catalog.
-MAX_K = 20
+
+__all__ = ["SEARCH_TOOL", "ToolSearch", "Turn"]
 
 
-class ToolSearch:
+class ToolSearch(CatalogSearch):
     """A catalog of Anthropic-format tools searched through toolselect.
 
     `catalog` holds dicts with `name`, `description` and `input_schema` (MCP's `inputSchema`
@@ -57,58 +46,28 @@ class ToolSearch:
     """
 
     def __init__(
-        self,
-        client: AsyncClient,
-        catalog: Sequence[Mapping[str, Any]],
-        *,
-        name: str = SEARCH_TOOL,
-        k: int = 5,
-        pack: str | None = None,
-        agent_id: str | None = None,
-        fallback_limit: int | None = None,
+        self, client: AsyncClient, catalog: Sequence[Mapping[str, Any]], **options: Any
     ) -> None:
-        self.client = client
         self.catalog = [_deferred(tool) for tool in catalog]
-        self.names = [tool["name"] for tool in self.catalog]
-        if name in self.names:
-            raise ValueError(f"expected a search tool name not in the catalog, got {name!r}")
-        self.name = name
-        self.k = k
-        self.pack = pack
-        self.agent_id = agent_id
-        self.fallback_limit = fallback_limit
+        super().__init__(client, [t["name"] for t in self.catalog], **options)
 
     def tools(self) -> list[ToolParam]:
         """The `tools` for `messages.create`: the search tool, then the deferred catalog."""
         search: ToolParam = {
             "name": self.name,
             "description": SEARCH_DESCRIPTION,
-            "input_schema": {
-                "type": "object",
-                "properties": {
-                    "query": {
-                        "type": "string",
-                        "description": "What the tool should do, in the user's words.",
-                    },
-                    "k": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_K,
-                        "description": f"How many tools to return (default {self.k}).",
-                    },
-                },
-                "required": ["query"],
-            },
+            "input_schema": search_parameters(self.k),
         }
         return [search, *self.catalog]
 
     async def upload(self) -> UpsertResponse:
-        """Put the catalog into toolselect (under `pack`); unchanged tools cost nothing."""
-        tools = [
-            {"name": t["name"], "description": t.get("description", ""), **_schema(t)}
-            for t in self.catalog
-        ]
-        return await self.client.tools.put(tools, pack=self.pack)
+        """Put the catalog into toolselect (under `pack`)."""
+        return await self.put(
+            [
+                {"name": t["name"], "description": t.get("description", ""), **_schema(t)}
+                for t in self.catalog
+            ]
+        )
 
     def tool_calls(self, message: Message) -> list[ToolUseBlock]:
         """The calls in `message` the host runs itself: every `tool_use` but the search's."""
@@ -118,83 +77,33 @@ class ToolSearch:
         """One user request, from its first `messages.create` to the final answer."""
         return Turn(self, request)
 
-    async def search(self, query: str, k: int) -> list[ToolReferenceBlockParam]:
-        """References to the `k` best catalog tools for `query`; never raises."""
-        try:
-            ranking = await self.client.rank(query, k, tools=self.names)
-            found = [r.tool for r in ranking.results if r.tool in self.names]
-            if not found:
-                raise LookupError("toolselect knows none of the catalog's tools (not uploaded?)")
-        except Exception as exc:
-            # Any failure, ours included: the contract is that the host's loop never breaks.
-            found = self.names[: self.fallback_limit]
-            log.warning(
-                "toolselect_search_degraded",
-                extra={"error": f"{type(exc).__name__}: {exc}", "revealed": len(found)},
-            )
-        return [{"type": "tool_reference", "tool_name": name} for name in found]
 
-
-class Turn:
+class Turn(TurnReport):
     """Answers the search calls of one request and reports the tool Claude used for it."""
 
-    def __init__(self, search: ToolSearch, request: str) -> None:
-        self.search = search
-        self.request = request
-        self.turn_id = uuid.uuid4().hex
-        self.used_tool: str | None = None
-        self._reported = False
-
-    async def answer(self, message: Message) -> list[ToolResultBlockParam]:
-        """`tool_result` blocks for every search call in `message`, in order; notes the first
-        catalog tool Claude calls (the one the request was routed to)."""
-        results: list[ToolResultBlockParam] = []
-        for block in message.content:
-            if block.type != "tool_use":
-                continue
-            if block.name != self.search.name:
-                if self.used_tool is None:
-                    self.used_tool = block.name
-                continue
-            query, k = self._arguments(block.input)
-            references = await self.search.search(query, k)
-            results.append({"type": "tool_result", "tool_use_id": block.id, "content": references})
-        return results
-
-    def _arguments(self, given: Mapping[str, object]) -> tuple[str, int]:
-        query = given.get("query")
-        if not isinstance(query, str) or not query.strip():
-            query = self.request
-        k = given.get("k")
-        if not isinstance(k, int) or isinstance(k, bool):
-            k = self.search.k
-        return query, max(1, min(k, MAX_K))
-
-    def finish(self, outcome: str | None = None) -> str | None:
-        """Report the tool Claude used (once; a turn that called none reports nothing) and
-        return its name."""
-        if not self._reported and self.used_tool is not None:
-            self._reported = True
-            self.search.client.observe(
-                self.request,
-                self.used_tool,
-                turn_id=self.turn_id,
-                agent_id=self.search.agent_id,
-                pack=self.search.pack,
-                outcome=outcome,
-            )
-        return self.used_tool
+    search: ToolSearch
 
     def __enter__(self) -> Turn:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.finish("error" if exc is not None else None)
+    async def answer(self, message: Message) -> list[ToolResultBlockParam]:
+        """`tool_result` blocks of `tool_reference`s for every search call in `message`."""
+        results: list[ToolResultBlockParam] = []
+        for block in message.content:
+            if block.type != "tool_use":
+                continue
+            self.called(block.name)
+            if block.name != self.search.name:
+                continue
+            found = await self.search.find(*self.search.arguments(block.input, self.request))
+            results.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": block.id,
+                    "content": [{"type": "tool_reference", "tool_name": n} for n in found],
+                }
+            )
+        return results
 
 
 def _schema(tool: Mapping[str, Any]) -> dict[str, Any]:
