@@ -197,3 +197,10 @@ def test_import_leaves_the_model_stack_out() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_async_observe_off_the_loop_is_counted_not_raised() -> None:
+    """`AsyncClient.observe` called with no running loop refuses the turn quietly."""
+    ts = AsyncClient(down_url())
+    ts.observe("request", "web_search")
+    assert (ts.observe_stats.invalid, ts.observe_stats.pending) == (1, 0)

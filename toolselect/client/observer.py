@@ -69,9 +69,10 @@ class TurnBuffer:
             if self.counts.dropped == 1 or self.counts.dropped % 1000 == 0:
                 log.warning("observe_buffer_full", extra={"dropped": self.counts.dropped})
             return
-        self._turns.append(turn)
         if self._task is None:
+            # Raises off the loop before the turn is kept (the caller counts it `invalid`).
             self._task = asyncio.get_running_loop().create_task(self._run())
+        self._turns.append(turn)
         if len(self._turns) >= self._batch:
             self._wake.set()
 
