@@ -119,3 +119,85 @@ async def start_stub(path: str) -> AsyncIterator[Stub]:
     finally:
         stub.release.set()
         await server.close()
+
+
+def anthropic_reply(content: list[dict[str, Any]], stop_reason: str = "tool_use") -> Any:
+    """A Messages API answer in the real wire format with the given content blocks."""
+    return {
+        "id": "msg_01TOOLSEARCH",
+        "type": "message",
+        "role": "assistant",
+        "model": ANTHROPIC_MODEL,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 200, "output_tokens": 20},
+    }
+
+
+def claude_with_tool_search(search_tool: str, query: str) -> Responder:
+    """Plays Claude using a custom tool search, from the conversation it is sent:
+
+    a user's words -> a `search_tool` call with `query`; a search result -> a call of the first
+    tool it references (with `{}` as input); another tool's result -> a closing text (end_turn).
+    """
+
+    def respond(body: Any) -> Reply:
+        last = body["messages"][-1]
+        content = last["content"]
+        if isinstance(content, str) or not any(b.get("type") == "tool_result" for b in content):
+            call = {"type": "tool_use", "id": "toolu_search_1", "name": search_tool,
+                    "input": {"query": query}}  # fmt: skip
+            return Reply(body=anthropic_reply([call]))
+        result = next(b for b in content if b["type"] == "tool_result")
+        inner = result.get("content")
+        if isinstance(inner, list) and inner and inner[0].get("type") == "tool_reference":
+            call = {"type": "tool_use", "id": "toolu_call_1", "name": inner[0]["tool_name"],
+                    "input": {}}  # fmt: skip
+            return Reply(body=anthropic_reply([call]))
+        return Reply(body=anthropic_reply([{"type": "text", "text": "Done."}], "end_turn"))
+
+    return respond
+
+
+def openai_response(output: list[dict[str, Any]]) -> Any:
+    """A Responses API answer in the real wire format with the given output items."""
+    return {
+        "id": "resp_01TOOLSEARCH",
+        "object": "response",
+        "created_at": 1_763_900_000,
+        "model": "gpt-5.4",
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {"input_tokens": 200, "output_tokens": 20, "total_tokens": 220,
+                  "input_tokens_details": {"cached_tokens": 0},
+                  "output_tokens_details": {"reasoning_tokens": 0}},
+    }  # fmt: skip
+
+
+def openai_with_tool_search(query: str) -> Responder:
+    """Plays a Responses model using client-executed tool search, from the input it is sent:
+
+    a user message -> a `tool_search_call` with `query`; a `tool_search_output` -> a
+    `function_call` of the first tool it loaded; a `function_call_output` -> a closing message.
+    """
+
+    def respond(body: Any) -> Reply:
+        last = body["input"][-1]
+        if last.get("type") == "tool_search_output":
+            call = {"type": "function_call", "id": "fc_1", "call_id": "call_fn_1",
+                    "name": last["tools"][0]["name"], "arguments": "{}", "status": "completed"}  # fmt: skip
+            return Reply(body=openai_response([call]))
+        if last.get("type") == "function_call_output":
+            text = {"type": "output_text", "text": "Done.", "annotations": []}
+            message = {"type": "message", "id": "msg_1", "role": "assistant",
+                       "status": "completed", "content": [text]}  # fmt: skip
+            return Reply(body=openai_response([message]))
+        search = {"type": "tool_search_call", "id": "tsc_1", "call_id": "call_search_1",
+                  "execution": "client", "status": "completed", "arguments": {"query": query}}  # fmt: skip
+        return Reply(body=openai_response([search]))
+
+    return respond

@@ -9,8 +9,11 @@
      │    └── StoreUnavailable             the store cannot be reached (retry or degrade)
      ├── EmbedderError
      │    └── EmbedderUnavailable          a remote embedder cannot be reached
-     └── TeacherError
-          └── TeacherUnavailable           the teacher failed transiently (retry or record `error`)
+     ├── TeacherError
+     │    └── TeacherUnavailable           the teacher failed transiently (retry or record `error`)
+     └── ClientError                       `toolselect.client` could not get an answer
+          ├── ApiError                     the server answered an error: status, code, message, field
+          └── Unreachable                  no answer: connection refused or reset, or timed out
 
 Adapters translate their library's errors into this tree at the boundary (`raise ... from exc`),
 so nothing from `neo4j`, `sqlite3`, `aiohttp` or `anthropic` leaks to callers.
@@ -66,3 +69,34 @@ class TeacherError(ToolselectError):
 
 class TeacherUnavailable(TeacherError):
     """The teacher failed transiently (timeout, 429, 5xx, overloaded)."""
+
+
+class ClientError(ToolselectError):
+    """`toolselect.client` did not get the answer it asked for."""
+
+
+class ApiError(ClientError):
+    """The server answered `{"error": {"code", "message", "field"?}}` with a non-2xx status.
+
+    `retry_after` holds the server's `Retry-After` in seconds, when it sent one.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        where = f" (field {field})" if field else ""
+        super().__init__(f"{status} {code}: {message}{where}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.retry_after = retry_after
+
+
+class Unreachable(ClientError):
+    """The server could not be reached, or did not answer in time (transient: retry or degrade)."""

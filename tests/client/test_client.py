@@ -1,0 +1,165 @@
+"""Client and AsyncClient against a real toolselect server on a socket."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.client.conftest import API_KEY
+from tests.live import LiveServer, wait_for_turn
+from toolselect.api import models as m
+from toolselect.client import ApiError, AsyncClient, Client
+from toolselect.errors import InvalidInput
+
+WEATHER = "what's the weather in Turin tomorrow, rain or wind?"
+
+
+async def test_async_rank_puts_the_fitting_tool_first(server: LiveServer) -> None:
+    """`AsyncClient.rank` answers the server's ranking as a `RankResponse`, best first."""
+    async with AsyncClient(server.url) as ts:
+        ranking = await ts.rank(WEATHER, k=3)
+    assert isinstance(ranking, m.RankResponse)
+    assert ranking.results[0].tool == "get_weather"
+    assert len(ranking.results) == 3
+    scores = [r.score for r in ranking.results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_sync_rank_restricted_to_names(server: LiveServer) -> None:
+    """The blocking client passes `tools` through: only the named tools come back."""
+    with Client(server.url) as ts:
+        ranking = ts.rank(WEATHER, k=5, tools=["web_search", "fs_read"])
+    assert {r.tool for r in ranking.results} == {"web_search", "fs_read"}
+
+
+def test_catalog_put_list_get_delete(server: LiveServer) -> None:
+    """`tools.put/list/get/delete` round-trip a tool through the server's catalog."""
+    tool = {
+        "name": "book_flight",
+        "description": "Book a flight between two airports on a date.",
+        "input_schema": {"type": "object", "properties": {"to": {"type": "string"}}},
+    }
+    with Client(server.url) as ts:
+        assert ts.tools.put([tool], pack="travel") == m.UpsertResponse(upserted=1, unchanged=0)
+        assert [t.name for t in ts.tools.list(pack="travel")] == ["book_flight"]
+        got = ts.tools.get("book_flight")
+        assert got.packs == ["travel"]
+        assert got.input_schema == tool["input_schema"]
+        assert ts.rank("book a flight to Lisbon", k=1).results[0].tool == "book_flight"
+        assert ts.tools.delete("book_flight") is True
+        with pytest.raises(ApiError) as caught:
+            ts.tools.get("book_flight")
+    assert (caught.value.status, caught.value.code) == (404, "not_found")
+
+
+def test_openai_format_tools_are_sent_as_a_list(server: LiveServer) -> None:
+    """OpenAI function tools go up as the list body the server accepts for that format."""
+    tool = {
+        "type": "function",
+        "function": {"name": "roll_dice", "description": "Roll dice for a board game."},
+    }
+    with Client(server.url) as ts:
+        assert ts.tools.put([tool]).upserted == 1
+        assert ts.tools.get("roll_dice").description == "Roll dice for a board game."
+
+
+async def test_label_then_undo(server: LiveServer) -> None:
+    """`label` stores a `feedback` exemplar the tool then lists, and `delete_exemplar` undoes it."""
+    async with AsyncClient(server.url) as ts:
+        saved = await ts.label("quanto costa il bitcoin adesso?", "stock_quote")
+        assert saved.exemplar is not None
+        assert saved.exemplar.tier == "feedback"
+        listed = await ts.tools.exemplars("stock_quote")
+        assert [e.id for e in listed] == [saved.exemplar.id]
+        assert await ts.delete_exemplar(saved.exemplar.id) is True
+        assert await ts.tools.exemplars("stock_quote") == []
+
+
+def test_select_answers_candidate_ids(server: LiveServer) -> None:
+    """`select` speaks PromptKit's payload and answers only candidate IDs, at most `K`."""
+    query = m.PromptKitQuery(Text="send the report to Marco by email", K=1)
+    candidates = [
+        m.PromptKitCandidate(ID="send_email", Name="send_email", Description="Send an email"),
+        m.PromptKitCandidate(ID="fs_read", Name="fs_read", Description="Read a local file"),
+    ]
+    with Client(server.url) as ts:
+        answer = ts.select(query, candidates)
+    assert answer.selected == ["send_email"]
+
+
+async def test_analytics_and_learning(server: LiveServer) -> None:
+    """`analyses` lists names, `analytics` answers columns and rows, `learning` the fit."""
+    async with AsyncClient(server.url) as ts:
+        names = await ts.analyses()
+        drift = await ts.analytics("drift")
+        fit = await ts.learning()
+        with pytest.raises(InvalidInput):
+            await ts.analytics("learning")
+    assert "drift" in names and "learning" in names
+    assert drift.columns == ["day", "turns", "flagged_rate", "escalation_rate"]
+    assert isinstance(fit, m.LearningFit)
+
+
+async def test_server_validation_error_carries_code_and_field(server: LiveServer) -> None:
+    """A request the server refuses raises `ApiError` with its status, code, message and field."""
+    async with AsyncClient(server.url) as ts:
+        with pytest.raises(ApiError) as caught:
+            await ts.rank(WEATHER, k=0)
+    error = caught.value
+    assert (error.status, error.code, error.field) == (422, "invalid_request", "k")
+    assert "got 0" in error.message
+
+
+async def test_local_validation_names_the_field(server: LiveServer) -> None:
+    """A request that breaks the shared model is refused before sending, as `InvalidInput`."""
+    async with AsyncClient(server.url) as ts:
+        with pytest.raises(InvalidInput) as caught:
+            await ts.rank(WEATHER, k="three")  # type: ignore[arg-type]
+    assert caught.value.field == "k"
+
+
+def test_missing_api_key_is_a_clear_401(keyed_server: LiveServer) -> None:
+    """Without the key the server's 401 surfaces as `ApiError` saying what it expects."""
+    with Client(keyed_server.url, retries=0) as ts, pytest.raises(ApiError) as caught:
+        ts.rank(WEATHER)
+    assert (caught.value.status, caught.value.code) == (401, "unauthorized")
+    assert "Authorization: Bearer" in str(caught.value)
+
+
+def test_wrong_api_key_is_refused_and_right_one_accepted(keyed_server: LiveServer) -> None:
+    """A wrong key is refused with 401; the configured key is sent as a bearer token."""
+    with Client(keyed_server.url, api_key="wrong") as ts, pytest.raises(ApiError) as caught:
+        ts.rank(WEATHER)
+    assert caught.value.status == 401
+    with Client(keyed_server.url, api_key=API_KEY) as ts:
+        assert ts.rank(WEATHER, k=1).results[0].tool == "get_weather"
+
+
+def test_observe_is_flushed_on_close(server: LiveServer) -> None:
+    """Turns buffered with a long send interval reach the server when the client closes."""
+    ids = [f"t-flush-{i}" for i in range(3)]
+    with Client(server.url, observe_interval_s=3600) as ts:
+        for turn_id in ids:
+            ts.observe("what's the bitcoin price?", "shell_exec", turn_id=turn_id, pack="assistant")
+        assert ts.observe_stats.sent == 0
+    assert ts.observe_stats.sent == 3
+    assert ts.observe_stats.pending == 0
+    stored = wait_for_turn(server, ids[-1])
+    assert (stored.request, stored.used_tool, stored.pack) == (
+        "what's the bitcoin price?",
+        "shell_exec",
+        "assistant",
+    )
+
+
+async def test_observe_sends_in_the_background(server: LiveServer) -> None:
+    """A full batch is sent without waiting for `close`, and the client assigns turn ids."""
+    async with AsyncClient(server.url, observe_batch=2, observe_interval_s=3600) as ts:
+        ts.observe("translate this to German", "translate_text")
+        ts.observe("translate this to French", "translate_text")
+        for _ in range(100):
+            if ts.observe_stats.sent == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert ts.observe_stats.sent == 2

@@ -1,0 +1,206 @@
+"""The client's failure paths: 503 + Retry-After, an absent server, full buffers, bad bodies.
+
+A local stub (tests/stubs.py) plays the failing server; the recorded `sleep` makes the waits
+visible and instant.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import pytest
+import pytest_asyncio
+
+from tests.services import free_port
+from tests.stubs import Reply, Stub, start_stub
+from toolselect.client import ApiError, AsyncClient, Client, Unreachable
+from toolselect.client.aio import retry_after
+
+RANKED = {
+    "results": [{"tool": "get_weather", "score": 0.7}],
+    "margin": 0.7,
+    "embedder": "hashing-v1",
+    "took_ms": 0.1,
+}
+OVERLOADED = {"error": {"code": "overloaded", "message": "expected at most 256 requests"}}
+
+
+class Sleeps:
+    """An injected `sleep` that records the delays asked for and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def rank_stub() -> AsyncIterator[Stub]:
+    """A stand-in for `POST /v1/rank` answering what each test scripts."""
+    async for stub in start_stub("/v1/rank"):
+        yield stub
+
+
+def down_url() -> str:
+    """A loopback URL nothing listens on."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+async def test_503_is_retried_after_the_servers_retry_after(rank_stub: Stub) -> None:
+    """A 503 with `Retry-After: 2` is waited out for 2 s, then the 200 is returned."""
+    rank_stub.reply(
+        Reply(503, OVERLOADED, headers={"Retry-After": "2"}),
+        Reply(200, RANKED),
+    )
+    sleeps = Sleeps()
+    async with AsyncClient(rank_stub.url, sleep=sleeps) as ts:
+        ranking = await ts.rank("weather in Turin?")
+    assert ranking.results[0].tool == "get_weather"
+    assert sleeps.delays == [2.0]
+    assert len(rank_stub.received) == 2
+
+
+async def test_503_without_retry_after_backs_off_exponentially(rank_stub: Stub) -> None:
+    """Without `Retry-After`, each wait is jittered within [b*2^n / 2, b*2^n]."""
+    rank_stub.reply(Reply(503, OVERLOADED), Reply(503, OVERLOADED), Reply(200, RANKED))
+    sleeps = Sleeps()
+    async with AsyncClient(rank_stub.url, sleep=sleeps, backoff_s=1.0) as ts:
+        await ts.rank("weather in Turin?")
+    first, second = sleeps.delays
+    assert 0.5 <= first <= 1.0
+    assert 1.0 <= second <= 2.0
+
+
+async def test_503_after_the_last_retry_is_raised(rank_stub: Stub) -> None:
+    """When every attempt gets 503, the last one surfaces with its code and `retry_after`."""
+    rank_stub.reply(Reply(503, OVERLOADED, headers={"Retry-After": "30"}))
+    sleeps = Sleeps()
+    async with AsyncClient(rank_stub.url, sleep=sleeps, retries=2, max_backoff_s=5) as ts:
+        with pytest.raises(ApiError) as caught:
+            await ts.rank("weather in Turin?")
+    assert (caught.value.status, caught.value.code) == (503, "overloaded")
+    assert caught.value.retry_after == 30.0
+    assert sleeps.delays == [5.0, 5.0]  # the server's 30 s, capped at max_backoff_s
+    assert len(rank_stub.received) == 3
+
+
+async def test_other_errors_are_not_retried(rank_stub: Stub) -> None:
+    """A 4xx is the caller's mistake: raised at once, not retried."""
+    body = {"error": {"code": "invalid_request", "message": "expected k in 1..100, got 0"}}
+    rank_stub.reply(Reply(422, {**body, "error": {**body["error"], "field": "k"}}))
+    sleeps = Sleeps()
+    async with AsyncClient(rank_stub.url, sleep=sleeps) as ts:
+        with pytest.raises(ApiError) as caught:
+            await ts.rank("weather?")
+    assert caught.value.field == "k"
+    assert sleeps.delays == []
+
+
+async def test_a_body_that_is_not_the_error_model_still_raises_api_error(
+    rank_stub: Stub,
+) -> None:
+    """A proxy's HTML 502 becomes `ApiError` with code `http_502` and the body's start."""
+    rank_stub.reply(Reply(502, text="<html>Bad Gateway</html>", content_type="text/html"))
+    async with AsyncClient(rank_stub.url) as ts:
+        with pytest.raises(ApiError) as caught:
+            await ts.rank("weather?")
+    assert caught.value.code == "http_502"
+    assert "Bad Gateway" in caught.value.message
+
+
+async def test_a_2xx_body_of_the_wrong_shape_is_a_client_error(rank_stub: Stub) -> None:
+    """A 200 that is not a `RankResponse` raises a `ClientError` naming what was expected."""
+    rank_stub.reply(Reply(200, {"ranked": []}))
+    async with AsyncClient(rank_stub.url) as ts:
+        with pytest.raises(Exception, match="expected a RankResponse") as caught:
+            await ts.rank("weather?")
+    assert not isinstance(caught.value, ApiError)
+
+
+async def test_unknown_answer_fields_are_ignored(rank_stub: Stub) -> None:
+    """A newer server's extra fields do not break an older client."""
+    rank_stub.reply(Reply(200, {**RANKED, "explanation": "added later"}))
+    async with AsyncClient(rank_stub.url) as ts:
+        assert (await ts.rank("weather?")).margin == 0.7
+
+
+async def test_no_server_retries_then_raises_unreachable() -> None:
+    """Connection refused is retried `retries` times, then raised as `Unreachable`."""
+    sleeps = Sleeps()
+    async with AsyncClient(down_url(), sleep=sleeps, retries=2) as ts:
+        with pytest.raises(Unreachable):
+            await ts.rank("weather?")
+    assert len(sleeps.delays) == 2
+
+
+async def test_observe_never_raises_when_the_server_is_down() -> None:
+    """Turns for an absent server are counted as failed; neither `observe` nor `close` raise."""
+    sleeps = Sleeps()
+    ts = AsyncClient(down_url(), sleep=sleeps, retries=1, observe_batch=2)
+    for i in range(5):
+        ts.observe(f"request {i}", "web_search")
+    await ts.close()
+    stats = ts.observe_stats
+    assert (stats.failed, stats.sent, stats.pending) == (5, 0, 0)
+
+
+def test_sync_observe_never_raises_when_the_server_is_down() -> None:
+    """The blocking client's `observe` and `close` stay silent too, however many turns."""
+    with Client(down_url(), retries=0, observe_interval_s=0.01) as ts:
+        for i in range(50):
+            ts.observe(f"request {i}", "web_search")
+    assert ts.observe_stats.failed == 50
+    ts.observe("after close", "web_search")  # a closed client drops the turn, quietly
+    assert ts.observe_stats.dropped == 1
+
+
+async def test_full_buffer_drops_and_counts(rank_stub: Stub) -> None:
+    """Beyond `observe_capacity` buffered turns, new ones are dropped and counted."""
+    ts = AsyncClient(down_url(), retries=0, observe_capacity=2, observe_interval_s=3600)
+    for i in range(5):
+        ts.observe(f"request {i}", "web_search")
+    assert (ts.observe_stats.pending, ts.observe_stats.dropped) == (2, 3)
+    await ts.close()
+    assert ts.observe_stats.failed == 2
+
+
+async def test_a_malformed_turn_is_counted_not_raised() -> None:
+    """A turn that breaks the request model (a 300-character tool name) is counted `invalid`."""
+    async with AsyncClient(down_url(), retries=0) as ts:
+        ts.observe("request", "x" * 300)
+        ts.observe("request", "web_search", outcome="maybe")
+        assert (ts.observe_stats.invalid, ts.observe_stats.pending) == (2, 0)
+
+
+def test_retry_after_reads_seconds_and_http_dates() -> None:
+    """`Retry-After` is delta-seconds or an HTTP date; anything else is ignored."""
+    assert retry_after("3") == 3.0
+    assert retry_after("-1") == 0.0
+    soon = format_datetime(datetime.now(UTC) + timedelta(seconds=60), usegmt=True)
+    waited = retry_after(soon)
+    assert waited is not None and 50 <= waited <= 60
+    assert retry_after("soon") is None
+    assert retry_after(None) is None
+
+
+def test_import_leaves_the_model_stack_out() -> None:
+    """Importing the client loads no numpy, onnxruntime, scikit-learn or structlog."""
+    code = (
+        "import sys, toolselect.client; "
+        "print(sorted(m for m in ('numpy', 'onnxruntime', 'sklearn', 'structlog',"
+        " 'toolselect.service') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_async_observe_off_the_loop_is_counted_not_raised() -> None:
+    """`AsyncClient.observe` called with no running loop refuses the turn quietly."""
+    ts = AsyncClient(down_url())
+    ts.observe("request", "web_search")
+    assert (ts.observe_stats.invalid, ts.observe_stats.pending) == (1, 0)

@@ -1,0 +1,113 @@
+"""OpenAI Responses tool search backed by toolselect, through the real `openai` SDK against a
+local Responses API stub that searches (client-executed), calls what it loaded, then answers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+import pytest_asyncio
+
+from tests.integrations.test_anthropic import CATALOG, QUESTION
+from tests.live import LiveServer, wait_for_turn
+from tests.services import free_port
+from tests.stubs import Stub, openai_with_tool_search, start_stub
+from toolselect.client import AsyncClient
+from toolselect.integrations.openai import ToolSearch, Turn
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def responses_stub() -> AsyncIterator[Stub]:
+    """A local stand-in for `POST /v1/responses`."""
+    async for stub in start_stub("/v1/responses"):
+        yield stub
+
+
+async def converse(stub: Stub, search: ToolSearch, question: str) -> Turn:
+    """The host loop: tool searches answered by toolselect, functions run locally."""
+    client = openai.AsyncOpenAI(api_key="test-key", base_url=f"{stub.url}/v1", max_retries=0)
+    items: list[Any] = [{"role": "user", "content": question}]
+    with search.turn(question) as turn:
+        for _ in range(5):
+            response = await client.responses.create(
+                model="gpt-5.4", tools=search.tools(), input=items
+            )
+            outputs = await turn.answer(response)
+            calls = search.tool_calls(response)
+            if not outputs and not calls:
+                break
+            items += [item.model_dump(exclude_none=True) for item in response.output]
+            items += outputs
+            items += [
+                {"type": "function_call_output", "call_id": c.call_id, "output": "ok"}
+                for c in calls
+            ]
+    return turn
+
+
+async def test_tool_search_loads_ranked_functions_and_the_turn_is_observed(
+    server: LiveServer, responses_stub: Stub
+) -> None:
+    """The model gets deferred functions and a client `tool_search`; its search is answered
+    with the definitions toolselect ranks first, and the function it calls is stored."""
+    responses_stub.responder = openai_with_tool_search("rain forecast for a city")
+    async with AsyncClient(server.url) as ts:
+        search = ToolSearch(ts, CATALOG, k=2, pack="openai")
+        assert (await search.upload()).upserted == 3
+        turn = await converse(responses_stub, search, QUESTION)
+    assert turn.used_tool == "get_weather"
+
+    first, second, _ = (r.body for r in responses_stub.received)
+    assert first["tools"][0] == {
+        "type": "tool_search",
+        "execution": "client",
+        "description": first["tools"][0]["description"],
+        "parameters": first["tools"][0]["parameters"],
+    }
+    assert all(t["defer_loading"] is True for t in first["tools"][1:])
+    assert [t["name"] for t in first["tools"][1:]] == [t["name"] for t in CATALOG]
+
+    output = second["input"][-1]
+    assert (output["type"], output["call_id"], output["execution"]) == (
+        "tool_search_output",
+        "call_search_1",
+        "client",
+    )
+    assert [t["name"] for t in output["tools"]] == ["get_weather", "send_email"]
+    assert output["tools"][0]["parameters"] == CATALOG[0]["input_schema"]
+
+    stored = wait_for_turn(server, turn.turn_id)
+    assert (stored.request, stored.used_tool, stored.pack) == (QUESTION, "get_weather", "openai")
+
+
+async def test_toolselect_down_loads_the_whole_catalog(
+    responses_stub: Stub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With toolselect unreachable every function is loaded, one line is logged, the turn ends."""
+    responses_stub.responder = openai_with_tool_search("rain tomorrow")
+    async with AsyncClient(f"http://127.0.0.1:{free_port()}", retries=0) as ts:
+        search = ToolSearch(ts, CATALOG)
+        with caplog.at_level(logging.WARNING, logger="toolselect.integrations"):
+            turn = await converse(responses_stub, search, QUESTION)
+    loaded = responses_stub.received[1].body["input"][-1]["tools"]
+    assert [t["name"] for t in loaded] == [t["name"] for t in CATALOG]
+    assert turn.used_tool == "get_weather"
+    mine = [r.getMessage() for r in caplog.records if r.name == "toolselect.integrations"]
+    assert mine == ["toolselect_search_degraded"]
+
+
+def test_chat_completions_tools_are_flattened() -> None:
+    """A Chat Completions-style `{"type": "function", "function": {...}}` is accepted."""
+    nested = {"type": "function", "function": {"name": "roll", "description": "Roll dice."}}
+    search = ToolSearch(AsyncClient("http://127.0.0.1:1"), [nested])
+    assert search.tools()[1] == {
+        "type": "function",
+        "name": "roll",
+        "description": "Roll dice.",
+        "parameters": {"type": "object", "properties": {}},
+        "strict": False,
+        "defer_loading": True,
+    }

@@ -1,0 +1,318 @@
+"""`AsyncClient`: the HTTP API v1 as typed coroutines, with retries and background `observe`.
+
+Requests and answers are the pydantic models the server validates with
+(`toolselect.api.models`), so a field the server renames breaks here, in a type checker,
+rather than in production. Every failure is a `ClientError`: `ApiError` when the server
+answered an error, `Unreachable` when it did not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import logging
+import random
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
+
+from pydantic import BaseModel, ValidationError
+
+from toolselect.api import models as m
+from toolselect.client.observer import ObserveStats, TurnBuffer
+from toolselect.client.transport import AiohttpTransport, Response, Transport
+from toolselect.errors import ApiError, ClientError, InvalidInput, Unreachable
+
+# stdlib logging, not structlog: this module runs inside other people's agent processes,
+# whose logging setup it must follow (an unconfigured structlog would print to stdout, which
+# an MCP stdio host reads as protocol). Messages are event names; fields go in `extra`.
+log = logging.getLogger(__name__)
+
+Model = TypeVar("Model", bound=BaseModel)
+Sleep = Callable[[float], Awaitable[None]]
+
+# The statuses worth asking again: the server said it is busy or not ready yet.
+RETRY_STATUSES = frozenset({503})
+
+
+class AsyncClient:
+    """A client of one toolselect server; use as `async with AsyncClient(url) as ts: ...`.
+
+    `retries` extra attempts follow a 503 or a connection failure, waiting the server's
+    `Retry-After` when it sent one, else `backoff_s * 2**attempt` (jittered, at most
+    `max_backoff_s`). Turns given to `observe` are sent in the background, in batches of
+    `observe_batch`, at least every `observe_interval_s`; `close` sends what is left.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.25,
+        max_backoff_s: float = 10.0,
+        observe_capacity: int = 10_000,
+        observe_batch: int = 500,
+        observe_interval_s: float = 1.0,
+        transport: Transport | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._transport: Transport = transport or AiohttpTransport()
+        self._sleep = sleep
+        self._turns = TurnBuffer(
+            self._observe_batch,
+            capacity=observe_capacity,
+            batch=observe_batch,
+            interval_s=observe_interval_s,
+        )
+        self.tools = AsyncTools(self)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Send the buffered turns, then release the connections."""
+        try:
+            await self._turns.close()
+        finally:
+            await self._transport.aclose()
+
+    # -- ranking ---------------------------------------------------------------------------
+
+    async def rank(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        tools: Sequence[str] | None = None,
+        pack: str | None = None,
+    ) -> m.RankResponse:
+        """The `k` tools that best fit `query`, best first (`POST /v1/rank`)."""
+        body = _build(
+            m.RankRequest, query=query, k=k, tools=None if tools is None else list(tools), pack=pack
+        )
+        return await self.call("POST", "/v1/rank", m.RankResponse, body)
+
+    async def select(
+        self, query: m.PromptKitQuery, candidates: Sequence[m.PromptKitCandidate]
+    ) -> m.SelectResponse:
+        """PromptKit's exec-selector exchange over HTTP (`POST /v1/select`)."""
+        body = m.SelectRequest(query=query, candidates=list(candidates))
+        return await self.call("POST", "/v1/select", m.SelectResponse, body)
+
+    # -- learning --------------------------------------------------------------------------
+
+    def observe(
+        self,
+        request: str,
+        used_tool: str,
+        *,
+        turn_id: str | None = None,
+        agent_id: str | None = None,
+        pack: str | None = None,
+        outcome: str | None = None,
+    ) -> None:
+        """Report the tool an agent used for `request`; returns at once and never raises.
+
+        Must be called on the client's event loop. The turn is sent in the background; see
+        `observe_stats` for what became of it.
+        """
+        try:
+            turn = m.ObserveRequest.model_validate(
+                {
+                    "request": request,
+                    "used_tool": used_tool,
+                    # Named here, not by the server: a batch re-sent after a lost answer is
+                    # then stored once.
+                    "turn_id": turn_id or uuid.uuid4().hex,
+                    "agent_id": agent_id,
+                    "pack": pack,
+                    "outcome": outcome,
+                }
+            )
+            self._turns.add(turn)
+        except Exception as exc:
+            # The agent loop comes first: a malformed turn (or a call off the loop) is
+            # counted and logged, not raised into it.
+            self._turns.counts.invalid += 1
+            log.warning("observe_turn_refused", extra={"error": str(exc).splitlines()[0]})
+
+    @property
+    def observe_stats(self) -> ObserveStats:
+        return self._turns.stats()
+
+    async def _observe_batch(self, turns: Sequence[m.ObserveRequest]) -> m.ObserveBatchResponse:
+        body = m.ObserveBatchRequest(turns=list(turns))
+        return await self.call("POST", "/v1/observe/batch", m.ObserveBatchResponse, body)
+
+    async def label(self, query: str, tool: str) -> m.FeedbackResponse:
+        """Record a human-confirmed label, tier `feedback` (`POST /v1/exemplars`)."""
+        body = _build(m.FeedbackRequest, query=query, tool=tool)
+        return await self.call("POST", "/v1/exemplars", m.FeedbackResponse, body)
+
+    async def delete_exemplar(self, exemplar_id: str) -> bool:
+        """Undo a label (`DELETE /v1/exemplars/{id}`)."""
+        path = f"/v1/exemplars/{quote(exemplar_id, safe='')}"
+        return (await self.call("DELETE", path, m.DeletedResponse)).deleted
+
+    # -- analytics -------------------------------------------------------------------------
+
+    async def analyses(self) -> list[str]:
+        """The names `analytics` accepts (`GET /v1/analytics`)."""
+        return (await self.call("GET", "/v1/analytics", m.AnalyticsList)).analyses
+
+    async def analytics(self, name: str, *, since: str | None = None) -> m.AnalyticsResult:
+        """One analysis as columns and rows; `since` is an ISO-8601 instant."""
+        if name == "learning":
+            raise InvalidInput("expected an analysis name other than 'learning': use learning()")
+        query = f"?{urlencode({'since': since})}" if since else ""
+        path = f"/v1/analytics/{quote(name, safe='')}{query}"
+        return await self.call("GET", path, m.AnalyticsResult)
+
+    async def learning(self) -> m.LearningFit:
+        """What the learning loop chose from its labels (`GET /v1/analytics/learning`)."""
+        return await self.call("GET", "/v1/analytics/learning", m.LearningFit)
+
+    # -- the exchange ----------------------------------------------------------------------
+
+    async def call(self, method: str, path: str, answer: type[Model], body: Any = None) -> Model:
+        """Send `body` (a model or JSON-able value), retrying transient failures, and parse
+        a 2xx answer as `answer`; raise `ApiError` for any other status."""
+        if isinstance(body, BaseModel):
+            data = body.model_dump_json(exclude_none=True).encode()
+        elif body is not None:
+            data = json.dumps(body, ensure_ascii=False).encode()
+        else:
+            data = None
+        response = await self._send(method, path, data)
+        if not 200 <= response.status < 300:
+            raise _api_error(response)
+        try:
+            payload = json.loads(response.body)
+            # Keys this client does not know are dropped: a newer server may add fields.
+            known = {k: v for k, v in payload.items() if k in answer.model_fields}
+            return answer.model_validate(known, strict=False)
+        except (ValueError, AttributeError, ValidationError) as exc:
+            raise ClientError(
+                f"expected a {answer.__name__} from {method} {path}, got {response.body[:200]!r}"
+            ) from exc
+
+    async def _send(self, method: str, path: str, data: bytes | None) -> Response:
+        url = self.base_url + path
+        attempt = 0
+        while True:
+            try:
+                response = await self._transport.send(
+                    method, url, body=data, headers=self._headers, timeout_s=self.timeout_s
+                )
+            except Unreachable as exc:
+                if attempt >= self.retries:
+                    raise
+                delay = self._backoff(attempt, None)
+                log.info(
+                    "toolselect_retry", extra={"path": path, "error": str(exc), "delay_s": delay}
+                )
+            else:
+                if response.status not in RETRY_STATUSES or attempt >= self.retries:
+                    return response
+                delay = self._backoff(attempt, retry_after(response.headers.get("retry-after")))
+                log.info(
+                    "toolselect_retry",
+                    extra={"path": path, "status": response.status, "delay_s": delay},
+                )
+            attempt += 1
+            await self._sleep(delay)
+
+    def _backoff(self, attempt: int, server_says: float | None) -> float:
+        if server_says is not None:
+            return min(server_says, self.max_backoff_s)
+        # Full jitter: many agents retrying one overloaded server should not retry in step.
+        ceiling = min(self.backoff_s * 2**attempt, self.max_backoff_s)
+        return random.uniform(ceiling / 2, ceiling)
+
+
+class AsyncTools:
+    """The catalog: `client.tools.put/list/get/delete`."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def put(
+        self, tools: Sequence[Mapping[str, Any]], *, pack: str | None = None
+    ) -> m.UpsertResponse:
+        """Upsert tools given as native or MCP dicts (`name`, `description`, `input_schema` or
+        `inputSchema`) or as OpenAI function tools, optionally into `pack`."""
+        items = [dict(t) for t in tools]
+        openai = bool(items) and all(t.get("type") == "function" for t in items)
+        body: Any = items if openai else {"tools": items}
+        query = f"?{urlencode({'pack': pack})}" if pack else ""
+        return await self._client.call("PUT", f"/v1/tools{query}", m.UpsertResponse, body)
+
+    async def list(self, *, pack: str | None = None) -> list[m.ToolOut]:
+        query = f"?{urlencode({'pack': pack})}" if pack else ""
+        return (await self._client.call("GET", f"/v1/tools{query}", m.ToolList)).tools
+
+    async def get(self, name: str) -> m.ToolOut:
+        return await self._client.call("GET", f"/v1/tools/{quote(name, safe='')}", m.ToolOut)
+
+    async def delete(self, name: str) -> bool:
+        path = f"/v1/tools/{quote(name, safe='')}"
+        return (await self._client.call("DELETE", path, m.DeletedResponse)).deleted
+
+    async def exemplars(self, name: str) -> builtins.list[m.ExemplarOut]:
+        path = f"/v1/tools/{quote(name, safe='')}/exemplars"
+        return (await self._client.call("GET", path, m.ExemplarList)).exemplars
+
+
+def _build(model: type[Model], **fields: Any) -> Model:
+    """Validate a request before sending it; a breach is the caller's `InvalidInput`."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or None
+        raise InvalidInput(f"{field}: {first['msg']}", field) from None
+
+
+def _api_error(response: Response) -> ApiError:
+    """The server's error body, or a stand-in naming the status when the body is not one
+    (a proxy's HTML page, say)."""
+    wait = retry_after(response.headers.get("retry-after"))
+    try:
+        error = m.ErrorResponse.model_validate_json(response.body, strict=False).error
+    except ValidationError:
+        text = response.body[:200].decode("utf-8", "replace")
+        return ApiError(response.status, f"http_{response.status}", text, retry_after=wait)
+    return ApiError(response.status, error.code, error.message, error.field, retry_after=wait)
+
+
+def retry_after(value: str | None) -> float | None:
+    """`Retry-After` in seconds: delta-seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())

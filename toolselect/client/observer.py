@@ -1,0 +1,108 @@
+"""Fire-and-forget turn reports: a bounded buffer drained in batches by one background task.
+
+`observe` must never slow or break the agent loop that calls it: it appends and returns; when
+the buffer is full the turn is dropped and counted. The task sends what is buffered every
+`interval_s` (or as soon as a batch fills) through `POST /v1/observe/batch`; a batch that
+still fails after the client's retries is dropped, counted and logged once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+
+from toolselect.api.models import ObserveBatchResponse, ObserveRequest
+
+# stdlib logging, not structlog: this module runs inside other people's agent processes,
+# whose logging setup it must follow (an unconfigured structlog would print to stdout, which
+# an MCP stdio host reads as protocol). Messages are event names; fields go in `extra`.
+log = logging.getLogger(__name__)
+
+Send = Callable[[Sequence[ObserveRequest]], Awaitable[ObserveBatchResponse]]
+
+# The server's default `max_batch`; a larger batch would be refused whole.
+MAX_BATCH = 1000
+
+
+@dataclass
+class ObserveStats:
+    """Where the turns handed to `observe` went."""
+
+    sent: int = 0  # accepted by the server's queue
+    dropped: int = 0  # the client's buffer was full
+    rejected: int = 0  # the server's queue was full (`dropped` in its answer)
+    failed: int = 0  # the batch could not be delivered (server down, refused)
+    invalid: int = 0  # the turn broke the request model (too long a tool name, say)
+    pending: int = 0  # buffered, not sent yet
+
+
+class TurnBuffer:
+    """Buffers turns and sends them in batches from a task started on the first turn."""
+
+    def __init__(
+        self, send: Send, *, capacity: int = 10_000, batch: int = 500, interval_s: float = 1.0
+    ) -> None:
+        if not 1 <= batch <= MAX_BATCH:
+            raise ValueError(f"expected batch in 1..{MAX_BATCH}, got {batch}")
+        self._send = send
+        self._turns: deque[ObserveRequest] = deque()
+        self._capacity = capacity
+        self._batch = batch
+        self._interval_s = interval_s
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.counts = ObserveStats()
+
+    def stats(self) -> ObserveStats:
+        """A snapshot of the counts, with the turns still buffered."""
+        return replace(self.counts, pending=len(self._turns))
+
+    def add(self, turn: ObserveRequest) -> None:
+        """Buffer one turn; never raises, never waits."""
+        if self._closing or len(self._turns) >= self._capacity:
+            self.counts.dropped += 1
+            if self.counts.dropped == 1 or self.counts.dropped % 1000 == 0:
+                log.warning("observe_buffer_full", extra={"dropped": self.counts.dropped})
+            return
+        if self._task is None:
+            # Raises off the loop before the turn is kept (the caller counts it `invalid`).
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._turns.append(turn)
+        if len(self._turns) >= self._batch:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval_s)
+            self._wake.clear()
+            await self._drain()
+
+    async def _drain(self) -> None:
+        while self._turns:
+            batch = [self._turns.popleft() for _ in range(min(self._batch, len(self._turns)))]
+            try:
+                answer = await self._send(batch)
+            except Exception as exc:
+                # Anything, not only `ClientError`: this task is the only one that would
+                # notice, and a dead task would silently drop every later turn.
+                self.counts.failed += len(batch)
+                log.warning("observe_batch_failed", extra={"turns": len(batch), "error": str(exc)})
+                continue
+            self.counts.sent += answer.queued
+            self.counts.rejected += answer.dropped
+
+    async def close(self) -> None:
+        """Send everything buffered (each batch with the client's retries), then stop."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            # The loop may be mid-send: let it finish its batch, then send the rest here.
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        await self._drain()

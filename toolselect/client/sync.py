@@ -1,0 +1,153 @@
+"""`Client`: the blocking face of `AsyncClient`, which runs on a private event loop thread.
+
+Every method hands its coroutine to that loop and waits for the result, so the two clients
+share one implementation (retries, parsing, background `observe`) and cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import functools
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
+
+from toolselect.api import models as m
+from toolselect.client.aio import AsyncClient
+from toolselect.client.observer import ObserveStats
+
+T = TypeVar("T")
+
+
+class Client:
+    """A blocking client; takes the same arguments as `AsyncClient`. Use as a context manager
+    (or call `close`) so buffered `observe` turns are sent before the program ends."""
+
+    def __init__(self, base_url: str, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="toolselect-client", daemon=True
+        )
+        self._thread.start()
+        self._async = AsyncClient(base_url, **options)
+        self.tools = Tools(self)
+        self._closed = False
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def close(self) -> None:
+        """Send the buffered turns, release the connections and stop the loop thread."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._async.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+    @property
+    def base_url(self) -> str:
+        return self._async.base_url
+
+    def rank(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        tools: Sequence[str] | None = None,
+        pack: str | None = None,
+    ) -> m.RankResponse:
+        """The `k` tools that best fit `query`, best first (`POST /v1/rank`)."""
+        return self._run(self._async.rank(query, k, tools=tools, pack=pack))
+
+    def select(
+        self, query: m.PromptKitQuery, candidates: Sequence[m.PromptKitCandidate]
+    ) -> m.SelectResponse:
+        """PromptKit's exec-selector exchange over HTTP (`POST /v1/select`)."""
+        return self._run(self._async.select(query, candidates))
+
+    def observe(
+        self,
+        request: str,
+        used_tool: str,
+        *,
+        turn_id: str | None = None,
+        agent_id: str | None = None,
+        pack: str | None = None,
+        outcome: str | None = None,
+    ) -> None:
+        """Report the tool an agent used for `request`; returns at once and never raises."""
+        call = functools.partial(
+            self._async.observe,
+            request,
+            used_tool,
+            turn_id=turn_id,
+            agent_id=agent_id,
+            pack=pack,
+            outcome=outcome,
+        )
+        try:
+            self._loop.call_soon_threadsafe(call)
+        except RuntimeError:
+            # The loop is closed (after `close`): the turn is lost, counted like a full buffer.
+            self._async._turns.counts.dropped += 1
+
+    @property
+    def observe_stats(self) -> ObserveStats:
+        return self._async.observe_stats
+
+    def label(self, query: str, tool: str) -> m.FeedbackResponse:
+        """Record a human-confirmed label, tier `feedback` (`POST /v1/exemplars`)."""
+        return self._run(self._async.label(query, tool))
+
+    def delete_exemplar(self, exemplar_id: str) -> bool:
+        """Undo a label (`DELETE /v1/exemplars/{id}`)."""
+        return self._run(self._async.delete_exemplar(exemplar_id))
+
+    def analyses(self) -> list[str]:
+        """The names `analytics` accepts."""
+        return self._run(self._async.analyses())
+
+    def analytics(self, name: str, *, since: str | None = None) -> m.AnalyticsResult:
+        """One analysis as columns and rows; `since` is an ISO-8601 instant."""
+        return self._run(self._async.analytics(name, since=since))
+
+    def learning(self) -> m.LearningFit:
+        """What the learning loop chose from its labels."""
+        return self._run(self._async.learning())
+
+
+class Tools:
+    """The catalog: `client.tools.put/list/get/delete`."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._tools = client._async.tools
+
+    def put(
+        self, tools: Sequence[Mapping[str, Any]], *, pack: str | None = None
+    ) -> m.UpsertResponse:
+        """Upsert native, MCP or OpenAI-format tools, optionally into `pack`."""
+        return self._client._run(self._tools.put(tools, pack=pack))
+
+    def list(self, *, pack: str | None = None) -> list[m.ToolOut]:
+        return self._client._run(self._tools.list(pack=pack))
+
+    def get(self, name: str) -> m.ToolOut:
+        return self._client._run(self._tools.get(name))
+
+    def delete(self, name: str) -> bool:
+        return self._client._run(self._tools.delete(name))
+
+    def exemplars(self, name: str) -> builtins.list[m.ExemplarOut]:
+        return self._client._run(self._tools.exemplars(name))

@@ -1,0 +1,1 @@
+"""Adapters that put toolselect where agent runtimes already look for tools."""

@@ -1,0 +1,146 @@
+"""What every tool-search adapter shares: toolselect's ranking restricted to the host's catalog,
+degraded to the whole catalog on any failure, and one `observe` per turn.
+
+The adapters (`anthropic`, `openai`) only translate wire formats: the tools they declare, the
+search calls they read and the answers they build.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from toolselect.api.models import UpsertResponse
+from toolselect.client import AsyncClient
+
+# stdlib logging: this runs in the host's process and follows its logging setup.
+log = logging.getLogger("toolselect.integrations")
+
+SEARCH_TOOL = "toolselect_search"
+SEARCH_DESCRIPTION = (
+    "Search the available tools by what you need to do. Returns the tools that fit best, "
+    "which you can then call. Use it whenever the tool you need is not loaded yet."
+)
+# Enough for a search to reveal alternatives without loading a large share of the catalog.
+MAX_K = 20
+
+
+def search_parameters(default_k: int) -> dict[str, Any]:
+    """The JSON Schema of the search tool's input: a `query` and an optional `k`."""
+    return {
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "string",
+                "description": "What the tool should do, in the user's words.",
+            },
+            "k": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_K,
+                "description": f"How many tools to return (default {default_k}).",
+            },
+        },
+        "required": ["query"],
+    }
+
+
+class CatalogSearch:
+    """Ranks a fixed catalog (by name) through toolselect; never raises from `find`."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        names: Sequence[str],
+        *,
+        name: str = SEARCH_TOOL,
+        k: int = 5,
+        pack: str | None = None,
+        agent_id: str | None = None,
+        fallback_limit: int | None = None,
+    ) -> None:
+        if name in names:
+            raise ValueError(f"expected a search tool name not in the catalog, got {name!r}")
+        self.client = client
+        self.names = list(names)
+        self.name = name
+        self.k = k
+        self.pack = pack
+        self.agent_id = agent_id
+        self.fallback_limit = fallback_limit
+
+    async def put(self, tools: Sequence[Mapping[str, Any]]) -> UpsertResponse:
+        """Put the catalog into toolselect (under `pack`); unchanged tools cost nothing."""
+        return await self.client.tools.put(tools, pack=self.pack)
+
+    async def find(self, query: str, k: int) -> list[str]:
+        """The `k` best catalog tools for `query`, or the catalog's first `fallback_limit`
+        (all by default) when toolselect cannot answer."""
+        try:
+            ranking = await self.client.rank(query, k, tools=self.names)
+            found = [r.tool for r in ranking.results if r.tool in self.names]
+            if not found:
+                raise LookupError("toolselect knows none of the catalog's tools (not uploaded?)")
+        except Exception as exc:
+            # Any failure, ours included: the contract is that the host's loop never breaks.
+            found = self.names[: self.fallback_limit]
+            log.warning(
+                "toolselect_search_degraded",
+                extra={"error": f"{type(exc).__name__}: {exc}", "revealed": len(found)},
+            )
+        return found
+
+    def arguments(self, given: object, request: str) -> tuple[str, int]:
+        """The search call's query (the user's request when blank) and `k` (within 1..MAX_K)."""
+        args = given if isinstance(given, Mapping) else {}
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            query = request
+        k = args.get("k")
+        if not isinstance(k, int) or isinstance(k, bool):
+            k = self.k
+        return query, max(1, min(k, MAX_K))
+
+
+class TurnReport:
+    """One user request: notes the first catalog tool the model calls (the one the request was
+    routed to; later calls follow the tools' results) and reports it once, at `finish`."""
+
+    def __init__(self, search: CatalogSearch, request: str) -> None:
+        self.search = search
+        self.request = request
+        self.turn_id = uuid.uuid4().hex
+        self.used_tool: str | None = None
+        self._reported = False
+
+    def called(self, name: str) -> None:
+        if self.used_tool is None and name != self.search.name:
+            self.used_tool = name
+
+    def finish(self, outcome: str | None = None) -> str | None:
+        """Report the tool used (once; a turn that called none reports nothing); its name."""
+        if not self._reported and self.used_tool is not None:
+            self._reported = True
+            self.search.client.observe(
+                self.request,
+                self.used_tool,
+                turn_id=self.turn_id,
+                agent_id=self.search.agent_id,
+                pack=self.search.pack,
+                outcome=outcome,
+            )
+        return self.used_tool
+
+    def __enter__(self) -> TurnReport:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.finish("error" if exc is not None else None)
