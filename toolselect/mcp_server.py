@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
+import anyio
+import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import (
     ResourceError,
@@ -33,6 +35,8 @@ from toolselect.config import Settings
 from toolselect.errors import InvalidInput, NotFound, ToolselectError
 from toolselect.graph.store import Tool
 from toolselect.service import Service
+
+log = structlog.get_logger("toolselect.mcp")
 
 SERVER_NAME = "toolselect"
 ANALYTICS_URI = "toolselect://analytics"
@@ -220,6 +224,7 @@ def build_server(settings: Settings) -> ToolselectMCP:
         finally:
             running.service = None
             await service.close()
+            log.info("mcp_service_closed")
 
     server = ToolselectMCP(
         SERVER_NAME,
@@ -238,6 +243,30 @@ def build_server(settings: Settings) -> ToolselectMCP:
     )
     _add_resources(server, running)
     return server
+
+
+def run(server: ToolselectMCP, settings: Settings, transport: Literal["stdio", "http"]) -> None:
+    """Serve until stdin closes (stdio) or SIGINT/SIGTERM (HTTP, at `settings.host:port/mcp`).
+
+    Over HTTP uvicorn shuts down gracefully on a signal (the service closes, its learner drained),
+    then raises the signal again, so the process ends as killed by it, the Unix convention.
+    """
+    if transport == "stdio":
+        server.run("stdio")
+        return
+    import uvicorn
+
+    config = uvicorn.Config(
+        server.streamable_http_app(host=settings.host),
+        host=settings.host,
+        port=settings.port,
+        # No logging config of uvicorn's own: its access lines would go to stdout; through the
+        # root logger they reach stderr like every other line.
+        log_config=None,
+        access_log=settings.log_level == "debug",
+    )
+    log.info("mcp_http_starting", url=f"http://{settings.host}:{settings.port}/mcp")
+    anyio.run(uvicorn.Server(config).serve)
 
 
 _SDK_LEVELS: dict[str, Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = {

@@ -73,7 +73,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from toolselect.api.server import is_loopback
     from toolselect.errors import ConfigError
     from toolselect.logs import configure_logging
-    from toolselect.mcp_server import build_server
+    from toolselect.mcp_server import build_server, run
 
     settings = _settings(args)
     # stdout carries the stdio protocol: every log line goes to stderr.
@@ -84,11 +84,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             f"refusing to serve MCP on {settings.host}: it has no authentication; "
             "bind a loopback address or pass --insecure"
         )
-    server = build_server(settings)
-    if args.transport == "stdio":
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host=settings.host, port=settings.port)
+    run(build_server(settings), settings, args.transport)
     return 0
 
 
