@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import MCPError
+from mcp import Client, MCPError
 from mcp.types import CallToolResult, TextContent, TextResourceContents
 
-from tests.mcp.conftest import EXE, Connect, run_cli
+from tests.mcp.conftest import EXE, Connect, run_cli, stdio_params
 from tests.services import cli_env
 from toolselect.config import Settings
 from toolselect.graph.factory import open_store
@@ -29,8 +29,8 @@ def text(result: CallToolResult) -> str:
     return block.text
 
 
-async def read_json(connect_client: Any, uri: str) -> Any:
-    result = await connect_client.read_resource(uri)
+async def read_json(client: Client, uri: str) -> Any:
+    result = await client.read_resource(uri)
     block = result.contents[0]
     assert isinstance(block, TextResourceContents)
     assert block.mime_type == "application/json"
@@ -230,3 +230,18 @@ def test_http_refuses_a_public_bind_without_insecure(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "refusing to serve MCP on 0.0.0.0" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+async def test_default_hybrid_embedder_serves(store_db: Path) -> None:
+    """With the default dense+hashing embedder the lifespan loads the model and search works."""
+    params = stdio_params(store_db)
+    assert params.env is not None
+    params.env.pop("TOOLSELECT_EMBEDDER")
+    async with Client(params, read_timeout_seconds=120) as client:
+        result = await client.call_tool(
+            "search_tools", {"query": "will it rain in Turin tomorrow?", "k": 1}
+        )
+    assert not result.is_error, text(result)
+    assert result.structured_content is not None
+    assert result.structured_content["embedder"].startswith("hybrid")
+    assert result.structured_content["tools"][0]["name"] == "get_weather"
