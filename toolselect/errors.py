@@ -7,6 +7,7 @@
      ├── NotReady                          the catalog is not loaded yet (store not reached)
      ├── StoreError                        the store refused an operation
      │    └── StoreUnavailable             the store cannot be reached (retry or degrade)
+     ├── ToolSourceError                   an MCP server to import tools from failed to list them
      ├── EmbedderError
      │    └── EmbedderUnavailable          a remote embedder cannot be reached
      ├── TeacherError
@@ -53,6 +54,10 @@ class StoreError(ToolselectError):
 
 class StoreUnavailable(StoreError):
     """The store cannot be reached or authenticated against; transient from a caller's view."""
+
+
+class ToolSourceError(ToolselectError):
+    """An MCP server named for an import could not be started, or did not list its tools."""
 
 
 class EmbedderError(ToolselectError):

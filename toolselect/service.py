@@ -466,6 +466,10 @@ class Service:
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.warning("import_failed", error=str(exc))
 
+    def tool(self, name: str) -> Tool | None:
+        """A tool of the ranker's catalog as the store returned it (schema included), if held."""
+        return self._held.get(name)
+
     @property
     def imports_running(self) -> int:
         """Imports (`upsert_tools`) still running, their callers waiting or gone."""

@@ -23,7 +23,8 @@ from toolselect.service import Service
 log = structlog.get_logger("toolselect.server")
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """A host name or address only this machine can reach."""
     if host == "localhost":
         return True
     try:
@@ -34,7 +35,7 @@ def _is_loopback(host: str) -> bool:
 
 def check_bind(settings: Settings, insecure: bool) -> None:
     """Refuse to expose an unauthenticated API beyond this machine unless told to."""
-    if not settings.api_keys and not _is_loopback(settings.host) and not insecure:
+    if not settings.api_keys and not is_loopback(settings.host) and not insecure:
         raise ConfigError(
             f"refusing to serve on {settings.host} without TOOLSELECT_API_KEYS; "
             "set keys or pass --insecure"

@@ -1,4 +1,4 @@
-"""`toolselect`: serve, rank, select, tools, observe, analytics, config.
+"""`toolselect`: serve, mcp, rank, select, tools, observe, analytics, config.
 
 Imports are deferred to the subcommand that needs them, so `toolselect select --url` (spawned by an
 agent runtime for every selection) starts without loading numpy, scikit-learn or the drivers.
@@ -66,6 +66,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(settings, insecure=args.insecure)
 
 
+# -- mcp ---------------------------------------------------------------------------------
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from toolselect.api.server import is_loopback
+    from toolselect.errors import ConfigError
+    from toolselect.logs import configure_logging
+    from toolselect.mcp_server import build_server, run
+
+    settings = _settings(args)
+    # stdout carries the stdio protocol: every log line goes to stderr.
+    configure_logging(settings.log_level, settings.log_format)
+    if args.transport == "http" and not is_loopback(settings.host) and not args.insecure:
+        # The MCP endpoint has no authentication of its own (API keys guard only `serve`).
+        raise ConfigError(
+            f"refusing to serve MCP on {settings.host}: it has no authentication; "
+            "bind a loopback address or pass --insecure"
+        )
+    run(build_server(settings), settings, args.transport)
+    return 0
+
+
 # -- rank --------------------------------------------------------------------------------
 
 
@@ -91,16 +113,29 @@ def cmd_rank(args: argparse.Namespace) -> int:
 # -- tools -------------------------------------------------------------------------------
 
 
-def cmd_tools_import(args: argparse.Namespace) -> int:
+def _read_catalog(args: argparse.Namespace) -> object:
+    """The catalog body from FILE, or from the `tools/list` of the MCP server `--mcp` starts."""
+    if (args.file is None) == (args.mcp is None):
+        given = "both" if args.file else "neither"
+        raise UsageError(f"expected a FILE or --mcp COMMAND, got {given}")
+    if args.mcp is not None:
+        import asyncio
+
+        from toolselect.mcp_import import list_mcp_tools
+
+        return asyncio.run(list_mcp_tools(args.mcp, timeout_s=args.timeout))
     from pathlib import Path
 
-    from toolselect.catalog import parse_tools
-
     try:
-        data = json.loads(Path(args.file).read_text(encoding="utf-8"))
+        return json.loads(Path(args.file).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{args.file}: cannot read JSON: {exc}") from None
-    tools, pack = parse_tools(data)
+
+
+def cmd_tools_import(args: argparse.Namespace) -> int:
+    from toolselect.catalog import parse_tools
+
+    tools, pack = parse_tools(_read_catalog(args))
 
     async def body(service: Service) -> int:
         from toolselect.service import IMPORT_BATCH
@@ -320,6 +355,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=cmd_serve)
 
+    mcp = with_store(sub.add_parser("mcp", help="run the MCP server (stdio or streamable HTTP)"))
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    mcp.add_argument("--host", help="with --transport http (default: from settings)")
+    mcp.add_argument("--port", type=int, help="with --transport http (default: from settings)")
+    mcp.add_argument(
+        "--insecure", action="store_true", help="allow a non-loopback bind (no authentication)"
+    )
+    mcp.set_defaults(func=cmd_mcp)
+
     rank = with_store(sub.add_parser("rank", help="rank the catalog for TEXT"))
     rank.add_argument("text")
     rank.add_argument("-k", type=int, default=5)
@@ -330,8 +374,20 @@ def build_parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", help="manage the catalog").add_subparsers(
         dest="tools_command", required=True
     )
-    imp = with_store(tools.add_parser("import", help="import MCP, OpenAI or native JSON"))
-    imp.add_argument("file")
+    imp = with_store(
+        tools.add_parser(
+            "import", help="import MCP, OpenAI or native JSON, or an MCP server's tools"
+        )
+    )
+    imp.add_argument("file", nargs="?", help="a JSON file (or use --mcp)")
+    imp.add_argument(
+        "--mcp",
+        metavar="COMMAND",
+        help='start this MCP server over stdio and import its tools/list, e.g. "python -m srv"',
+    )
+    imp.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds for --mcp to list its tools"
+    )
     imp.add_argument("--pack")
     imp.add_argument(
         "--progress",

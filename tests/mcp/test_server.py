@@ -1,0 +1,247 @@
+"""The MCP tools and resources of `toolselect mcp`, through the SDK's client on both transports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, MCPError
+from mcp.types import CallToolResult, TextContent, TextResourceContents
+
+from tests.mcp.conftest import EXE, Connect, run_cli, stdio_params
+from tests.services import cli_env
+from toolselect.config import Settings
+from toolselect.graph.factory import open_store
+from toolselect.graph.store import Store
+
+
+def text(result: CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+async def read_json(client: Client, uri: str) -> Any:
+    result = await client.read_resource(uri)
+    block = result.contents[0]
+    assert isinstance(block, TextResourceContents)
+    assert block.mime_type == "application/json"
+    return json.loads(block.text)
+
+
+@asynccontextmanager
+async def project_store(db: Path) -> AsyncIterator[Store]:
+    """The store `db` through the project's own Store API, as another process sees it."""
+    store = await open_store(Settings(store=f"sqlite:{db}", data_dir=str(db.parent)))
+    try:
+        await store.migrate()
+        yield store
+    finally:
+        await store.close()
+
+
+async def test_lists_the_three_tools_with_schemas(connect: Connect) -> None:
+    """tools/list offers search_tools, report_turn and label_turn, each requiring its fields."""
+    async with connect() as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(listed) == {"search_tools", "report_turn", "label_turn"}
+    assert listed["search_tools"].input_schema["required"] == ["query"]
+    assert set(listed["report_turn"].input_schema["required"]) == {"request", "used_tool"}
+    assert set(listed["label_turn"].input_schema["required"]) == {"query", "tool"}
+    assert listed["search_tools"].annotations is not None
+    assert listed["search_tools"].annotations.read_only_hint is True
+
+
+async def test_search_tools_puts_the_obvious_tool_first(connect: Connect) -> None:
+    """An email request ranks send_email first, with its description, input schema and margin."""
+    async with connect() as client:
+        result = await client.call_tool(
+            "search_tools", {"query": "send the quarterly report to Marco by email", "k": 2}
+        )
+    assert not result.is_error, text(result)
+    body = result.structured_content
+    assert body is not None
+    assert body["tools"][0]["name"] == "send_email"
+    assert len(body["tools"]) == 2
+    top = body["tools"][0]
+    assert top["description"] == "Send an email message to a recipient."
+    assert top["inputSchema"]["required"] == ["to"]
+    assert body["tools"][0]["score"] >= body["tools"][1]["score"]
+    assert body["margin"] == pytest.approx(top["score"] - body["tools"][1]["score"])
+    assert body["embedder"] == "hashing-v1"
+    assert json.loads(text(result)) == body
+
+
+async def test_report_turn_reaches_the_store(connect: Connect, store_db: Path) -> None:
+    """A reported turn is queued and the learner writes it to the store under its turn id."""
+    turn_id = uuid.uuid4().hex
+    async with connect() as client:
+        result = await client.call_tool(
+            "report_turn",
+            {
+                "request": "what's the weather in Turin tomorrow?",
+                "used_tool": "web_search",
+                "outcome": "ok",
+                "turn_id": turn_id,
+                "agent_id": "agent-7",
+            },
+        )
+        assert not result.is_error, text(result)
+        assert result.structured_content == {"queued": True, "reason": None}
+        # Read back while the server still runs: another process's view of the store.
+        async with project_store(store_db) as store:
+            deadline = time.monotonic() + 30
+            while (turn := await store.get_turn(turn_id)) is None:
+                assert time.monotonic() < deadline, "the turn never reached the store"
+                await asyncio.sleep(0.2)
+    assert turn.used_tool == "web_search"
+    assert turn.request == "what's the weather in Turin tomorrow?"
+    assert turn.agent_id == "agent-7"
+
+
+async def test_label_turn_stores_a_feedback_exemplar(connect: Connect, store_db: Path) -> None:
+    """label_turn saves a `feedback` exemplar and the next search ranks the labelled tool first."""
+    query = f"quanto costa il bitcoin adesso? {uuid.uuid4().hex[:6]}"
+    async with connect() as client:
+        result = await client.call_tool("label_turn", {"query": query, "tool": "web_search"})
+        assert not result.is_error, text(result)
+        body = result.structured_content
+        assert body is not None
+        assert body["saved"] is True
+        assert (body["tool"], body["tier"], body["query"]) == ("web_search", "feedback", query)
+        ranked = await client.call_tool("search_tools", {"query": query, "k": 1})
+        assert ranked.structured_content is not None
+        assert ranked.structured_content["tools"][0]["name"] == "web_search"
+    async with project_store(store_db) as store:
+        exemplar = await store.exemplar_for_query(query)
+    assert exemplar is not None
+    assert (exemplar.id, exemplar.tool, exemplar.tier) == (body["id"], "web_search", "feedback")
+
+
+BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
+    ("search_tools", {"query": "weather", "k": 0}, "expected k in 1..100, got 0"),
+    ("search_tools", {"query": "weather", "k": "many"}, "expected k: input should be a valid integer"),
+    ("search_tools", {"k": 3}, "expected query, got nothing"),
+    ("search_tools", {"query": "   "}, "query"),
+    ("report_turn", {"request": "hi", "used_tool": "x", "outcome": "fine"}, "expected outcome: input should be 'ok', 'error' or 'corrected', got 'fine'"),
+    ("report_turn", {"request": "é" * 5000, "used_tool": "x"}, "expected request of at most 8192 bytes, got 10000"),
+    ("label_turn", {"query": "weather in Oslo", "tool": "no_such_tool"}, "no tool named 'no_such_tool'"),
+]  # fmt: skip
+
+
+async def test_bad_arguments_are_tool_errors(connect: Connect) -> None:
+    """Bad input comes back as isError naming the field and the rule; the server keeps serving."""
+    async with connect() as client:
+        for tool, arguments, message in BAD_CALLS:
+            result = await client.call_tool(tool, arguments)
+            assert result.is_error, (tool, arguments)
+            assert message in text(result), (tool, arguments)
+            assert "\n" not in text(result)
+        after = await client.call_tool("search_tools", {"query": "weather in Oslo"})
+    assert not after.is_error
+
+
+async def test_resources_list_and_read(connect: Connect) -> None:
+    """The catalog and every analysis are listed resources that read as JSON."""
+    async with connect() as client:
+        uris = {str(r.uri) for r in (await client.list_resources()).resources}
+        templates = {
+            t.uri_template for t in (await client.list_resource_templates()).resource_templates
+        }
+        catalog = await read_json(client, "toolselect://catalog")
+        index = await read_json(client, "toolselect://analytics")
+        cold = await read_json(client, "toolselect://analytics/cold_tools")
+        drift = await read_json(client, "toolselect://analytics/drift?since=2000-01-01")
+        learning = await read_json(client, "toolselect://analytics/learning")
+    assert {"toolselect://catalog", "toolselect://analytics/misroute_rate"} <= uris
+    assert set(index["analyses"]) <= uris
+    assert len(index["analyses"]) == 8
+    assert templates == {"toolselect://analytics/{name}{?since}"}
+    assert {t["name"] for t in catalog["tools"]} == {"send_email", "get_weather", "web_search"}
+    assert cold["columns"] == ["tool"]
+    assert {row[0] for row in cold["rows"]} <= {"send_email", "get_weather", "web_search"}
+    assert drift["name"] == "drift"
+    assert drift["columns"] == ["day", "turns", "flagged_rate", "escalation_rate"]
+    assert isinstance(learning, dict)
+    assert learning
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("toolselect://analytics/nope", "no analysis named 'nope'; known: misroute_rate"),
+        ("toolselect://analytics/drift?since=yesterday", "expected since as an ISO-8601 date or datetime, got 'yesterday'"),
+    ],
+)  # fmt: skip
+async def test_bad_resource_reads_are_protocol_errors(
+    connect: Connect, uri: str, message: str
+) -> None:
+    """An unknown analysis or a bad `since` is a JSON-RPC error with toolselect's message."""
+    async with connect() as client:
+        with pytest.raises(MCPError, match=message):
+            await client.read_resource(uri)
+
+
+def test_stdout_carries_only_protocol_messages(store_db: Path) -> None:
+    """Over stdio, every stdout line is JSON-RPC and the service's log lines go to stderr."""
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    done = subprocess.run(
+        [*EXE, "mcp"],
+        input=json.dumps(hello) + "\n",
+        capture_output=True,
+        text=True,
+        env=cli_env(store_db, TOOLSELECT_LOG_LEVEL="debug"),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines
+    for line in lines:
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    assert json.loads(lines[0])["result"]["serverInfo"]["name"] == "toolselect"
+    assert "catalog_loaded" in done.stderr
+    assert "mcp_service_closed" in done.stderr  # stdin closed: the lifespan closed the service
+
+
+def test_http_refuses_a_public_bind_without_insecure(tmp_path: Path) -> None:
+    """The MCP endpoint has no authentication, so a non-loopback bind needs --insecure."""
+    done = run_cli(
+        ["mcp", "--transport", "http", "--host", "0.0.0.0", "--port", "1"],
+        cli_env(tmp_path / "s.db"),
+    )
+    assert done.returncode == 2
+    assert "refusing to serve MCP on 0.0.0.0" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+async def test_default_hybrid_embedder_serves(store_db: Path) -> None:
+    """With the default dense+hashing embedder the lifespan loads the model and search works."""
+    params = stdio_params(store_db)
+    assert params.env is not None
+    params.env.pop("TOOLSELECT_EMBEDDER")
+    async with Client(params, read_timeout_seconds=120) as client:
+        result = await client.call_tool(
+            "search_tools", {"query": "will it rain in Turin tomorrow?", "k": 1}
+        )
+    assert not result.is_error, text(result)
+    assert result.structured_content is not None
+    assert result.structured_content["embedder"].startswith("hybrid")
+    assert result.structured_content["tools"][0]["name"] == "get_weather"

@@ -1,0 +1,377 @@
+"""toolselect as an MCP server (`toolselect mcp`): tool search, turn reports and labels as MCP tools,
+the analyses and the catalog as MCP resources, over stdio or streamable HTTP.
+
+One `Service` runs in-process for the life of the server (the SDK's lifespan: entered once per
+process on stdio, once for the session manager over HTTP, never once per session). stdout is the
+stdio protocol channel, so the service logs only to stderr (`toolselect.logs`).
+
+Errors reach the host as tool results with `isError` and one line naming the field and the rule
+(`expected k in 1..100, got 0`); resources answer with a JSON-RPC error. Nothing a caller sends
+stops the server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+import anyio
+import structlog
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import (
+    ResourceError,
+    ResourceNotFoundError,
+    ToolError,
+    UnexpectedToolError,
+)
+from mcp.server.mcpserver.resources import FunctionResource
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+
+from toolselect import analytics
+from toolselect.config import Settings
+from toolselect.errors import InvalidInput, NotFound, ToolselectError
+from toolselect.graph.store import Tool
+from toolselect.service import Service
+
+log = structlog.get_logger("toolselect.mcp")
+
+SERVER_NAME = "toolselect"
+ANALYTICS_URI = "toolselect://analytics"
+CATALOG_URI = "toolselect://catalog"
+JSON_MIME = "application/json"
+# Not a store analysis: the fit the learning loop holds in memory, served beside them.
+LEARNING = "learning"
+
+INSTRUCTIONS = """\
+toolselect ranks a tool catalog for a request and learns from what the agent then did.
+Call search_tools with the user's request before choosing a tool from a large catalog; after the
+turn, call report_turn with the tool actually used, so mis-routes are detected and learned from.
+label_turn records a human-confirmed (request, tool) pair."""
+
+Outcome = Literal["ok", "error", "corrected"]
+ToolContext = Context[Service, Any]
+
+
+class FoundTool(BaseModel):
+    """One ranked tool, with what a host needs to call it."""
+
+    name: str
+    score: float
+    description: str
+    inputSchema: dict[str, Any]  # MCP's own spelling of the field
+
+
+class SearchResult(BaseModel):
+    """`search_tools`: the best tools first; `margin` is the top score minus the runner-up's."""
+
+    tools: list[FoundTool]
+    margin: float
+    embedder: str
+
+
+class TurnReport(BaseModel):
+    """`report_turn`: whether the learner took the turn; a dropped turn is not an error."""
+
+    queued: bool
+    reason: str | None = None
+
+
+class LabelResult(BaseModel):
+    """`label_turn`: the stored exemplar (`saved` is false when the same label was there)."""
+
+    saved: bool
+    id: str
+    query: str
+    tool: str
+    tier: str
+
+
+def _service(ctx: ToolContext) -> Service:
+    return ctx.request_context.lifespan_context
+
+
+def _schema(tool: Tool | None) -> dict[str, Any]:
+    # MCP requires an object schema at the root; a catalog entry may have been stored without one.
+    if tool is None or not tool.input_schema:
+        return {"type": "object", "properties": {}}
+    return dict(tool.input_schema)
+
+
+def _tool_error(exc: ToolselectError) -> ToolError:
+    message = exc.message if isinstance(exc, InvalidInput) else str(exc)
+    return ToolError(" ".join(message.split()))
+
+
+async def search_tools(
+    query: Annotated[str, Field(description="The user's request, as they wrote it.")],
+    ctx: ToolContext,
+    k: Annotated[int, Field(description="How many tools to return (1..100).")] = 5,
+    pack: Annotated[
+        str | None, Field(description="Only tools of this pack (a catalog subset).")
+    ] = None,
+) -> SearchResult:
+    """Rank the tool catalog for a request: the k most relevant tools, best first, each with
+    its score, description and input schema."""
+    service = _service(ctx)
+    try:
+        ranking = await service.rank(query, k, pack=pack)
+    except ToolselectError as exc:
+        raise _tool_error(exc) from exc
+    found = []
+    for result in ranking.results:
+        tool = service.tool(result.tool)
+        found.append(
+            FoundTool(
+                name=result.tool,
+                score=result.score,
+                description=tool.description if tool else "",
+                inputSchema=_schema(tool),
+            )
+        )
+    return SearchResult(tools=found, margin=ranking.margin, embedder=service.embedder.id)
+
+
+async def report_turn(
+    request: Annotated[str, Field(description="The user's request of the turn.")],
+    used_tool: Annotated[str, Field(description="The tool the agent actually called.")],
+    ctx: ToolContext,
+    outcome: Annotated[Outcome | None, Field(description="How the call went, when known.")] = None,
+    turn_id: Annotated[str | None, Field(description="Your id of the turn (idempotent).")] = None,
+    agent_id: Annotated[str | None, Field(description="Which agent took the turn.")] = None,
+    pack: Annotated[str | None, Field(description="The pack the turn ranked in.")] = None,
+) -> TurnReport:
+    """Report which tool the agent used for a request, after the turn. Returns at once: the
+    turn is queued for the learner (or dropped when its queue is full, never an error)."""
+    service = _service(ctx)
+    limit = service.settings.max_query_bytes
+    for field, value in (("request", request), ("used_tool", used_tool)):
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise ToolError(f"expected {field} of at most {limit} bytes, got {size}")
+    queued = service.observe(
+        request, used_tool, turn_id=turn_id, agent_id=agent_id, pack=pack, outcome=outcome
+    )
+    return TurnReport(queued=queued, reason=None if queued else "queue_full")
+
+
+async def label_turn(
+    query: Annotated[str, Field(description="A request, as a user would write it.")],
+    tool: Annotated[str, Field(description="The catalog tool that should serve it.")],
+    ctx: ToolContext,
+) -> LabelResult:
+    """Record a human-confirmed label: this request should go to this tool. It is used for
+    ranking at once and never expires."""
+    try:
+        saved, exemplar = await _service(ctx).feedback(query, tool)
+    except ToolselectError as exc:
+        raise _tool_error(exc) from exc
+    return LabelResult(
+        saved=saved,
+        id=exemplar.id,
+        query=exemplar.query,
+        tool=exemplar.tool,
+        tier=exemplar.tier,
+    )
+
+
+def explain(exc: ValidationError) -> str:
+    """Pydantic's argument errors as one line: each field, the rule it broke, the value sent."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(p) for p in error["loc"]) or "arguments"
+        if error["type"] == "missing":
+            parts.append(f"expected {field}, got nothing")
+        else:
+            rule = error["msg"][0].lower() + error["msg"][1:]
+            parts.append(f"expected {field}: {rule}, got {error['input']!r}")
+    return "; ".join(parts)
+
+
+class ToolselectMCP(MCPServer[Service]):
+    """The SDK's server, with argument validation errors told in toolselect's words."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: ToolContext | None = None
+    ) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            raise ToolError(f"Error executing tool {name}: {explain(cause)}") from cause
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def build_server(settings: Settings) -> ToolselectMCP:
+    """The MCP server; its lifespan starts a `Service` on `settings` and closes it at the end."""
+    running = _Running()
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[Service]) -> AsyncIterator[Service]:
+        # An unreachable store does not stop the start (a host would see a dead server):
+        # tools answer `not ready` until the background connect succeeds.
+        service = await Service.start(settings, wait_for_store=True)
+        running.service = service
+        try:
+            yield service
+        finally:
+            running.service = None
+            await service.close()
+            log.info("mcp_service_closed")
+
+    server = ToolselectMCP(
+        SERVER_NAME,
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        log_level=_SDK_LEVELS.get(settings.log_level, "WARNING"),
+    )
+    read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+    server.add_tool(search_tools, annotations=read_only)
+    server.add_tool(
+        report_turn, annotations=ToolAnnotations(readOnlyHint=False, openWorldHint=False)
+    )
+    server.add_tool(
+        label_turn,
+        annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=True, openWorldHint=False),
+    )
+    _add_resources(server, running)
+    return server
+
+
+def run(server: ToolselectMCP, settings: Settings, transport: Literal["stdio", "http"]) -> None:
+    """Serve until stdin closes (stdio) or SIGINT/SIGTERM (HTTP, at `settings.host:port/mcp`).
+
+    Over HTTP uvicorn shuts down gracefully on a signal (the service closes, its learner drained),
+    then raises the signal again, so the process ends as killed by it, the Unix convention.
+    """
+    if transport == "stdio":
+        server.run("stdio")
+        return
+    import uvicorn
+
+    config = uvicorn.Config(
+        server.streamable_http_app(host=settings.host),
+        host=settings.host,
+        port=settings.port,
+        # No logging config of uvicorn's own: its access lines would go to stdout; through the
+        # root logger they reach stderr like every other line.
+        log_config=None,
+        access_log=settings.log_level == "debug",
+    )
+    log.info("mcp_http_starting", url=f"http://{settings.host}:{settings.port}/mcp")
+    anyio.run(uvicorn.Server(config).serve)
+
+
+_SDK_LEVELS: dict[str, Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = {
+    "debug": "DEBUG",
+    "info": "INFO",
+    "warning": "WARNING",
+    "error": "ERROR",
+}
+
+
+class _Running:
+    """The service while the server runs. Static resources take no `Context` in the SDK, so
+    they reach the lifespan's service through this slot instead."""
+
+    def __init__(self) -> None:
+        self.service: Service | None = None
+
+    def get(self) -> Service:
+        if self.service is None:
+            raise ResourceError("the toolselect service is not running")
+        return self.service
+
+
+async def _analysis(service: Service, name: str, since: str | None) -> str:
+    try:
+        if name == LEARNING:
+            return _dumps(service.learning_payload())
+        return _dumps(await analytics.analysis_payload(service.store, name, since))
+    except NotFound as exc:
+        raise ResourceNotFoundError(str(exc)) from exc
+    except ToolselectError as exc:
+        raise ResourceError(" ".join(str(exc).split())) from exc
+
+
+def _add_resources(server: ToolselectMCP, running: _Running) -> None:
+    names = (*analytics.NAMES, LEARNING)
+
+    async def catalog() -> str:
+        tools = await running.get().store.list_tools()
+        return _dumps(
+            {
+                "tools": [
+                    {
+                        "name": t.name,
+                        "description": t.description,
+                        "inputSchema": dict(t.input_schema),
+                        "packs": list(t.packs),
+                    }
+                    for t in tools
+                ]
+            }
+        )
+
+    async def index() -> str:
+        return _dumps({"analyses": [f"{ANALYTICS_URI}/{name}" for name in names]})
+
+    server.add_resource(
+        FunctionResource.from_function(
+            catalog,
+            CATALOG_URI,
+            name="catalog",
+            description="Every tool of the catalog: name, description, inputSchema, packs.",
+            mime_type=JSON_MIME,
+        )
+    )
+    server.add_resource(
+        FunctionResource.from_function(
+            index,
+            ANALYTICS_URI,
+            name="analytics",
+            description="The URIs of the analyses of the learning loop.",
+            mime_type=JSON_MIME,
+        )
+    )
+    for name in names:
+        description = (
+            "what the learning loop chose from its labels: fold, calibration curve, teacher depth"
+            if name == LEARNING
+            else analytics.ANALYSES[name].description
+        )
+        server.add_resource(
+            FunctionResource.from_function(
+                _analysis_reader(running, name),
+                f"{ANALYTICS_URI}/{name}",
+                name=name,
+                description=f"{description} (JSON: name, columns, rows)",
+                mime_type=JSON_MIME,
+            )
+        )
+
+    # The same analyses with a `since` filter (ISO-8601 date or time), for hosts that fill in
+    # resource templates.
+    @server.resource(
+        ANALYTICS_URI + "/{name}{?since}",
+        name="analysis",
+        description="One analysis by name, optionally only data at or after `since` (ISO-8601).",
+        mime_type=JSON_MIME,
+    )
+    async def analysis(name: str, since: str | None = None) -> str:
+        return await _analysis(running.get(), name, since)
+
+
+def _analysis_reader(running: _Running, name: str) -> Callable[[], Any]:
+    async def read() -> str:
+        return await _analysis(running.get(), name, None)
+
+    read.__name__ = f"analysis_{name}"
+    return read
