@@ -276,6 +276,7 @@ def json_response(model: BaseModel, status: int = 200) -> web.Response:
 def create_app(service: Service) -> web.Application:
     """The HTTP API over a started service (the caller owns the service's lifetime)."""
     from toolselect.api.routes import add_routes
+    from toolselect.api.ui import add_ui_routes
 
     app = web.Application(
         middlewares=[middleware],
@@ -285,4 +286,5 @@ def create_app(service: Service) -> web.Application:
     app[GATE] = _Gate(service.settings.max_concurrency)
     app[API_KEYS] = tuple(key.encode() for key in service.settings.api_keys)
     add_routes(app)
+    add_ui_routes(app)
     return app

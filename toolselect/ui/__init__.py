@@ -1,0 +1,1 @@
+"""The dashboard's static files (`GET /ui`), served by `toolselect.api.ui`."""
