@@ -52,7 +52,7 @@ async def page(request: web.Request) -> web.Response:
 
 async def asset(request: web.Request) -> web.Response:
     name = request.match_info["name"]
-    if name not in _ASSETS or name == "index.html":
+    if name not in _ASSETS:
         raise web.HTTPNotFound()
     return _response(request, name)
 

@@ -48,6 +48,8 @@ const ANALYSES = {
 const ORDER = Object.keys(ANALYSES);
 
 const state = { tools: [], counts: new Map(), redraw: [] };
+// Moved into the analyses' grid on each load, so it is held here rather than looked up.
+const learningEl = document.getElementById("card-learning");
 
 // --- the API ---------------------------------------------------------------------------------
 
@@ -178,6 +180,13 @@ function drawn(host, draw) {
 
 // --- charts --------------------------------------------------------------------------------------
 
+// The smallest of 1, 2, 2.5 or 5 times a power of ten at or above v: round axis ends.
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 2.5, 5, 10].map((f) => f * p).find((n) => n >= v - 1e-12);
+}
+
 function fmt(v, digits) {
   return Number(v).toFixed(digits).replace(/\.?0+$/, "") || "0";
 }
@@ -208,7 +217,10 @@ function lineChart(host, o) {
   const step = Math.ceil(o.ticks.length / room);
   o.ticks.forEach((t, i) => {
     if (i % step !== 0) return;
-    root.append(svg("text", { x: X(t.x), y: H - m.b + 16, class: "tick", "text-anchor": "middle" }, t.label));
+    // Labels at either end are anchored inwards so they are not cut at the chart's edge.
+    const x = X(t.x);
+    const anchor = x < m.l + 30 ? "start" : x > W - m.r - 30 ? "end" : "middle";
+    root.append(svg("text", { x: anchor === "start" ? x - 4 : anchor === "end" ? x + 4 : x, y: H - m.b + 16, class: "tick", "text-anchor": anchor }, t.label));
   });
   if (o.xTitle) root.append(svg("text", { x: (W + m.l) / 2, y: H - 4, class: "axis", "text-anchor": "middle" }, o.xTitle));
   for (const mark of o.marks || []) {
@@ -249,7 +261,7 @@ function driftChart(host, r) {
       xs: days.map((_, i) => i),
       ticks: days.map((d, i) => ({ x: i, label: d })),
       pointLabel: (i) => days[i],
-      yMax: Math.max(0.1, ...col(r, "flagged_rate"), ...col(r, "escalation_rate").map((v) => v || 0)),
+      yMax: Math.min(1, niceMax(Math.max(...col(r, "flagged_rate"), ...col(r, "escalation_rate").map((v) => v || 0)))),
       yFmt: (v) => Math.round(v * 100) + "%",
       series: [
         { name: "flagged rate", ys: col(r, "flagged_rate") },
@@ -320,15 +332,17 @@ function growthChart(host, r) {
     let total = 0;
     return { name: tier, ys: days.map((d) => (total += perDay.get(d) || 0)) };
   });
-  const top = Math.max(1, ...series.map((s) => s.ys[s.ys.length - 1]));
+  // Counts: a top that is a multiple of 4 puts every one of the 5 grid lines on a whole number.
+  const top = Math.max(...series.map((s) => s.ys[s.ys.length - 1]));
+  const yMax = 4 * Math.ceil(niceMax(top) / 4);
   drawn(host, (h) =>
     lineChart(h, {
       label: "cumulative exemplars per tier",
       xs: days.map((_, i) => i),
       ticks: days.map((d, i) => ({ x: i, label: d })),
       pointLabel: (i) => days[i],
-      yMax: top,
-      yFmt: (v) => fmt(v, 1),
+      yMax,
+      yFmt: (v) => String(Math.round(v)),
       series,
     })
   );
@@ -346,7 +360,7 @@ function coldChart(host, r) {
 }
 
 function learningCard(fit) {
-  const body = $("#card-learning .body");
+  const body = learningEl.querySelector(".body");
   body.replaceChildren();
   if (fit instanceof Error) {
     body.append(el("p", { class: "error", text: errorText(fit) }));
@@ -359,7 +373,7 @@ function learningCard(fit) {
       "p",
       { class: "sub" },
       `${fit.labels} labels · target precision ${ft.target_precision} · margin floor ` +
-        (floor === null || floor === undefined ? "none (the free tier does not label)" : `${floor} (${ft.floor_source})`)
+        (floor === null || floor === undefined ? "none (the free tier does not label)" : `${fmt(floor, 4)} (${ft.floor_source})`)
     )
   );
   const curve = ft.curve || [];
@@ -494,7 +508,6 @@ function fillCard(card, name, result) {
   }
   const known = ANALYSES[name];
   if (known && known.chart && result.rows.length) known.chart(chart, result);
-  else if (!result.rows.length) chart.append(el("p", { class: "empty", text: "No rows yet." }));
   tableHost.append(table(result.columns, result.rows));
 }
 
@@ -529,8 +542,10 @@ async function load() {
     host.append(card); // attached first: charts measure the card's width
     fillCard(card, name, results[i]);
   });
+  // The calibration card joins the analyses' grid after the charts of the known analyses.
+  host.insertBefore(learningEl, $("#card-label_conflicts"));
   if (fit) learningCard(fit);
-  $("#card-learning").hidden = !fit;
+  learningEl.hidden = !fit;
   if (tools instanceof Error) {
     $("#catalog .body").replaceChildren(el("p", { class: "error", text: errorText(tools) }));
   } else {

@@ -1,0 +1,1 @@
+"""Dashboard tests: the /ui route, and the page in a real headless Chromium."""

@@ -1,0 +1,202 @@
+"""The dashboard in headless Chromium against a real seeded server: charts, tables, catalog,
+the label and delete forms, and the API-key prompt, at desktop and phone widths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from selenium.webdriver import Chrome
+from selenium.webdriver.common.by import By
+
+from tests.api.conftest import HAND_CATALOG
+from tests.live import LiveServer
+from tests.ui.conftest import (
+    API_KEY,
+    HISTORY_DAYS,
+    call,
+    console_errors,
+    open_page,
+    screenshot,
+    wait_for,
+)
+
+LOADED = "document.querySelector('#status').textContent.startsWith('Loaded')"
+WIDTHS = [pytest.param(1280, 900, id="1280"), pytest.param(390, 844, id="390")]
+
+
+def _texts(driver: Chrome, selector: str) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, selector)]
+
+
+def _rows(driver: Chrome, card: str) -> list[list[str]]:
+    """The cells of an analysis card's table (textContent: rows scrolled out of view count)."""
+    script = (
+        "return [...document.querySelectorAll(arguments[0] + ' .table-host tbody tr')]"
+        ".map(tr => [...tr.cells].map(td => td.textContent))"
+    )
+    rows: list[list[str]] = driver.execute_script(script, f"#card-{card}")
+    return rows
+
+
+def _counts(driver: Chrome) -> dict[str, str]:
+    script = (
+        "return Object.fromEntries([...document.querySelectorAll('#catalog-table tr[data-tool]')]"
+        ".map(tr => [tr.dataset.tool, tr.querySelector('td.count').textContent]))"
+    )
+    counts: dict[str, str] = driver.execute_script(script)
+    return counts
+
+
+def _set(driver: Chrome, selector: str, value: str) -> None:
+    field = driver.find_element(By.CSS_SELECTOR, selector)
+    field.clear()
+    field.send_keys(value)
+
+
+@pytest.mark.parametrize(("width", "height"), WIDTHS)
+def test_dashboard_draws_every_analysis(
+    browser: Chrome, server: LiveServer, width: int, height: int
+) -> None:
+    """Each analysis, the calibration curve and the catalog render with the seeded data, and
+    the page never scrolls sideways (wide tables scroll inside their card)."""
+    open_page(browser, f"{server.url}/ui", width, height)
+    wait_for(browser, LOADED)
+
+    confusions = _rows(browser, "confusions")
+    assert ["web_search", "send_email", "2"] in confusions
+    assert ["stock_quote", "get_weather", "1"] in confusions
+    heat = browser.find_element(
+        By.CSS_SELECTOR, '#card-confusions td[data-pair="web_search -> send_email"]'
+    )
+    assert heat.text == "2"
+    assert heat.value_of_css_property("background-color") != "rgba(0, 0, 0, 0)"
+
+    # Mis-route rate over time: one point per day with turns, today and the seeded history.
+    assert len(_rows(browser, "drift")) == HISTORY_DAYS + 1
+    assert (
+        len(browser.find_elements(By.CSS_SELECTOR, "#card-drift svg circle.s0")) == HISTORY_DAYS + 1
+    )
+    assert "shell_exec" in _texts(browser, "#card-misroute_rate .bars .label")
+    assert set(_texts(browser, "#card-oracle_usage .bars .label")) == {"ranker", "ratchet"}
+    assert browser.find_elements(By.CSS_SELECTOR, "#card-exemplar_growth svg circle")
+    assert sorted(r[0] for r in _rows(browser, "cold_tools")) == [
+        "create_calendar_event",
+        "fs_read",
+    ]
+    assert _rows(browser, "label_conflicts") == [["no rows"]]
+    marks = _texts(browser, "#card-learning svg .mark-label")
+    assert marks == ["target", "floor"]
+    assert browser.find_elements(By.CSS_SELECTOR, "#card-learning svg polyline.line")
+
+    # Exemplar counts per tool, all tools listed: two labels for send_email (one typed, one the
+    # ranker tier added for a mis-routed turn), one for get_weather, none for the rest.
+    counts = _counts(browser)
+    assert set(counts) == {t.name for t in HAND_CATALOG}
+    assert counts["send_email"] == "2"
+    assert counts["get_weather"] == "1"
+    assert counts["fs_read"] == "0"
+
+    page_width = browser.execute_script("return document.documentElement.scrollWidth")
+    assert page_width <= width
+    if width < 600:
+        catalog: Any = browser.execute_script(
+            "const w = document.querySelector('#catalog .table-wrap');"
+            "return [w.scrollWidth, w.clientWidth]"
+        )
+        assert catalog[0] > catalog[1]  # the table scrolls, the page does not
+
+    screenshot(browser, f"dashboard-{width}")
+    assert console_errors(browser) == []
+
+
+def test_label_and_delete_forms(browser: Chrome, server: LiveServer) -> None:
+    """The label form stores an exemplar the API then lists, the delete form removes it, and a
+    refused label shows the API's own error message."""
+    open_page(browser, f"{server.url}/ui", 1280, 900)
+    wait_for(browser, LOADED)
+    query = "book a meeting with Ada on Friday at ten"
+    _set(browser, "#label-query", query)
+    _set(browser, "#label-tool", "create_calendar_event")
+    browser.find_element(By.CSS_SELECTOR, "#label-form button[type=submit]").click()
+    result = wait_for(browser, "document.querySelector('#label-form .result').textContent")
+    assert result.startswith("Saved"), result
+
+    listed = call(server.url, "GET", "/v1/tools/create_calendar_event/exemplars").body
+    [exemplar] = [e for e in listed["exemplars"] if e["query"] == query]
+    assert exemplar["id"] in result
+    wait_for(
+        browser,
+        "document.querySelector('#catalog-table tr[data-tool=\"create_calendar_event\"] td.count').textContent === '1'",
+    )
+
+    _set(browser, "#delete-id", exemplar["id"])
+    browser.find_element(By.CSS_SELECTOR, "#delete-form button[type=submit]").click()
+    deleted = wait_for(browser, "document.querySelector('#delete-form .result').textContent")
+    assert deleted == f"Deleted exemplar {exemplar['id']}"
+    listed = call(server.url, "GET", "/v1/tools/create_calendar_event/exemplars").body
+    assert query not in [e["query"] for e in listed["exemplars"]]
+    wait_for(
+        browser,
+        "document.querySelector('#catalog-table tr[data-tool=\"create_calendar_event\"] td.count').textContent === '0'",
+    )
+
+    _set(browser, "#label-tool", "no_such_tool")
+    browser.find_element(By.CSS_SELECTOR, "#label-form button[type=submit]").click()
+    wait_for(browser, "document.querySelector('#label-form .result.error')")
+    refused = browser.find_element(By.CSS_SELECTOR, "#label-form .result").text
+    assert refused == "404 not_found: no tool named 'no_such_tool'"
+    # A tool's exemplars are fetched when its row is opened.
+    browser.find_element(
+        By.CSS_SELECTOR, '#catalog-table tr[data-tool="send_email"] button'
+    ).click()
+    wait_for(browser, "document.querySelectorAll('tr.exemplars li').length === 2")
+    queries = _texts(browser, "tr.exemplars li q")
+    assert "email the quarterly report to Marco" in queries
+    screenshot(browser, "forms-1280")
+    # The browser logs the refused request itself; nothing else may be logged.
+    assert console_errors(browser, expected=("/v1/exemplars - Failed to load resource",)) == []
+
+
+def test_since_filters_analyses_not_counts(browser: Chrome, server: LiveServer) -> None:
+    """A `since` in the future empties the analyses, while the catalog's exemplar counts stay
+    all-time."""
+    open_page(browser, f"{server.url}/ui", 1280, 900)
+    wait_for(browser, LOADED)
+    browser.execute_script("document.querySelector('#since').value = '2999-01-01'")
+    browser.find_element(By.CSS_SELECTOR, "#since-form button[type=submit]").click()
+    wait_for(browser, f"document.querySelector('#card-confusions tbody td.empty') && {LOADED}")
+    assert _rows(browser, "drift") == [["no rows"]]
+    assert not browser.find_elements(By.CSS_SELECTOR, "#card-drift svg")
+    assert _counts(browser)["send_email"] == "2"
+    assert browser.find_element(By.ID, "card-learning").is_displayed()
+    assert console_errors(browser) == []
+
+
+@pytest.mark.parametrize(("width", "height"), WIDTHS)
+def test_api_key_prompt(browser: Chrome, keyed_server: LiveServer, width: int, height: int) -> None:
+    """With keys configured the page loads but its data requests are refused until the key is
+    typed; a wrong key is reported, the right one shows the dashboard."""
+    url = keyed_server.url
+    page = call(url, "GET", "/ui")
+    assert page.status == 200 and "<main" in page.body
+    assert call(url, "GET", "/v1/analytics").status == 401
+    open_page(browser, f"{url}/ui", width, height)
+    browser.execute_script("sessionStorage.clear()")
+    browser.refresh()
+    wait_for(browser, "!document.querySelector('#key-prompt').hidden")
+    assert not browser.find_element(By.ID, "dashboard").is_displayed()
+    screenshot(browser, f"key-prompt-{width}")
+
+    _set(browser, "#api-key", "wrong-key")
+    browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+    error = wait_for(browser, "document.querySelector('#key-error').textContent")
+    assert error.startswith("The server refused that key")
+
+    _set(browser, "#api-key", API_KEY)
+    browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+    wait_for(browser, LOADED)
+    assert _counts(browser)["send_email"] == "2"
+    assert browser.find_element(By.ID, "forget-key").is_displayed()
+    # Only the refused data requests (no key, then the wrong one) may be logged.
+    assert console_errors(browser, expected=("/v1/analytics - Failed to load resource",)) == []
