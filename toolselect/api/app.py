@@ -4,6 +4,8 @@ Middlewares, outermost first: request context (request id, access log, metrics, 
 API keys (`401 unauthorized` on `/v1/*` when keys are configured), concurrency limit (`503 overloaded` beyond `max_concurrency`), per-request timeout (which
 `PUT /v1/tools` moves as its import progresses: `DEADLINE`). Background
 work (connecting, flushing the write backlog, polling for other replicas) belongs to the service.
+The dashboard's static files (`/ui`, `api/ui.py`) need no key: they hold no data, and the page
+reads `/v1/*` with the key its user types.
 """
 
 from __future__ import annotations

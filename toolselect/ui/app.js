@@ -523,6 +523,7 @@ async function load() {
   }
   $("#key-prompt").hidden = true;
   $("#dashboard").hidden = false;
+  $("header nav").hidden = false;
   $("#forget-key").hidden = !apiKey();
   state.redraw = [];
   const since = $("#since").value;
@@ -562,6 +563,7 @@ async function load() {
 
 function askForKey(message) {
   $("#dashboard").hidden = true;
+  $("header nav").hidden = true; // its links lead into the hidden dashboard
   $("#key-prompt").hidden = false;
   $("#forget-key").hidden = !apiKey();
   const e = $("#key-error");
