@@ -111,8 +111,8 @@ def test_dashboard_draws_every_analysis(
 
 
 def test_label_and_delete_forms(browser: Chrome, server: LiveServer) -> None:
-    """The label form stores an exemplar the API then lists, the delete form removes it, and a
-    refused label shows the API's own error message."""
+    """The label form stores an exemplar the API then lists, the delete form removes it, a
+    refused label shows the API's own error message as text, and a tool's exemplars open."""
     open_page(browser, f"{server.url}/ui", 1280, 900)
     wait_for(browser, LOADED)
     query = "book a meeting with Ada on Friday at ten"
@@ -141,11 +141,13 @@ def test_label_and_delete_forms(browser: Chrome, server: LiveServer) -> None:
         "document.querySelector('#catalog-table tr[data-tool=\"create_calendar_event\"] td.count').textContent === '0'",
     )
 
-    _set(browser, "#label-tool", "no_such_tool")
+    # Markup in a refused value comes back as text, never as elements.
+    _set(browser, "#label-tool", "<b>no_such_tool</b>")
     browser.find_element(By.CSS_SELECTOR, "#label-form button[type=submit]").click()
     wait_for(browser, "document.querySelector('#label-form .result.error')")
     refused = browser.find_element(By.CSS_SELECTOR, "#label-form .result").text
-    assert refused == "404 not_found: no tool named 'no_such_tool'"
+    assert refused == "404 not_found: no tool named '<b>no_such_tool</b>'"
+    assert not browser.find_elements(By.CSS_SELECTOR, "#label-form .result b")
     # A tool's exemplars are fetched when its row is opened.
     browser.find_element(
         By.CSS_SELECTOR, '#catalog-table tr[data-tool="send_email"] button'
