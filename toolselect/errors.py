@@ -7,6 +7,7 @@
      ├── NotReady                          the catalog is not loaded yet (store not reached)
      ├── StoreError                        the store refused an operation
      │    └── StoreUnavailable             the store cannot be reached (retry or degrade)
+     ├── SpoolError                       the local write spool cannot be opened or written
      ├── EmbedderError
      │    └── EmbedderUnavailable          a remote embedder cannot be reached
      └── TeacherError
@@ -50,6 +51,11 @@ class StoreError(ToolselectError):
 
 class StoreUnavailable(StoreError):
     """The store cannot be reached or authenticated against; transient from a caller's view."""
+
+
+class SpoolError(ToolselectError):
+    """The local write spool cannot be opened, read or written; the writes it would hold are
+    not acknowledged."""
 
 
 class EmbedderError(ToolselectError):
