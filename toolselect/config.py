@@ -140,6 +140,7 @@ class Settings:
     exemplars_total: int = 10_000
     exemplar_max_age_days: float = 90.0
     poll_interval_s: float = 5.0
+    spool_max_mb: float = 256.0
     max_body_bytes: int = 1 << 20
     max_query_bytes: int = 8 << 10
     max_k: int = 100
@@ -165,6 +166,15 @@ class Settings:
         if self.store.startswith("sqlite:") and self.store != "sqlite:":
             return Path(self.store.removeprefix("sqlite:")).expanduser()
         return Path(self.data_dir).expanduser() / "toolselect.db"
+
+    @property
+    def spool_path(self) -> Path:
+        """The durable write spool, beside the embedded store's default place."""
+        return Path(self.data_dir).expanduser() / "spool.db"
+
+    @property
+    def spool_max_bytes(self) -> int:
+        return max(int(self.spool_max_mb * (1 << 20)), 1)
 
     @property
     def embedder_kind(self) -> str:
@@ -280,6 +290,7 @@ FIELDS: tuple[Field, ...] = (
     Field("exemplars_total", "TOOLSELECT_EXEMPLARS_TOTAL", _int(1, 100_000_000), "exemplars kept in all (newest kept)"),
     Field("exemplar_max_age_days", "TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS", _float(0.001, 100_000.0), "exemplar expiry"),
     Field("poll_interval_s", "TOOLSELECT_POLL_INTERVAL", _float(0.05, 3600.0), "seconds between polls for other replicas' exemplars"),
+    Field("spool_max_mb", "TOOLSELECT_SPOOL_MAX_MB", _float(0.001, 1_000_000.0), "megabytes of writes (turns, labels, oracle calls) the durable spool `spool.db` in the data folder keeps while the store is unreachable; past it turns are dropped first, labels last (counted in `toolselect_store_backlog_dropped_total`)"),
     Field("max_body_bytes", "TOOLSELECT_MAX_BODY_BYTES", _int(1024, 1 << 30), "largest request body"),
     Field("max_query_bytes", "TOOLSELECT_MAX_QUERY_BYTES", _int(16, 1 << 20), "longest query or request text (UTF-8 bytes)"),
     Field("max_k", "TOOLSELECT_MAX_K", _int(1, 10_000), "largest k"),

@@ -8,6 +8,7 @@
      ├── StoreError                        the store refused an operation
      │    └── StoreUnavailable             the store cannot be reached (retry or degrade)
      ├── ToolSourceError                   an MCP server to import tools from failed to list them
+     ├── SpoolError                        the local write spool cannot be opened or written
      ├── EmbedderError
      │    └── EmbedderUnavailable          a remote embedder cannot be reached
      ├── TeacherError
@@ -58,6 +59,11 @@ class StoreUnavailable(StoreError):
 
 class ToolSourceError(ToolselectError):
     """An MCP server named for an import could not be started, or did not list its tools."""
+
+
+class SpoolError(ToolselectError):
+    """The local write spool cannot be opened, read or written; the writes it would hold are
+    not acknowledged."""
 
 
 class EmbedderError(ToolselectError):

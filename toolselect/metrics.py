@@ -138,7 +138,21 @@ class Metrics:
         )
         self.backlog_dropped = Counter(
             "toolselect_store_backlog_dropped",
-            "Backlogged writes dropped (bound or shutdown)",
+            "Spooled writes dropped by the spool bound (turns first, labels last) or refused",
+            ["kind"],
+            registry=r,
+        )
+        # Every worker counts the one shared spool file, so the latest count is the depth.
+        self.spool_depth = Gauge(
+            "toolselect_spool_depth",
+            "Writes waiting in the durable spool for the store, by kind",
+            ["kind"],
+            multiprocess_mode="mostrecent",
+            registry=r,
+        )
+        self.spool_replayed = Counter(
+            "toolselect_spool_replayed",
+            "Spooled writes replayed into the store, by kind",
             ["kind"],
             registry=r,
         )

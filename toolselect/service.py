@@ -24,6 +24,7 @@ from toolselect.embed import CachedEmbedder, Embedder, RecentVectors, build_embe
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.factory import open_store
+from toolselect.graph.spool import Spool
 from toolselect.graph.store import (
     TRUSTED_TIERS,
     Exemplar,
@@ -101,10 +102,11 @@ class Service:
         *,
         metrics: Metrics | None = None,
         teacher: Teacher | None = None,
+        spool: Spool | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self.store = BufferedStore(store, metrics=self.metrics)
+        self.store = BufferedStore(store, spool=spool, metrics=self.metrics)
         self.embedder = embedder
         # Queries (not tool texts: an import would flush them) go through recent vectors, so
         # the learner does not embed a reported turn whose request was just ranked.
@@ -195,7 +197,17 @@ class Service:
         # One BLAS thread: ranking is a small matrix-vector product, where a second thread buys
         # nothing at the median and multiplies the p99 whenever the other core is busy.
         threadpool_limits(1, user_api="blas")
-        store = await open_store(settings, verify=not wait_for_store)
+        # Before the store: a spool that cannot be used stops the start (it may hold labels).
+        spool = await asyncio.to_thread(
+            Spool.open, settings.spool_path, max_bytes=settings.spool_max_bytes
+        )
+        if any(spool.depth.values()):
+            log.info("spool_pending_at_start", spool=spool.path, **spool.depth)
+        try:
+            store = await open_store(settings, verify=not wait_for_store)
+        except BaseException:
+            spool.close()
+            raise
         embedder = build_embedder(
             settings.embedder_kind,
             hybrid_weight=settings.hybrid_weight,
@@ -204,7 +216,9 @@ class Service:
             api_key=settings.embed_api_key,
             threads=settings.embed_threads,
         )
-        service = cls(settings, store, embedder, metrics=metrics, teacher=build_teacher(settings))
+        service = cls(
+            settings, store, embedder, metrics=metrics, teacher=build_teacher(settings), spool=spool
+        )
         try:
             try:
                 await service.connect()
@@ -225,6 +239,11 @@ class Service:
     async def connect(self) -> None:
         """Migrate the store, load the demo catalog if asked and the store is empty, then load."""
         await self.store.migrate()
+        # Writes spooled during an outage (or by a process that died in one) land before the
+        # load, so the ranker starts with them and reads stop failing fast.
+        await self.store.flush()
+        if self.store.down:
+            raise StoreUnavailable(self.store.last_error or "store lost while replaying the spool")
         if self.settings.load_demo and not await self.store.list_tools():
             result = await self.store.upsert_tools(load_demo_catalog())
             log.info("demo_catalog_loaded", tools=result.upserted)

@@ -1,5 +1,5 @@
-"""The write backlog in front of a store whose server is down (a real driver aimed at a
-closed port), then flushed into a real SQLite store."""
+"""The write spool in front of a store whose server is down (a real driver aimed at a
+closed port), then replayed into a real SQLite store."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest_asyncio
 from toolselect.errors import StoreUnavailable
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.neo4j import Neo4jStore
+from toolselect.graph.spool import Spool
 from toolselect.graph.sqlite import SqliteStore
 from toolselect.graph.store import Exemplar, OracleCall, Tool, Turn
 from toolselect.metrics import Metrics
@@ -34,7 +35,7 @@ def exemplar(query: str, tool: str, tier: str) -> Exemplar:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def down() -> AsyncIterator[tuple[BufferedStore, Metrics]]:
+async def down(tmp_path: Path) -> AsyncIterator[tuple[BufferedStore, Metrics]]:
     """A buffered store whose backend refuses every connection."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -43,29 +44,32 @@ async def down() -> AsyncIterator[tuple[BufferedStore, Metrics]]:
         f"bolt://127.0.0.1:{port}", connection_timeout=1, max_transaction_retry_time=0
     )
     metrics = Metrics()
-    store = BufferedStore(
-        Neo4jStore(driver, uri=f"bolt://127.0.0.1:{port}"), max_turns=5, max_calls=2,
-        metrics=metrics,
-    )  # fmt: skip
+    spool = Spool.open(tmp_path / "spool.db", max_bytes=1000)
+    store = BufferedStore(Neo4jStore(driver, uri=f"bolt://127.0.0.1:{port}"), spool=spool,
+                          metrics=metrics)  # fmt: skip
     yield store, metrics
+    await store.close()
     await driver.close()
 
 
-async def test_writes_wait_in_a_bounded_backlog(down: tuple[BufferedStore, Metrics]) -> None:
-    """Turns beyond the bound drop the oldest and are counted; calls likewise."""
+async def test_writes_wait_in_a_bounded_spool(down: tuple[BufferedStore, Metrics]) -> None:
+    """Past the spool's bound the oldest turns are dropped before any oracle call or label,
+    and each drop is counted by kind."""
     store, metrics = down
+    await store.save_exemplar(exemplar("keep me", "a", "feedback"))
+    call = OracleCall(id="c1", provider="anthropic", model="m", result="error", latency_ms=1.0,
+                      at=NOW)  # fmt: skip
+    await store.record_oracle_call(call)
     assert await store.record_turns([turn(i) for i in range(8)]) == 8
-    assert store.down and store.backlog == 5
-    for i in range(3):
-        call = OracleCall(id=f"c{i}", provider="anthropic", model="m", result="error",
-                          latency_ms=1.0, at=NOW)  # fmt: skip
-        await store.record_oracle_call(call)
-    assert store.backlog == 7
-    dropped = metrics.registry.get_sample_value
-    assert dropped("toolselect_store_backlog_dropped_total", {"kind": "turn"}) == 3
-    assert dropped("toolselect_store_backlog_dropped_total", {"kind": "oracle_call"}) == 1
+    assert store.down and store.spool.size <= 1000
+    depth = store.spool.depth
+    assert depth["exemplar"] == 1 and depth["oracle_call"] == 1 and 0 < depth["turn"] < 8
+    sample = metrics.registry.get_sample_value
+    assert sample("toolselect_store_backlog_dropped_total", {"kind": "turn"}) == 8 - depth["turn"]
+    assert sample("toolselect_store_backlog_dropped_total", {"kind": "exemplar"}) is None
+    assert sample("toolselect_spool_depth", {"kind": "turn"}) == depth["turn"]
     assert await store.flush() == 0  # still down: nothing written, nothing lost
-    assert store.backlog == 7
+    assert store.spool.depth == depth
 
 
 async def test_pending_labels_keep_the_tier_order(down: tuple[BufferedStore, Metrics]) -> None:
@@ -129,7 +133,7 @@ async def test_batches_wait_in_the_backlog_while_down(down: tuple[BufferedStore,
         ("two", "teacher"),
     ]
     assert result.unknown_tool == ()
-    assert store.backlog == 3  # one turn, two labels
+    assert store.backlog == 4  # one turn, three labels (append-only: "one" twice)
     found = await store.exemplars_for_queries(["one", "Two", "three"])
     assert {k: (e.tool, e.tier) for k, e in found.items()} == {
         "one": ("b", "feedback"),
@@ -137,8 +141,8 @@ async def test_batches_wait_in_the_backlog_while_down(down: tuple[BufferedStore,
     }
 
 
-async def test_flush_saves_stronger_labels_first_and_rejects_unknown(tmp_path: Path) -> None:
-    """A flushed backlog lands feedback before teacher before ranker labels, and a label for a
+async def test_flush_replays_in_order_and_rejects_unknown(tmp_path: Path) -> None:
+    """A replayed spool lands labels in the order they were acknowledged, and a label for a
     tool the catalog lacks is dropped, not retried forever."""
     inner = SqliteStore(tmp_path / "live.db")
     await inner.migrate()
@@ -156,7 +160,7 @@ async def test_flush_saves_stronger_labels_first_and_rejects_unknown(tmp_path: P
     assert await store.flush() == 4
     assert store.backlog == 0 and not store.down
     delta = await inner.exemplars_since(0)
-    assert [e.query for e in delta.upserted] == ["f", "t", "r"]  # by version
+    assert [e.query for e in delta.upserted] == ["r", "t", "f"]  # by version
     assert await inner.exemplar_for_query("ghost") is None
     await store.close()
 

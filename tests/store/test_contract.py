@@ -841,3 +841,54 @@ async def test_a_batch_failing_midway_writes_nothing(store: Store) -> None:
         await store.save_exemplars(batch)
     assert await store.state() == before
     assert await store.exemplars_for_queries(["first", "second", "third"]) == {}
+
+
+# --- rules both stores must agree on ------------------------------------------------------
+
+
+async def test_a_name_sent_twice_in_one_upsert_is_one_tool(store: Store) -> None:
+    """Two definitions of one name in one call count once, the last definition winning."""
+    result = await store.upsert_tools([tool("a", "first"), tool("b"), tool("a", "second")])
+    assert (result.upserted, result.unchanged) == (2, 0)
+    assert [t.name for t in await store.list_tools()] == ["a", "b"]
+    stored = await store.get_tool("a")
+    assert stored is not None and stored.description == "second"
+    again = await store.upsert_tools([tool("a", "second"), tool("a", "second")], pack="kit")
+    assert (again.upserted, again.unchanged) == (0, 1)
+
+
+async def test_saving_the_same_batch_twice_changes_nothing_the_second_time(store: Store) -> None:
+    """A batch of labels replayed as it was (a spool replay after a crash) is a no-op: no
+    change reported, no version moved, one copy of each label."""
+    await seed_tools(store, "t", "u")
+    batch = [
+        exemplar("first query", "t", "teacher", exemplar_id="ex-1"),
+        exemplar("second query", "u", "feedback", exemplar_id="ex-2"),
+        exemplar("third query", "t", "ranker", exemplar_id="ex-3"),
+    ]
+    assert len((await store.save_exemplars(batch)).changed) == 3
+    before = await store.state()
+    again = await store.save_exemplars(batch)
+    assert again.changed == () and again.unknown_tool == () and again.evicted == 0
+    assert await store.state() == before
+    assert (await store.exemplars_since(before.exemplar_version)).upserted == ()
+    assert sorted(e.id for e in await store.exemplars_for_tool("t")) == ["ex-1", "ex-3"]
+    assert [e.id for e in await store.exemplars_for_tool("u")] == ["ex-2"]
+
+
+async def test_retention_ties_on_creation_time_go_by_version_then_id(
+    store_factory: StoreFactory,
+) -> None:
+    """Exemplars created at the same instant are evicted lowest version first, and within one
+    version (one batch) lowest id first."""
+    store = await store_factory.make(Retention(per_tool=100, total=2))
+    await seed_tools(store, "t")
+    for exemplar_id in ("ex-z", "ex-y", "ex-x"):  # later saves, higher versions, lower ids
+        await store.save_exemplar(exemplar(f"query {exemplar_id}", "t", exemplar_id=exemplar_id))
+    assert sorted(e.id for e in await store.exemplars_for_tool("t")) == ["ex-x", "ex-y"]
+
+    for kept in ("ex-x", "ex-y"):
+        assert await store.delete_exemplar(kept)
+    batch = [exemplar(f"query {i}", "t", exemplar_id=i) for i in ("ex-b", "ex-c", "ex-a")]
+    assert (await store.save_exemplars(batch)).evicted == 1
+    assert sorted(e.id for e in await store.exemplars_for_tool("t")) == ["ex-b", "ex-c"]

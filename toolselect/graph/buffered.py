@@ -1,46 +1,47 @@
 """A Store wrapper that keeps serving writes while the backend is unreachable.
 
-When a write fails with `StoreUnavailable`, it goes to a bounded in-memory backlog instead of
-failing its caller; so do all later writes until the backlog is flushed, so the store sees them
-in order. `flush()` (called by the service's maintenance loop) replays turns, then exemplars,
-then oracle calls, and stops at the first failure to try again later. Once a call has found
-the backend down, other calls fail fast with `StoreUnavailable` instead of each waiting out the
-driver's retries, until `flush()` succeeds; only `ping()` and `flush()` probe the backend.
-`exemplars_for_queries` (and `exemplar_for_query`) answer from the backlog first and degrade to
-"no label" while the backend is down, so the learner's ratchet keeps working.
+When a write fails with `StoreUnavailable`, it goes to the durable local spool
+(`toolselect.graph.spool`) instead of failing its caller, and the caller is answered only once
+the spool has it on disk; so do all later writes until the spool is replayed, so the store sees
+them in order. `flush()` (called by the service's maintenance loop, and at connect, so a spool a
+crashed process left is replayed after a restart) replays the spool in append order and stops
+at the first failure to try again later; a record leaves the spool only after the store took it.
+Once a call has found the backend down, other calls fail fast with `StoreUnavailable` instead of
+each waiting out the driver's retries, until `flush()` succeeds; only `ping()` and `flush()`
+probe the backend. `exemplars_for_queries` (and `exemplar_for_query`) answer from the spool
+first and degrade to "no label" while the backend is down, so the learner's ratchet keeps
+working.
 
-Bounds: turns and oracle calls beyond their limits drop the oldest (counted and logged);
-exemplars are kept per normalised query (the strongest label wins, as in the store) up to a
-much larger limit, because a confirmed label is the one thing that must not be lost.
+Bounds are the spool's (turns dropped first, labels last); drops are counted and logged here.
+The spool runs on one thread of its own, which keeps its appends in call order.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
 from typing import TypeVar
 
 import structlog
 
 from toolselect.errors import StoreError, StoreUnavailable
+from toolselect.graph.spool import KINDS, Entry, Kind, Spool
 from toolselect.graph.store import (
-    TIER_STRENGTH,
     AnalyticsResult,
     Exemplar,
     ExemplarDelta,
     OracleCall,
     SaveResult,
     Store,
-    StoredLabel,
     StoreState,
     Tool,
     Turn,
     UpsertResult,
     check_tier,
     lookup_one,
-    replaces,
     save_one,
 )
 from toolselect.metrics import Metrics
@@ -48,45 +49,47 @@ from toolselect.names import normalise_query
 
 log = structlog.get_logger("toolselect.store")
 
-_FLUSH_TURNS = 1000
+_FLUSH_RECORDS = 1000
+_MEMORY_SPOOL_BYTES = 64 << 20
 T = TypeVar("T")
 
 
 class BufferedStore:
-    """`Store` over another store, with a write backlog for outages; see the module docstring."""
+    """`Store` over another store, with a durable write spool for outages; see the module
+    docstring. Without a `spool`, an in-memory one is used (tests, tools): bounded, not
+    durable."""
 
     def __init__(
         self,
         inner: Store,
         *,
-        max_turns: int = 10_000,
-        max_calls: int = 10_000,
-        max_exemplars: int = 100_000,
+        spool: Spool | None = None,
         exemplar_batch: int = 512,
         metrics: Metrics | None = None,
     ) -> None:
         self.inner = inner
-        self._max_turns = max_turns
-        self._max_calls = max_calls
-        self._max_exemplars = max_exemplars
+        self.spool = spool or Spool.open(":memory:", max_bytes=_MEMORY_SPOOL_BYTES)
         self._exemplar_batch = max(exemplar_batch, 1)
         self._metrics = metrics or Metrics()
-        self._turns: deque[Turn] = deque()
-        self._calls: deque[OracleCall] = deque()
-        self._exemplars: OrderedDict[str, Exemplar] = OrderedDict()
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolselect-spool")
         self._flush_lock = asyncio.Lock()
         self.last_error: str | None = None
+        self._publish()
 
-    # -- backlog -------------------------------------------------------------------------
+    # -- spool ---------------------------------------------------------------------------
 
     @property
     def backlog(self) -> int:
-        return len(self._turns) + len(self._calls) + len(self._exemplars)
+        """Records waiting in the spool (as last counted by this process)."""
+        return sum(self.spool.depth.values())
 
     @property
     def down(self) -> bool:
         """True from a failed call until the next successful flush."""
         return self.last_error is not None
+
+    async def _on_spool(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._io, call)
 
     async def _through(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         """Run a call on the backend, failing fast while it is known to be down."""
@@ -100,53 +103,74 @@ class BufferedStore:
 
     def _down(self, exc: StoreUnavailable, operation: str) -> None:
         if self.last_error is None:
-            log.warning("store_down_buffering", operation=operation, error=str(exc))
+            log.warning("store_down_spooling", operation=operation, error=str(exc))
         self.last_error = str(exc)
         self._metrics.store_errors.labels(operation).inc()
 
     def _publish(self) -> None:
         self._metrics.backlog.set(self.backlog)
+        for kind in KINDS:
+            self._metrics.spool_depth.labels(kind).set(self.spool.depth[kind])
 
     def _drop(self, kind: str, count: int) -> None:
         self._metrics.backlog_dropped.labels(kind).inc(count)
-        log.error("store_backlog_dropped", kind=kind, count=count)
+        if kind == "exemplar":
+            log.error("spool_labels_dropped", count=count, spool=self.spool.path)
+        else:
+            log.warning("spool_records_dropped", kind=kind, count=count, spool=self.spool.path)
+
+    def _dropped(self, dropped: dict[Kind, int]) -> None:
+        for kind, count in dropped.items():
+            self._drop(kind, count)
+        self._publish()
 
     async def flush(self) -> int:
-        """Write the backlog in order; return how many records were written (0 when down)."""
+        """Replay the spool in order; return how many records were written (0 when down)."""
         written = 0
         async with self._flush_lock:
             try:
-                while self._turns:
-                    batch = [self._turns[i] for i in range(min(_FLUSH_TURNS, len(self._turns)))]
-                    written += await self._flush_turns(batch)
-                    for _ in batch:
-                        self._turns.popleft()
-                written += await self._flush_exemplars()
-                while self._calls:
-                    await self.inner.record_oracle_call(self._calls[0])
-                    self._calls.popleft()
-                    written += 1
+                while entries := await self._on_spool(lambda: self.spool.head(_FLUSH_RECORDS)):
+                    for run in _runs(entries):
+                        written += await self._replay(run)
+                        await self._on_spool(partial(self.spool.remove, run))
+                        self._metrics.spool_replayed.labels(run[0].kind).inc(len(run))
+                        self._publish()
             except StoreUnavailable as exc:
                 self.last_error = str(exc)
                 return written
             finally:
                 self._publish()
         if written:
-            log.info("store_backlog_flushed", written=written)
+            log.info("spool_replayed", written=written)
         self.last_error = None
         return written
 
+    async def _replay(self, run: list[Entry]) -> int:
+        """Write one run of records of one kind; how many the store took."""
+        turns = [e.record for e in run if isinstance(e.record, Turn)]
+        if turns:
+            return await self._flush_turns(turns)
+        calls = [e.record for e in run if isinstance(e.record, OracleCall)]
+        for call in calls:
+            await self.inner.record_oracle_call(call)
+        labels = [e.record for e in run if isinstance(e.record, Exemplar)]
+        for start in range(0, len(labels), self._exemplar_batch):
+            result = await self.inner.save_exemplars(labels[start : start + self._exemplar_batch])
+            for rejected in result.unknown_tool:
+                log.warning("spooled_exemplar_rejected", tool=rejected.tool)
+        return len(calls) + len(labels)
+
     async def _flush_turns(self, batch: list[Turn]) -> int:
-        """Record a chunk of the backlog; when the store refuses it (not unreachable), record its
-        turns one by one and drop only those refused alone, so one bad turn cannot hold the
-        whole backlog back forever."""
+        """Record a run of spooled turns; when the store refuses it (not unreachable), record
+        its turns one by one and drop only those refused alone, so one bad turn cannot hold
+        the whole spool back forever."""
         try:
             await self.inner.record_turns(batch)
             return len(batch)
         except StoreUnavailable:
             raise
         except Exception as exc:  # any refusal: find the turn that causes it
-            log.warning("backlog_turns_retried_alone", turns=len(batch), error=repr(exc))
+            log.warning("spooled_turns_retried_alone", turns=len(batch), error=repr(exc))
         written = 0
         for turn in batch:
             try:
@@ -155,25 +179,8 @@ class BufferedStore:
             except StoreUnavailable:
                 raise
             except Exception as exc:
-                log.error("backlog_turn_refused", turn_id=turn.id, error=repr(exc))
+                log.error("spooled_turn_refused", turn_id=turn.id, error=repr(exc))
                 self._drop("turn_refused", 1)
-        return written
-
-    async def _flush_exemplars(self) -> int:
-        """Save pending labels in batches, stronger tiers first (so a flush cut short by a new
-        outage has landed the labels that matter most)."""
-        ordered = sorted(self._exemplars.values(), key=lambda e: -TIER_STRENGTH[e.tier])
-        written = 0
-        for start in range(0, len(ordered), self._exemplar_batch):
-            batch = ordered[start : start + self._exemplar_batch]
-            result = await self.inner.save_exemplars(batch)
-            for rejected in result.unknown_tool:
-                log.warning("backlog_exemplar_rejected", tool=rejected.tool)
-            for exemplar in batch:
-                # A label queued meanwhile for the same query stays for the next flush.
-                if self._exemplars.get(exemplar.query_norm) is exemplar:
-                    del self._exemplars[exemplar.query_norm]
-            written += len(batch)
         return written
 
     # -- writes that survive an outage -----------------------------------------------------
@@ -184,13 +191,7 @@ class BufferedStore:
                 return await self.inner.record_turns(turns)
             except StoreUnavailable as exc:
                 self._down(exc, "record_turns")
-        self._turns.extend(turns)
-        excess = len(self._turns) - self._max_turns
-        if excess > 0:
-            for _ in range(excess):
-                self._turns.popleft()
-            self._drop("turn", excess)
-        self._publish()
+        self._dropped(await self._on_spool(lambda: self.spool.append(turns)))
         return len(turns)
 
     async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
@@ -201,24 +202,10 @@ class BufferedStore:
                 return await self.inner.save_exemplars(exemplars)
             except StoreUnavailable as exc:
                 self._down(exc, "save_exemplars")
-        # The catalog cannot be checked while down: an unknown tool is rejected at flush.
-        changed = tuple(e for e in exemplars if self._pend(e))
-        self._publish()
-        return SaveResult(changed=changed)
-
-    def _pend(self, exemplar: Exemplar) -> bool:
-        """Queue one label under the store's rules; whether it changed the backlog."""
-        key = exemplar.query_norm
-        pending = self._exemplars.get(key)
-        if pending is not None:
-            if not replaces(StoredLabel(pending.tool, pending.tier), exemplar):
-                return False
-            del self._exemplars[key]
-        self._exemplars[key] = exemplar
-        if len(self._exemplars) > self._max_exemplars:
-            self._exemplars.popitem(last=False)
-            self._drop("exemplar", 1)
-        return True
+        # The catalog cannot be checked while down: an unknown tool is rejected at replay.
+        changed, dropped = await self._on_spool(lambda: self.spool.append_labels(exemplars))
+        self._dropped(dropped)
+        return SaveResult(changed=tuple(changed))
 
     async def save_exemplar(self, exemplar: Exemplar) -> bool:
         return await save_one(self, exemplar)
@@ -230,15 +217,13 @@ class BufferedStore:
                 return
             except StoreUnavailable as exc:
                 self._down(exc, "record_oracle_call")
-        self._calls.append(call)
-        if len(self._calls) > self._max_calls:
-            self._calls.popleft()
-            self._drop("oracle_call", 1)
-        self._publish()
+        self._dropped(await self._on_spool(lambda: self.spool.append([call])))
 
     async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
         keys = {normalise_query(q) for q in queries}
-        pending = {k: self._exemplars[k] for k in keys if k in self._exemplars}
+        pending: dict[str, Exemplar] = {}
+        if self.spool.depth["exemplar"]:
+            pending = await self._on_spool(lambda: self.spool.pending_labels(keys))
         rest = [k for k in keys if k not in pending]
         if not rest:
             return pending
@@ -303,11 +288,26 @@ class BufferedStore:
         return await self._through("analytics", lambda: self.inner.analytics(name, since))
 
     async def close(self) -> None:
-        if self.backlog:
-            try:
+        try:
+            if self.backlog and not self.down:
                 await self.flush()
-            except StoreError as exc:
-                log.error("store_backlog_lost_at_close", error=str(exc))
             if self.backlog:
-                self._drop("at_close", self.backlog)
-        await self.inner.close()
+                # Kept on disk: the next start replays it.
+                log.warning("spool_kept_at_close", records=self.backlog, spool=self.spool.path)
+        except StoreError as exc:
+            log.error("spool_flush_failed_at_close", error=str(exc))
+        finally:
+            await self._on_spool(self.spool.close)
+            self._io.shutdown(wait=True)
+            await self.inner.close()
+
+
+def _runs(entries: list[Entry]) -> list[list[Entry]]:
+    """Consecutive records of one kind, in order: each run is one write to the store."""
+    runs: list[list[Entry]] = []
+    for entry in entries:
+        if runs and runs[-1][0].kind == entry.kind:
+            runs[-1].append(entry)
+        else:
+            runs.append([entry])
+    return runs

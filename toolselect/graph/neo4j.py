@@ -54,6 +54,7 @@ from toolselect.graph.store import (
     UpsertResult,
     canonical_json,
     check_tier,
+    last_per_name,
     last_per_query,
     lookup_one,
     pack_vector,
@@ -259,7 +260,7 @@ class Neo4jStore:
     # --- tools ------------------------------------------------------------------------------
 
     async def upsert_tools(self, tools: Sequence[Tool], pack: str | None = None) -> UpsertResult:
-        by_name = {tool.name: tool for tool in tools}  # a name sent twice: the last one wins
+        by_name = {tool.name: tool for tool in last_per_name(tools)}
         if not by_name:
             return UpsertResult(upserted=0, unchanged=0)
         rows = [

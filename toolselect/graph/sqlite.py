@@ -38,6 +38,7 @@ from toolselect.graph.store import (
     UpsertResult,
     canonical_json,
     check_tier,
+    last_per_name,
     last_per_query,
     lookup_one,
     pack_vector,
@@ -364,7 +365,7 @@ class SqliteStore:
                 "input_schema": canonical_json(t.input_schema),
                 "content_hash": t.content_hash,
             }
-            for t in tools
+            for t in last_per_name(tools)
         ]
 
         def work(conn: sqlite3.Connection) -> UpsertResult:

@@ -169,6 +169,12 @@ class StoredLabel:
     tier: str
 
 
+def last_per_name(tools: Sequence[Tool]) -> list[Tool]:
+    """The tools an upsert writes: a name sent twice in one call counts once, its last
+    definition winning (at the place of its first)."""
+    return list({tool.name: tool for tool in tools}.values())
+
+
 def check_tier(exemplar: Exemplar) -> None:
     """Refuse a tier outside `TIER_STRENGTH` before anything is written."""
     if exemplar.tier not in TIER_STRENGTH:
@@ -259,6 +265,8 @@ class Store(Protocol):
 
     async def upsert_tools(self, tools: Sequence[Tool], pack: str | None = None) -> UpsertResult:
         """Insert or update tools by name; unchanged content (by hash) is counted, not written.
+
+        A name given twice in one call is one tool, its last definition winning (`last_per_name`).
 
         With `pack`, every given tool is also put in that pack (a pack change alone still
         counts as unchanged content but is recorded).

@@ -1,0 +1,300 @@
+"""A durable, append-only local spool for writes the store cannot take yet.
+
+While the store is unreachable, `BufferedStore` appends turns, labels and oracle calls here and
+answers its caller only once the append is on disk; when the store returns (or the process
+starts again after a crash) the spool is replayed in append order and each record is removed
+only after the store acknowledged it. The stores upsert turns and oracle calls by id and keep
+one label per normalised query, so a record replayed twice (a crash between the store's ack and
+the removal) changes nothing the second time.
+
+The spool is one SQLite file in WAL mode. Every method is synchronous and meant to run on one
+dedicated thread (the caller's executor), which also keeps appends in the order they were
+submitted. Several processes (`serve --workers`) may share the file: SQLite serialises their
+writes, ids are never reused (AUTOINCREMENT), and a record two processes replay is idempotent.
+
+Bounds: past `max_bytes` of records, the oldest records of the least valuable kind go first:
+turns, then oracle calls, then labels by tier (ranker, teacher, feedback). Each drop is
+returned to the caller, who counts and logs it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from toolselect.errors import SpoolError
+from toolselect.graph.store import Exemplar, OracleCall, StoredLabel, Turn, check_tier, replaces
+
+Kind = Literal["turn", "oracle_call", "exemplar"]
+KINDS: tuple[Kind, ...] = ("turn", "oracle_call", "exemplar")
+Record = Turn | Exemplar | OracleCall
+
+# Lower goes first when the spool is full: a turn is evidence the learner can do without, a
+# paid call's trace is bookkeeping, a label (above all a human one) is the thing to keep.
+_PRIORITY = {"turn": 0, "oracle_call": 1, "ranker": 2, "teacher": 3, "feedback": 4}
+_TIMES = frozenset({"at", "created_at"})
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spool (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    query_norm TEXT,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS spool_query ON spool (query_norm) WHERE query_norm IS NOT NULL;
+CREATE INDEX IF NOT EXISTS spool_drop ON spool (priority, id);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One spooled record and its place in the replay order."""
+
+    id: int
+    kind: Kind
+    record: Record
+    size: int
+
+
+def kind_of(record: Record) -> Kind:
+    if isinstance(record, Turn):
+        return "turn"
+    if isinstance(record, Exemplar):
+        return "exemplar"
+    return "oracle_call"
+
+
+def encode(record: Record) -> str:
+    """A record as JSON text; ASCII-escaped, so even a lone surrogate survives the round trip."""
+    values: dict[str, Any] = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        values[f.name] = value.isoformat() if isinstance(value, datetime) else value
+    return json.dumps(values, separators=(",", ":"))
+
+
+def decode(kind: str, body: str) -> Record:
+    values: dict[str, Any] = json.loads(body)
+    for name in _TIMES & values.keys():
+        values[name] = datetime.fromisoformat(values[name])
+    if kind == "turn":
+        return Turn(**values)
+    if kind == "exemplar":
+        values["embedding"] = tuple(values["embedding"])
+        return Exemplar(**values)
+    if kind == "oracle_call":
+        return OracleCall(**values)
+    raise SpoolError(f"expected a spool record kind in {', '.join(KINDS)}, got {kind!r}")
+
+
+class Spool:
+    """The spool file; open it with `Spool.open`. Not thread-safe: use it from one thread."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str, max_bytes: int) -> None:
+        self._conn = conn
+        self.path = path
+        self.max_bytes = max_bytes
+        self.depth: dict[Kind, int] = dict.fromkeys(KINDS, 0)
+        self._bytes = 0
+
+    @classmethod
+    def open(cls, path: Path | str, *, max_bytes: int) -> Spool:
+        """Open (or create) the spool; `SpoolError` names the file when it cannot be used.
+
+        A file that is not a spool, is damaged or cannot be written stops the start rather than
+        being ignored: ignoring it would silently lose the acknowledged writes it may hold.
+        """
+        if max_bytes < 1:
+            raise SpoolError(f"expected a spool limit of at least 1 byte, got {max_bytes}")
+        where = str(path)
+        try:
+            if where != ":memory:":
+                Path(where).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(where, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            raise SpoolError(f"cannot open the write spool {where}: {exc}") from exc
+        spool = cls(conn, where, max_bytes)
+        try:
+            spool._prepare()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise SpoolError(f"cannot use the write spool {where}: {exc}") from exc
+        return spool
+
+    def _prepare(self) -> None:
+        conn = self._conn
+        conn.execute("PRAGMA busy_timeout = 10000")  # other workers may be appending
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode != "wal" and self.path != ":memory:":
+            raise sqlite3.OperationalError(f"expected journal mode wal, got {mode}")
+        # In WAL mode, NORMAL syncs only at checkpoints, so the last commits can vanish with
+        # the power; FULL syncs the WAL at every commit, so a commit that returned is on disk
+        # and the caller may be told its write is kept.
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.executescript(_SCHEMA)
+        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise sqlite3.DatabaseError(f"integrity check failed: {check}")
+        # A write now, so an unwritable file fails the start and not the first outage.
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DELETE FROM spool WHERE 0")
+        conn.execute("COMMIT")
+        self._count()
+
+    def _count(self) -> None:
+        self.depth = dict.fromkeys(KINDS, 0)
+        rows = self._conn.execute(
+            "SELECT kind, count(*), coalesce(sum(length(body)), 0) FROM spool GROUP BY kind"
+        ).fetchall()
+        total = 0
+        for kind, count, size in rows:
+            if kind in self.depth:
+                self.depth[kind] = int(count)
+            total += int(size)
+        self._bytes = total
+
+    @property
+    def size(self) -> int:
+        """Bytes of spooled records (the quantity `max_bytes` bounds)."""
+        return self._bytes
+
+    def _run(self, what: str, work: Callable[[], T]) -> T:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work()
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                self._count()
+                raise
+        except sqlite3.Error as exc:
+            raise SpoolError(f"write spool {self.path}: cannot {what}: {exc}") from exc
+        return result
+
+    def append(self, records: Sequence[Record]) -> dict[Kind, int]:
+        """Append records in order, durably; returns what the bound dropped, by kind."""
+        rows = [self._row(r) for r in records]
+        return dict(self._run("append", lambda: self._append(rows)))
+
+    def append_labels(
+        self, exemplars: Sequence[Exemplar]
+    ) -> tuple[list[Exemplar], dict[Kind, int]]:
+        """Append the labels that change what is pending under the store's rules (never a
+        downgrade; the same tool and tier again is no change), checked and written in one
+        transaction; returns (appended, dropped by kind)."""
+        for exemplar in exemplars:
+            check_tier(exemplar)
+
+        def work() -> tuple[list[Exemplar], dict[Kind, int]]:
+            labels: dict[str, StoredLabel] = {
+                k: StoredLabel(e.tool, e.tier)
+                for k, e in self._pending({e.query_norm for e in exemplars}).items()
+            }
+            changed: list[Exemplar] = []
+            for exemplar in exemplars:
+                if replaces(labels.get(exemplar.query_norm), exemplar):
+                    labels[exemplar.query_norm] = StoredLabel(exemplar.tool, exemplar.tier)
+                    changed.append(exemplar)
+            return changed, self._append([self._row(e) for e in changed])
+
+        changed, dropped = self._run("append labels", work)
+        return changed, dropped
+
+    @staticmethod
+    def _row(record: Record) -> tuple[Kind, int, str | None, str]:
+        kind = kind_of(record)
+        if isinstance(record, Exemplar):
+            check_tier(record)
+            return kind, _PRIORITY[record.tier], record.query_norm, encode(record)
+        return kind, _PRIORITY[kind], None, encode(record)
+
+    def _append(self, rows: list[tuple[Kind, int, str | None, str]]) -> dict[Kind, int]:
+        self._conn.executemany(
+            "INSERT INTO spool (kind, priority, query_norm, body) VALUES (?, ?, ?, ?)", rows
+        )
+        for row in rows:
+            self.depth[row[0]] += 1
+            self._bytes += len(row[3])
+        if self._bytes <= self.max_bytes:
+            return {}
+        # The running size may count what another process has replayed since: count again.
+        self._count()
+        return self._trim() if self._bytes > self.max_bytes else {}
+
+    def _trim(self) -> dict[Kind, int]:
+        """Drop the least valuable, oldest records until the spool fits its bound."""
+        size = self._conn.execute("SELECT coalesce(sum(length(body)), 0) FROM spool").fetchone()
+        excess = int(size[0]) - self.max_bytes
+        dropped: dict[Kind, int] = {}
+        while excess > 0:
+            victims = self._conn.execute(
+                "SELECT id, kind, length(body) FROM spool ORDER BY priority, id LIMIT 256"
+            ).fetchall()
+            if not victims:
+                break
+            ids: list[tuple[int]] = []
+            for row_id, kind, length in victims:
+                if excess <= 0:
+                    break
+                ids.append((row_id,))
+                dropped[kind] = dropped.get(kind, 0) + 1
+                self.depth[kind] -= 1
+                self._bytes -= int(length)
+                excess -= int(length)
+            self._conn.executemany("DELETE FROM spool WHERE id = ?", ids)
+        return dropped
+
+    def head(self, limit: int) -> list[Entry]:
+        """The oldest `limit` records, in append order."""
+        try:
+            rows = self._conn.execute(
+                "SELECT id, kind, body FROM spool ORDER BY id LIMIT ?", (limit,)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise SpoolError(f"write spool {self.path}: cannot read: {exc}") from exc
+        if not rows:
+            self.depth = dict.fromkeys(KINDS, 0)
+            self._bytes = 0
+        return [Entry(int(i), kind, decode(kind, body), len(body)) for i, kind, body in rows]
+
+    def remove(self, entries: Collection[Entry]) -> None:
+        """Forget records the store has acknowledged."""
+        self._run("remove", lambda: self._conn.executemany(
+            "DELETE FROM spool WHERE id = ?", [(e.id,) for e in entries]
+        ))  # fmt: skip
+        for entry in entries:
+            # Another process replaying the same file may have removed them already.
+            self.depth[entry.kind] = max(self.depth[entry.kind] - 1, 0)
+            self._bytes = max(self._bytes - entry.size, 0)
+
+    def pending_labels(self, keys: Collection[str]) -> dict[str, Exemplar]:
+        """The label each normalised query would have once the spool is replayed."""
+        try:
+            return self._pending(keys)
+        except sqlite3.Error as exc:
+            raise SpoolError(f"write spool {self.path}: cannot read: {exc}") from exc
+
+    def _pending(self, keys: Collection[str]) -> dict[str, Exemplar]:
+        # Only labels that changed the pending one are appended, so the newest row of a query
+        # is its pending label.
+        found: dict[str, Exemplar] = {}
+        for key in keys:
+            row = self._conn.execute(
+                "SELECT body FROM spool WHERE query_norm = ? ORDER BY id DESC LIMIT 1", (key,)
+            ).fetchone()
+            if row is not None:
+                record = decode("exemplar", row[0])
+                assert isinstance(record, Exemplar)
+                found[key] = record
+        return found
+
+    def close(self) -> None:
+        self._conn.close()
