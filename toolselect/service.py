@@ -12,7 +12,9 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
 
 import numpy as np
 import structlog
@@ -198,9 +200,11 @@ class Service:
         # nothing at the median and multiplies the p99 whenever the other core is busy.
         threadpool_limits(1, user_api="blas")
         # Before the store: a spool that cannot be used stops the start (it may hold labels).
-        spool = await asyncio.to_thread(
-            Spool.open, settings.spool_path, max_bytes=settings.spool_max_bytes
-        )
+        # On a thread of its own, joined here: the loop's default pool would outlive `close`.
+        with ThreadPoolExecutor(1, thread_name_prefix="toolselect-spool-open") as opener:
+            spool = await asyncio.get_running_loop().run_in_executor(
+                opener, partial(Spool.open, settings.spool_path, max_bytes=settings.spool_max_bytes)
+            )
         if any(spool.depth.values()):
             log.info("spool_pending_at_start", spool=spool.path, **spool.depth)
         try:

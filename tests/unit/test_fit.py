@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolselect.graph.store import Tool
 from toolselect.learn import fit as F
@@ -143,6 +145,32 @@ def test_unreachable_target_means_no_free_labels() -> None:
     margins = np.linspace(0.0, 0.5, 800)
     calibration = F.calibrate(margins, np.arange(800) % 2 == 0, 0.95)
     assert math.isinf(calibration.floor)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3]),  # ties are common
+            st.booleans(),
+            st.floats(0.05, 3.0),
+        ),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_isotonic_fit_is_scikit_learns(samples: list[tuple[float, bool, float]]) -> None:
+    """The pool-adjacent-violators fit gives scikit-learn's `IsotonicRegression` thresholds."""
+    from sklearn.isotonic import IsotonicRegression
+
+    x = np.array([s[0] for s in samples])
+    y = np.array([float(s[1]) for s in samples])
+    w = np.array([s[2] for s in samples])
+    model = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip")
+    model.fit(x, y, sample_weight=w)
+    xs, ys = F.isotonic_fit(x, y, w)
+    np.testing.assert_allclose(xs, model.X_thresholds_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ys, model.y_thresholds_, rtol=0, atol=1e-9)
 
 
 def test_teacher_depth_is_the_prior_before_enough_answers() -> None:

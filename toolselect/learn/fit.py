@@ -268,22 +268,50 @@ def _distance(a: FoldWeights, b: FoldWeights) -> float:
     )
 
 
+def isotonic_fit(
+    x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], weights: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The weighted least-squares non-decreasing fit of `y` on `x` (pool adjacent violators),
+    as the knots of a piecewise-linear curve: equal `x` values pooled first, then of each
+    constant run only its two ends kept (what scikit-learn's `IsotonicRegression` keeps as
+    `X_thresholds_` / `y_thresholds_`; `tests/unit/test_fit.py` checks the two agree)."""
+    order = np.lexsort((y, x))
+    x, y, weights = x[order], y[order], weights[order]
+    xs, starts = np.unique(x, return_index=True)
+    w = np.add.reduceat(weights, starts)
+    ys = np.add.reduceat(weights * y, starts) / w
+    # One block per pooled run: (mean, weight, number of x values).
+    means: list[float] = []
+    sizes: list[float] = []
+    counts: list[int] = []
+    for value, weight in zip(ys.tolist(), w.tolist(), strict=True):
+        means.append(value)
+        sizes.append(weight)
+        counts.append(1)
+        while len(means) > 1 and means[-2] >= means[-1]:
+            weight = sizes[-2] + sizes[-1]
+            means[-2] = (means[-2] * sizes[-2] + means[-1] * sizes[-1]) / weight
+            sizes[-2] = weight
+            counts[-2] += counts[-1]
+            del means[-1], sizes[-1], counts[-1]
+    fitted = np.repeat(np.asarray(means, dtype=np.float64), counts)
+    keep = np.ones(fitted.size, dtype=bool)
+    if fitted.size > 2:
+        keep[1:-1] = (fitted[:-2] != fitted[1:-1]) | (fitted[1:-1] != fitted[2:])
+    return xs[keep], fitted[keep]
+
+
 def calibrate(
     margins: npt.NDArray[np.float64], right: npt.NDArray[np.bool_], target: float
 ) -> Calibration:
     """Isotonic P(right | margin) over the labels and the prior's pseudo-labels."""
-    from sklearn.isotonic import IsotonicRegression
-
     x = np.concatenate([np.asarray(margins, dtype=np.float64), _PRIOR_MARGINS])
     y = np.concatenate([np.asarray(right, dtype=np.float64), _PRIOR_RIGHT])
     w = np.concatenate(
         [np.ones(len(margins)), np.full(_PRIOR_MARGINS.size, PRIOR_LABELS / _PRIOR_MARGINS.size)]
     )
     finite = np.isfinite(x)
-    model = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip")
-    model.fit(x[finite], y[finite], sample_weight=w[finite])
-    xs = np.asarray(model.X_thresholds_, dtype=np.float64)
-    ys = np.asarray(model.y_thresholds_, dtype=np.float64)
+    xs, ys = isotonic_fit(x[finite], y[finite], w[finite])
     reached = np.flatnonzero(ys >= target)
     floor = float(xs[reached[0]]) if reached.size else math.inf
     return Calibration(
