@@ -993,11 +993,18 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             lower=True,
         ))  # fmt: skip
     for r in results.get("intake", []):
-        if r["store"] != "neo4j" or r.get("query_cache", 0):
-            continue  # the targets are stated for turns the worker embeds itself
-        for name, key in (("unflagged", "unflagged"), ("flagged", "flagged_ranker_tier")):
+        if r["store"] != "neo4j":
+            continue
+        if r.get("query_cache"):
+            cases = [("unflagged", "requests ranked before they were reported, query cache on")]
+        else:
+            # Flagged requests are unique here (never ranked), so the cache cannot serve them.
+            cases = [("unflagged", "every turn embedded by the worker, query cache off"),
+                     ("flagged", "unique requests, embedded by the worker")]  # fmt: skip
+        for name, how in cases:
+            key = "unflagged" if name == "unflagged" else "flagged_ranker_tier"
             out.append(_target(
-                f"intake into Neo4j, {name} turns (query cache off)",
+                f"intake into Neo4j, {name} turns ({how})",
                 r[key]["turns_per_s"], TARGETS[f"intake_neo4j_{name}_tps"], "turns/s",
                 lower=False,
             ))  # fmt: skip
@@ -1252,18 +1259,19 @@ of driver encoding (the same vectors as float32 bytes: 44-114 ms), and reading t
 `exemplars_since` about as much; embeddings are now stored as float32 bytes, as in SQLite.
 
 **Learning intake, what bounds it now.** Timed per 512-turn batch on Neo4j (unflagged, hashing,
-machine shared with other work): ranking and detection 104 ms, the batch embedding 70 ms,
-`record_turns` 162 ms, the whole commit 228 ms; the commit alone then caps intake near 2,250
-turns/s, and the run gave 2,012. The next batch is now ranked (in a worker thread) while the
-previous one is written, and a service keeps recent query vectors (`TOOLSELECT_QUERY_CACHE`), so
-a turn whose request was ranked is not embedded again; neither moves the Neo4j figure, because
-the write is what is left: in the same conditions a bare `UNWIND ... CREATE (t:Turn) SET t = row`
-of 512 turns (no relationships) took 87 ms, the full `create_turns` 108 ms, i.e. Neo4j itself
-stores at most ~5,000-6,000 turns/s here while its JVM shares two cores with the Python process.
-Flagged batches add `save_exemplars` (~1.5 ms per exemplar: 250 exemplars with 8 KB embeddings
-each, retention and the version bump in one transaction) and a fold. The query cache matters for
-`hybrid`, the default: 4,000 unflagged turns whose requests were ranked first went in at 1,771
-turns/s with it and 96 turns/s without (SQLite, MiniLM embedding every turn in the worker).
+machine shared with three test runs): ranking and detection 104 ms, the batch embedding 70 ms,
+`record_turns` 162 ms, the whole commit 228 ms. Two changes since: the next batch is ranked (in
+a worker thread) while the previous one is written, and a service keeps recent query vectors
+(`TOOLSELECT_QUERY_CACHE`), so a turn whose request was ranked is not embedded again. On a quiet
+machine (the table above) that gives 5,165 unflagged turns/s into Neo4j when the requests were
+ranked first (as a runtime does before it reports a turn) and 3,580 when the worker embeds every
+turn. What is left is the write: under load a bare `UNWIND ... CREATE (t:Turn) SET t = row` of
+512 turns (no relationships) took 87 ms and the full `create_turns` 108 ms, so Neo4j stores at
+most ~5,000-6,000 turns/s here while its JVM shares two cores with the Python process. Flagged
+batches add `save_exemplars` (~1.5 ms per exemplar: 250 exemplars with 8 KB embeddings each,
+retention and the version bump in one transaction) and a fold, hence ~800 flagged turns/s. The
+query cache matters most for `hybrid`, the default: 4,000 unflagged turns whose requests were
+ranked first went in at 1,771 turns/s with it and 96 turns/s without (SQLite, MiniLM embedding every turn in the worker).
 
 **Cold start of `select --url`.** Importing asyncio at the top of `cmd/main.py` cost ~32 ms
 per call (A/B: 114 -> 82 ms p50); it is now imported lazily. What is left above the
