@@ -193,7 +193,7 @@ def _throughput(wrk: dict[str, Any]) -> str:
         [
             "### `/v1/rank` against a bare aiohttp handler (wrk)",
             "",
-            f"`{wrk['command']}` ({wrk['wrk']}): POST `/v1/rank` (k 5, 200 queries in turn) on "
+            f"`{wrk['command']}` ({wrk['wrk']}): POST `/v1/rank` (k 5, 200 queries in turn; the query vector cache off, or every repeat would skip the embedder) on "
             f"the {wrk['tools']:,}-tool synthetic catalog, embedded store, one wrk thread with "
             f"{wrk['connections']} connections; the baseline reads the body and returns a "
             f"constant JSON from {wrk['baseline_workers']} processes on one port. Arms "
