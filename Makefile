@@ -5,21 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench neo4j-start neo4j-stop clean
+.PHONY: run test lint typecheck pytest browser bench neo4j-start neo4j-stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	@# tests/ui drive Debian's Chromium through its chromedriver: installed here when missing and
-	@# apt-get can (root), so a fresh CI machine runs them; otherwise they skip, saying why.
-	@if ! { test -x /usr/bin/chromium && test -x /usr/bin/chromedriver; } \
-	    && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	  echo "installing chromium and chromium-driver for tests/ui"; \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      chromium chromium-driver >/dev/null; } \
-	    || echo "warning: could not install chromium; tests/ui will skip"; \
-	fi
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -32,7 +23,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict toolselect
 
-pytest: $(STAMP)
+# tests/ui drive Debian's Chromium through its chromedriver: installed here when missing and
+# apt-get can (root), so a fresh CI machine runs them; otherwise they skip, saying why.
+# Only `make test` needs it, so `make run` never installs a browser.
+browser:
+	@if ! { test -x /usr/bin/chromium && test -x /usr/bin/chromedriver; } \
+	    && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing chromium and chromium-driver for tests/ui"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      chromium chromium-driver >/dev/null; } \
+	    || echo "warning: could not install chromium; tests/ui will skip"; \
+	fi
+
+pytest: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
