@@ -176,7 +176,7 @@ class Service:
                 queue_size=settings.queue_size,
                 teacher_full_catalog=settings.teacher_full_catalog,
                 teacher_max_input_tokens=settings.teacher_max_input_tokens,
-                overlap_embedding=settings.store_kind == "neo4j",
+                overlap_writes=settings.store_kind == "neo4j",
             ),
             tuner=self.tuner,
             metrics=self.metrics,

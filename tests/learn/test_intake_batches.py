@@ -128,7 +128,7 @@ async def test_overlapped_batches_reach_the_store_in_order(
 ) -> None:
     """With each batch ranked while the one before is written, every batch's ratchet lookup
     still sees the labels saved by the batches before it, and every turn is recorded."""
-    harness = Harness(real_store, anthropic_stub, batch_size=2, overlap_embedding=True)
+    harness = Harness(real_store, anthropic_stub, batch_size=2, overlap_writes=True)
     await harness.load_catalog()
     learner = harness.learner
     learner.open()

@@ -49,7 +49,7 @@ class Harness:
         *,
         queue_size: int = 1024,
         batch_size: int = 512,
-        overlap_embedding: bool = False,
+        overlap_writes: bool = False,
     ) -> None:
         self.store = store
         self.stub = stub
@@ -81,7 +81,7 @@ class Harness:
                 margin_floor=0.05,
                 queue_size=queue_size,
                 batch_size=batch_size,
-                overlap_embedding=overlap_embedding,
+                overlap_writes=overlap_writes,
             ),
             metrics=self.metrics,
         )

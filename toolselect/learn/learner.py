@@ -8,12 +8,13 @@ The intake worker takes what is queued (up to `batch_size`) and per batch: embed
 in one call, ranks them on one snapshot (top-1, margin), runs the detector, looks up the
 ratchet labels of all flagged turns in one store call, records every turn in one call (flagged
 or not, so analytics have denominators), saves the batch's labels in one call and folds them
-once. Embedding depends on nothing but the text, so with `overlap_embedding` (a store in
-another process) the next batch is taken and embedded (in a worker thread for a large batch)
-while this one waits on the store; everything after the embedding runs strictly batch after
-batch, so ranking, the ratchet and the fold see what the batches before wrote. A batch that fails for a reason other than an unreachable store is
-retried turn by turn, so a turn that cannot be processed is counted and logged alone and the
-others are recorded.
+once. With `overlap_writes` (a store in another process) the next batch is taken, embedded and
+ranked (in a worker thread) while this one is written; the store work itself stays strictly
+batch after batch (ratchet lookup, record, save, fold), so each batch's lookup sees what the
+batches before it saved, and a batch ranked on a snapshot that a fold has since replaced is
+ranked again before it is written. A batch that fails for a reason other than an unreachable
+store is retried turn by turn, so a turn that cannot be processed is counted and logged alone
+and the others are recorded.
 Ratchet and ranker labels are decided inline; teacher escalations run as separate tasks
 (bounded) so a slow teacher never stalls intake; the turns they finish meanwhile are recorded
 together. When no paid call can happen (kill switch, or no teacher) an escalation is declined
@@ -80,10 +81,10 @@ class LearnerConfig:
     teacher_full_catalog: int = 50
     teacher_max_input_tokens: int = 6000
     teacher_concurrency: int = 4
-    # Embed the next batch while this one is written: a gain when the store's work runs in
-    # another process (Neo4j); with SQLite in this process the two threads only contend for
-    # the GIL, which measured ~13% slower unflagged intake.
-    overlap_embedding: bool = False
+    # Embed and rank the next batch while this one is written: a gain when the store's work
+    # runs in another process (Neo4j); with SQLite in this process the two threads only contend
+    # for the GIL, which measured ~13% slower unflagged intake.
+    overlap_writes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +298,7 @@ class Learner:
                 batch, embedding = self._ahead
                 self._ahead = None
                 prepared = await self._prepare_taken(batch, embedding)
-                if self._queue and self.config.overlap_embedding:
+                if self._queue and self.config.overlap_writes:
                     self._ahead = self._take_and_embed()
                 if writing is not None:
                     await writing  # batches reach the store in the order they were taken
@@ -307,7 +308,7 @@ class Learner:
                     # so detection sees every label the batches before it wrote.
                     prepared = self._prepare(batch, prepared.vectors)
                 writing = asyncio.create_task(self._write(batch, prepared))
-                if not self.config.overlap_embedding:
+                if not self.config.overlap_writes:
                     await writing
                     writing = None
         finally:
@@ -327,7 +328,7 @@ class Learner:
                 raise
             except Exception:
                 vectors = await self._embedder.embed([o.request for o in batch])
-            if self.config.overlap_embedding:
+            if self.config.overlap_writes:
                 # In a worker thread: the previous batch's write and the HTTP requests sharing
                 # this loop go on while this one is ranked.
                 return await asyncio.to_thread(self._prepare, batch, vectors)
