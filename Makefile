@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict toolselect
+	$(BIN)/mypy --strict toolselect tests bench
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q
