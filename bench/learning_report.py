@@ -27,8 +27,9 @@ def methods(learn: dict[str, Any]) -> list[str]:
 
 def _dip(run: dict[str, Any]) -> float:
     """The lowest point of the curve against its start (negative: below the no-learning line)."""
-    start = run["points"][0]["top1"]
-    return min(p["top1"] for p in run["points"]) - start
+    start: float = run["points"][0]["top1"]
+    lowest: float = min(p["top1"] for p in run["points"])
+    return lowest - start
 
 
 def _row(name: str, measured: float | None, limit: float, *, lower: bool, unit: str) -> list[str]:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from threadpoolctl import threadpool_info, threadpool_limits  # type: ignore[import-untyped]
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from toolselect.catalog import load_demo_catalog, parse_tools, tool_text
 from toolselect.config import Settings

@@ -65,7 +65,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     try:
-        from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
+        from threadpoolctl import threadpool_info
 
         blas = [
             f"{p.get('internal_api')} {p.get('version')} ({p.get('architecture')}), "

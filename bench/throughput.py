@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                     result = run_wrk(server.url, script, args.duration)
                 arms.setdefault(name, []).append(result)
                 print(f"  round {round_ + 1} {name}: {result['rps']:.0f} req/s", flush=True)
-    summary = {
+    summary: dict[str, dict[str, Any]] = {
         name: {
             "rps": statistics.median(r["rps"] for r in runs),
             "p50_ms": statistics.median(r["p50_ms"] for r in runs),
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     bare = summary["bare aiohttp"]["rps"]
     for row in summary.values():
         row["ratio"] = row["rps"] / bare
-    result = {
+    report: dict[str, Any] = {
         "command": "python -m bench.throughput "
         + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "bare"),
         "tools": 1_000,
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "arms": summary,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "throughput.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS / "throughput.json").write_text(json.dumps(report, indent=1) + "\n")
     for name, row in summary.items():
         print(f"{name}: {row['rps']:.0f} req/s ({100 * row['ratio']:.1f}% of bare)")
     return 0

@@ -103,6 +103,7 @@ async def test_overload_and_stalled_clients(
     clients time out and give their slots back."""
     client = await make_client(factory, aiohttp_client, max_concurrency=2, request_timeout_s=1.0)
     port = client.port
+    assert port is not None
     stalled = [await _stall(port), await _stall(port)]
     await asyncio.sleep(0.2)
     resp = await client.post("/v1/rank", json={"query": "weather"})

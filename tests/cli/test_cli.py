@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ CATALOG = {
         {"name": "web_search", "description": "Search the web for pages matching a query."},
     ]
 }
-SELECT = {
+SELECT: dict[str, Any] = {
     "query": {"Text": "send the report to Marco by email", "Kind": "tool", "PackID": "p1",
               "AgentID": "a1", "K": 2},
     "candidates": [

@@ -79,7 +79,7 @@ async def test_sigterm_under_load_drains_and_exits_zero(
                     try:
                         if i % 4 == 0:
                             turn_id = f"c{n}-{i}"
-                            body = {"request": f"send an email {n} {i}", "used_tool": "shell_exec",
+                            body: dict[str, object] = {"request": f"send an email {n} {i}", "used_tool": "shell_exec",
                                     "turn_id": turn_id}  # fmt: skip
                             async with session.post(url + "/v1/observe", json=body) as resp:
                                 statuses.append(resp.status)

@@ -137,9 +137,9 @@ async def test_acknowledged_writes_survive_sigkill_during_an_outage(
                     url + "/v1/exemplars", json={"query": query, "tool": tool}
                 ) as resp:
                     assert resp.status == 201, await resp.text()
-            turns = [{"request": f"turn number {i}", "used_tool": "shell_exec", "turn_id": t}
+            batch = [{"request": f"turn number {i}", "used_tool": "shell_exec", "turn_id": t}
                      for i, t in enumerate(TURNS)]  # fmt: skip
-            async with session.post(url + "/v1/observe/batch", json={"turns": turns}) as resp:
+            async with session.post(url + "/v1/observe/batch", json={"turns": batch}) as resp:
                 assert (await resp.json())["queued"] == len(TURNS)
 
             async def turns_spooled() -> bool:

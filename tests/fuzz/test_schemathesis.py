@@ -189,20 +189,31 @@ SCHEMA = schemathesis.openapi.from_dict(
 )
 
 
-def _observe_well_formed(case: schemathesis.Case, settings: Settings) -> bool:
+def _utf8_bytes(turn: object, field: str) -> int:
+    """The UTF-8 length of a string field of a turn the request model has accepted."""
+    assert isinstance(turn, dict)
+    value = turn[field]
+    assert isinstance(value, str)
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def _observe_well_formed(case: schemathesis.Case[Any], settings: Settings) -> bool:
     """Whether an observe case is a JSON body the request model accepts, within the limits."""
     headers = {k.lower(): v for k, v in (case.headers or {}).items()}
     content_type = headers.get("content-type", case.media_type or "")
     if content_type.split(";")[0].strip().lower() != "application/json":
         return False
     single = case.path == "/v1/observe"
+    body = case.body
     try:
-        (m.ObserveRequest if single else m.ObserveBatchRequest).model_validate(case.body)
+        (m.ObserveRequest if single else m.ObserveBatchRequest).model_validate(body)
     except ValidationError:
         return False
-    turns = [case.body] if single else case.body["turns"]
+    assert isinstance(body, dict)  # the models accept only a JSON object
+    turns = [body] if single else body["turns"]
+    assert isinstance(turns, list)
     return len(turns) <= settings.max_batch and all(
-        len(t[f].encode("utf-8", "surrogatepass")) <= settings.max_query_bytes
+        _utf8_bytes(t, f) <= settings.max_query_bytes
         for t in turns
         for f in ("request", "used_tool")
     )
@@ -217,7 +228,7 @@ def test_served_document_is_the_fuzzed_one(live: LiveServer) -> None:
 
 @SCHEMA.parametrize()
 @settings(deadline=None, suppress_health_check=list(HealthCheck))
-def test_api(case: schemathesis.Case, live: LiveServer) -> None:
+def test_api(case: schemathesis.Case[Any], live: LiveServer) -> None:
     """Every operation on each store: no 5xx; status, content type and body as documented;
     schema-violating input refused; undocumented methods 405; a well-formed observe is 202."""
     response = case.call_and_validate(base_url=live.url, checks=CHECKS, timeout=30)

@@ -43,7 +43,13 @@ def test_records_come_back_in_append_order_after_reopening(tmp_path: Path) -> No
     """Interleaved turns, labels and calls are read back whole, in append order, by a new
     process's open of the same file (odd text and timestamps included)."""
     spool = Spool.open(tmp_path / "spool.db", max_bytes=1 << 20)
-    records = [turn(1), label("q1"), call(1), turn(2, request="broken \ud800 text"), label("q2")]
+    records: list[Turn | Exemplar | OracleCall] = [
+        turn(1),
+        label("q1"),
+        call(1),
+        turn(2, request="broken \ud800 text"),
+        label("q2"),
+    ]
     for record in records:
         if isinstance(record, Exemplar):
             assert spool.append_labels([record])[0] == [record]

@@ -27,16 +27,18 @@ TEXTS = ["Send an email message to a recipient.", "Current weather for a city.",
 async def test_second_instance_reads_the_cache_without_loading_the_model(tmp_path: Path) -> None:
     """A fresh embedder over a warm cache file gives the same bytes and never loads MiniLM."""
     path = tmp_path / "vectors.db"
-    first = CachedEmbedder(MiniLMEmbedder(), VectorCache(path))
+    first_cache = VectorCache(path)
+    first = CachedEmbedder(MiniLMEmbedder(), first_cache)
     cold = await first.embed(TEXTS)
-    assert first.cache.writes == len(TEXTS)
+    assert first_cache.writes == len(TEXTS)
     await first.close()
 
     model = MiniLMEmbedder()
-    second = CachedEmbedder(model, VectorCache(path))
+    second_cache = VectorCache(path)
+    second = CachedEmbedder(model, second_cache)
     warm = await second.embed(TEXTS)
     assert warm.tobytes() == cold.tobytes()
-    assert (second.cache.hits, second.cache.misses, second.cache.writes) == (len(TEXTS), 0, 0)
+    assert (second_cache.hits, second_cache.misses, second_cache.writes) == (len(TEXTS), 0, 0)
     assert not model.loaded
     assert second.id == model.id and second.dim == model.dim
     await second.close()
@@ -88,11 +90,12 @@ async def test_unusable_cache_file_only_costs_recomputing(tmp_path: Path) -> Non
     (tmp_path / "file").write_text("a file where the folder should be")
     inner = HashingEmbedder(dim=64)
     for path in (corrupt, blocked):
-        embedder = CachedEmbedder(inner, VectorCache(path))
+        cache = VectorCache(path)
+        embedder = CachedEmbedder(inner, cache)
         for _ in range(2):
             np.testing.assert_array_equal(await embedder.embed(TEXTS), inner.embed_now(TEXTS))
-        assert embedder.cache.hits == 0
-        assert embedder.cache.count() == 0
+        assert cache.hits == 0
+        assert cache.count() == 0
         await embedder.close()
 
 

@@ -16,7 +16,8 @@ from toolselect.ranker import CentroidRanker, LearnedVector
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    unit: np.ndarray = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    return unit
 
 
 def _ranker(
