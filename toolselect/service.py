@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 
 from toolselect.catalog import load_demo_catalog, tool_text
 from toolselect.config import Settings
-from toolselect.embed import CachedEmbedder, Embedder, RecentVectors, build_embedder
+from toolselect.embed import CachedEmbedder, Embedder, RecentVectors, embedder_for
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.factory import open_store
@@ -212,14 +212,7 @@ class Service:
         except BaseException:
             spool.close()
             raise
-        embedder = build_embedder(
-            settings.embedder_kind,
-            hybrid_weight=settings.hybrid_weight,
-            url=settings.embed_url,
-            model=settings.embed_model,
-            api_key=settings.embed_api_key,
-            threads=settings.embed_threads,
-        )
+        embedder = embedder_for(settings)
         service = cls(
             settings, store, embedder, metrics=metrics, teacher=build_teacher(settings), spool=spool
         )

@@ -23,7 +23,7 @@ import numpy as np
 
 from toolselect.catalog import load_demo_catalog, tool_text
 from toolselect.config import Settings
-from toolselect.embed import Embedder, VectorCache, build_embedder
+from toolselect.embed import Embedder, VectorCache, embedder_for
 from toolselect.errors import InvalidInput
 from toolselect.graph.factory import open_store
 from toolselect.graph.store import TRUSTED_TIERS, Exemplar, Store, Tool
@@ -107,15 +107,7 @@ async def select_once(
 ) -> Selection:
     """The selection `Service.select` makes on a freshly started service, without starting one."""
     check_text(text, "query.Text", settings.max_query_bytes)
-    embedder = build_embedder(
-        settings.embedder_kind,
-        hybrid_weight=settings.hybrid_weight,
-        url=settings.embed_url,
-        model=settings.embed_model,
-        api_key=settings.embed_api_key,
-        threads=settings.embed_threads,
-        cache=VectorCache(cache_path(settings)),
-    )
+    embedder = embedder_for(settings, cache=VectorCache(cache_path(settings)))
     try:
         store = await open_store(settings)
         try:

@@ -13,6 +13,7 @@ from toolselect.embed.onnx import OnnxEmbedder, OnnxModel
 from toolselect.errors import ConfigError
 
 if TYPE_CHECKING:
+    from toolselect.config import Settings
     from toolselect.embed.http import HttpEmbedder
 
 EMBEDDER_KINDS = ("hashing", "minilm", "http", "hybrid")
@@ -33,6 +34,7 @@ __all__ = [
     "VectorStore",
     "Vectors",
     "build_embedder",
+    "embedder_for",
     "normalise_rows",
 ]
 
@@ -91,3 +93,16 @@ def build_embedder(
 
         return cached(HttpEmbedder(url, model, api_key=api_key))
     raise ConfigError(f"expected an embedder kind in {', '.join(EMBEDDER_KINDS)}, got {kind!r}")
+
+
+def embedder_for(settings: Settings, *, cache: VectorCache | None = None) -> Embedder:
+    """The embedder `settings` configure (`build_embedder` with their values)."""
+    return build_embedder(
+        settings.embedder_kind,
+        hybrid_weight=settings.hybrid_weight,
+        url=settings.embed_url,
+        model=settings.embed_model,
+        api_key=settings.embed_api_key,
+        threads=settings.embed_threads,
+        cache=cache,
+    )
