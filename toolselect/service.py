@@ -111,11 +111,15 @@ class Service:
         self.store = BufferedStore(store, spool=spool, metrics=self.metrics)
         self.embedder = embedder
         # Queries (not tool texts: an import would flush them) go through recent vectors, so
-        # the learner does not embed a reported turn whose request was just ranked.
+        # the learner does not embed a reported turn whose request was just ranked. The learner
+        # only reads them: a burst of turns nobody ranked would push out the ranked requests
+        # whose turns are still to come.
         self.queries: Embedder = embedder
+        observed: Embedder = embedder
         if settings.query_cache:
             recent = RecentVectors(settings.query_cache, on_lookup=self._count_query_vectors)
             self.queries = CachedEmbedder(embedder, recent)
+            observed = CachedEmbedder(embedder, recent, keep_misses=False)
         ew = settings.exemplar_weight
         prior = FoldWeights(
             settings.centroid_description_weight / (ew or 1.0),
@@ -165,7 +169,7 @@ class Service:
         )
         self.learner = Learner(
             store=self.store,
-            embedder=self.queries,
+            embedder=observed,
             ranker=self.ranker,
             oracle=self.oracle,
             on_saved=self._saved,

@@ -152,3 +152,14 @@ def test_recent_vectors_drop_the_least_recently_used() -> None:
     assert recent.get("e", ["a"], 4) == [None]  # a row of another width is a miss
     with pytest.raises(ValueError, match="capacity >= 1"):
         RecentVectors(0)
+
+
+async def test_a_reader_uses_recent_vectors_without_adding_to_them() -> None:
+    """With `keep_misses=False` hits come from memory and misses are embedded but not kept."""
+    recent = RecentVectors(8)
+    writer = CachedEmbedder(HashingEmbedder(), recent)
+    reader = CachedEmbedder(HashingEmbedder(), recent, keep_misses=False)
+    await writer.embed(TEXTS[:1])
+    got = await reader.embed(TEXTS)
+    assert got.tobytes() == HashingEmbedder().embed_now(TEXTS).tobytes()
+    assert (recent.hits, recent.misses, len(recent)) == (1, 3, 1)

@@ -227,12 +227,15 @@ class CachedEmbedder:
     """`inner` with its vectors kept in a `VectorStore`: only uncached texts reach `inner`.
 
     Same `id` and `dim` as `inner` (the vectors are `inner`'s, bit for bit), so exemplars it
-    embeds are stored as `inner`'s. `inner` is only asked, and so only loaded, on a miss.
+    embeds are stored as `inner`'s. `inner` is only asked, and so only loaded, on a miss. With
+    `keep_misses=False` it only reads the cache: what it embeds is not worth an entry, and
+    would push out entries that are.
     """
 
-    def __init__(self, inner: Embedder, cache: VectorStore) -> None:
+    def __init__(self, inner: Embedder, cache: VectorStore, *, keep_misses: bool = True) -> None:
         self._inner = inner
         self._cache = cache
+        self._keep_misses = keep_misses
 
     @property
     def id(self) -> str:
@@ -259,7 +262,8 @@ class CachedEmbedder:
         fresh: Vectors | None = None
         if missing:
             fresh = await self._inner.embed([texts[i] for i in missing])
-            self._cache.put(self.id, [texts[i] for i in missing], fresh)
+            if self._keep_misses:
+                self._cache.put(self.id, [texts[i] for i in missing], fresh)
         out = np.empty((len(texts), fresh.shape[1] if fresh is not None else dim), np.float32)
         for i, vector in enumerate(cached):
             if vector is not None:
