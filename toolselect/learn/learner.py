@@ -31,11 +31,12 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 
 import numpy as np
 import structlog
 
+from toolselect.clock import Clock, utc_now
 from toolselect.embed import Embedder
 from toolselect.errors import StoreUnavailable, ToolselectError
 from toolselect.graph.store import Exemplar, SaveResult, Store, Tier, Turn
@@ -125,7 +126,7 @@ class Learner:
         config: LearnerConfig,
         tuner: Tuner | None = None,
         metrics: Metrics | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock = utc_now,
     ) -> None:
         self._tuner = tuner
         self._store = store

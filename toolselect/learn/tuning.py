@@ -14,13 +14,12 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 
 import numpy as np
 import structlog
 
+from toolselect.clock import Clock, utc_now
 from toolselect.learn.fit import Calibration, Fit, FitPolicy, fit, prior_fit, teacher_depth
 from toolselect.metrics import Metrics
 from toolselect.ranker import CentroidRanker
@@ -50,7 +49,7 @@ class Tuner:
         pinned_floor: float | None = None,
         pinned_depth: bool = False,
         metrics: Metrics | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock = utc_now,
     ) -> None:
         self._ranker = ranker
         self._policy = policy
