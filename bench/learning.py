@@ -43,7 +43,7 @@ from toolselect.graph.store import Exemplar
 from toolselect.learn.tuning import fit_payload
 from toolselect.names import normalise_query
 from toolselect.ranker import LearnedVector
-from toolselect.service import Service, build_teacher
+from toolselect.service import Service, build_teacher, compose
 
 STEPS = (0, 50, 100, 200, 400)  # then all of the learn half
 DESCRIPTION_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -158,18 +158,18 @@ async def run_arm(
             **arm.overrides,
         )
         store = await open_store(settings)
-        service = Service(settings, store, embedder, teacher=build_teacher(settings))
+        service = Service(compose(settings, store, embedder, teacher=build_teacher(settings)))
         try:
             # What `Service.start` does, minus the replica poll loop, with our (cached) embedder.
             await service.connect()
-            await service.upsert_tools(data.tools)
+            await service.catalog.upsert_tools(data.tools)
             received = len(stub.received)
             points = []
             observed = 0
             for step in steps:
                 target = min(step, len(data.learn))
                 for q in data.learn[observed:target]:
-                    if not service.observe(q.text, USED_TOOL, turn_id=q.id):
+                    if not service.learning.observe(q.text, USED_TOOL, turn_id=q.id):
                         raise RuntimeError("the observe queue overflowed; raise queue_size")
                 observed = target
                 if not await service.learner.drain(600.0):

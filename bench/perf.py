@@ -778,14 +778,14 @@ async def _intake(
     settings = _settings(store, workdir, query_cache)
     service = await Service.start(settings)
     try:
-        await service.upsert_tools(as_tools(catalog))
+        await service.catalog.upsert_tools(as_tools(catalog))
         # The free tier's floor as the learner sees it (pinned, or the tuner's calibrated one
         # when `margin_floor` is auto).
         floor = service.tuner.free_floor
         plain: list[tuple[str, str]] = []
         confident: list[str] = []
         for q in queries:
-            ranking = await service.rank(q, 2)
+            ranking = await service.ranking.rank(q, 2)
             plain.append((q, ranking.results[0].tool))
             if ranking.margin >= floor:
                 confident.append(q)
@@ -796,7 +796,7 @@ async def _intake(
             for i in range(start, min(start + chunk, calls)):
                 q, tool = plain[i % len(plain)]
                 t0 = time.perf_counter()
-                queued = service.observe(q, tool, turn_id=f"call-{i}")
+                queued = service.learning.observe(q, tool, turn_id=f"call-{i}")
                 call_times.append(time.perf_counter() - t0)
                 assert queued, "the queue must not be full between chunks"
             await service.learner.drain(300)
@@ -828,7 +828,7 @@ async def _intake(
             while sent < total:
                 if service.learner.depth < cap:
                     request, used = make(sent)
-                    service.observe(request, used, turn_id=f"{name}-{sent}")
+                    service.learning.observe(request, used, turn_id=f"{name}-{sent}")
                     sent += 1
                 else:
                     await asyncio.sleep(0.001)

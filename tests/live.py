@@ -18,6 +18,7 @@ from aiohttp import web
 from tests.api.conftest import HAND_CATALOG
 from tests.services import ServiceFactory
 from toolselect.api.app import create_app
+from toolselect.api.http import SERVICE
 from toolselect.graph.store import Turn
 from toolselect.service import Service
 
@@ -37,10 +38,11 @@ class LiveServer:
         self.url = self._url()
 
     async def _start(self, overrides: dict[str, Any]) -> Service:
-        service = await self._factory.start(**overrides)
-        await service.upsert_tools(HAND_CATALOG, pack="assistant")
-        self._runner = web.AppRunner(create_app(service))
+        app = create_app(self._factory.settings(**overrides))
+        self._runner = web.AppRunner(app)
         await self._runner.setup()
+        service = app[SERVICE]
+        await service.catalog.upsert_tools(HAND_CATALOG, pack="assistant")
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
         return service
 

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import neo4j
+from aiohttp import web
+from aiohttp.test_utils import TestClient
 
 from tests.neo4j_server import Neo4jServer
+from toolselect.api.app import create_app
+from toolselect.api.http import SERVICE
 from toolselect.config import Settings
 from toolselect.service import Service
+
+# pytest-aiohttp's `aiohttp_client` fixture: an app in, a client of it on a real socket out.
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
 
 async def wipe(server: Neo4jServer) -> None:
@@ -52,9 +60,31 @@ class ServiceFactory:
         self.started.append(service)
         return service
 
+    async def serve(
+        self, aiohttp_client: ClientFactory, **overrides: Any
+    ) -> tuple[TestClient[Any, Any], Service]:
+        """The HTTP app on these settings behind a test client, and the service it started
+        (closed with the app, when the client goes)."""
+        client = await aiohttp_client(create_app(self.settings(**overrides)))
+        return client, service_of(client)
+
+    async def serve_with(
+        self, aiohttp_client: ClientFactory, server_kwargs: dict[str, Any], **overrides: Any
+    ) -> tuple[TestClient[Any, Any], Service]:
+        """`serve` with options for aiohttp's test server (`handler_cancellation`, say)."""
+        app: web.Application = create_app(self.settings(**overrides))
+        client = await aiohttp_client(app, server_kwargs=server_kwargs)
+        return client, service_of(client)
+
     async def aclose(self) -> None:
         for service in reversed(self.started):
             await service.close()
+
+
+def service_of(client: TestClient[Any, Any]) -> Service:
+    """The service an app under test started (its `cleanup_ctx` closes it)."""
+    app: web.Application = client.app
+    return app[SERVICE]
 
 
 def free_port() -> int:

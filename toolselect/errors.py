@@ -42,7 +42,11 @@ class InvalidInput(ToolselectError, ValueError):
 
 
 class NotFound(ToolselectError, LookupError):
-    """A named thing (tool, exemplar, analysis) does not exist."""
+    """A named thing (tool, exemplar, analysis) does not exist; `field` names where it was named."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class NotReady(ToolselectError):

@@ -117,12 +117,12 @@ async def search_tools(
     its score, description and input schema."""
     service = _service(ctx)
     try:
-        ranking = await service.rank(query, k, pack=pack)
+        ranking = await service.ranking.rank(query, k, pack=pack)
     except ToolselectError as exc:
         raise _tool_error(exc) from exc
     found = []
     for result in ranking.results:
-        tool = service.tool(result.tool)
+        tool = service.catalog.tool(result.tool)
         found.append(
             FoundTool(
                 name=result.tool,
@@ -131,7 +131,7 @@ async def search_tools(
                 inputSchema=_schema(tool),
             )
         )
-    return SearchResult(tools=found, margin=ranking.margin, embedder=service.embedder.id)
+    return SearchResult(tools=found, margin=ranking.margin, embedder=service.ranking.embedder_id)
 
 
 async def report_turn(
@@ -151,7 +151,7 @@ async def report_turn(
         size = len(value.encode("utf-8", "surrogatepass"))
         if size > limit:
             raise ToolError(f"expected {field} of at most {limit} bytes, got {size}")
-    queued = service.observe(
+    queued = service.learning.observe(
         request, used_tool, turn_id=turn_id, agent_id=agent_id, pack=pack, outcome=outcome
     )
     return TurnReport(queued=queued, reason=None if queued else "queue_full")
@@ -165,7 +165,7 @@ async def label_turn(
     """Record a human-confirmed label: this request should go to this tool. It is used for
     ranking at once and never expires."""
     try:
-        saved, exemplar = await _service(ctx).feedback(query, tool)
+        saved, exemplar = await _service(ctx).learning.feedback(query, tool)
     except ToolselectError as exc:
         raise _tool_error(exc) from exc
     return LabelResult(
@@ -293,8 +293,8 @@ class _Running:
 async def _analysis(service: Service, name: str, since: str | None) -> str:
     try:
         if name == LEARNING:
-            return _dumps(service.learning_payload())
-        return _dumps(await analytics.analysis_payload(service.store, name, since))
+            return _dumps(service.learning.fit())
+        return _dumps(await service.learning.analysis(name, since))
     except NotFound as exc:
         raise ResourceNotFoundError(str(exc)) from exc
     except ToolselectError as exc:

@@ -3,14 +3,12 @@ aiohttp's test server on a real socket."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest_asyncio
 from aiohttp.test_utils import TestClient
 
-from tests.services import ServiceFactory
-from toolselect.api.app import create_app
+from tests.services import ClientFactory, ServiceFactory, service_of
 from toolselect.graph.store import Tool
 from toolselect.service import Service
 
@@ -27,18 +25,19 @@ HAND_CATALOG = [
     Tool("fs_read", "Read a file from the local filesystem.", {}),
 ]  # fmt: skip
 
-ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+__all__ = ["HAND_CATALOG", "ClientFactory"]
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def service(services: ServiceFactory) -> Service:
-    """A service on a fresh store (SQLite, then Neo4j) holding the hand-made catalog."""
-    svc = await services.start()
-    await svc.upsert_tools(HAND_CATALOG, pack="assistant")
-    return svc
+async def client(services: ServiceFactory, aiohttp_client: ClientFactory) -> TestClient[Any, Any]:
+    """An HTTP client of the real aiohttp app on a fresh store (SQLite, then Neo4j) holding the
+    hand-made catalog, on a real socket."""
+    client, service = await services.serve(aiohttp_client)
+    await service.catalog.upsert_tools(HAND_CATALOG, pack="assistant")
+    return client
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def client(service: Service, aiohttp_client: ClientFactory) -> TestClient[Any, Any]:
-    """An HTTP client of the real aiohttp app over the service, on a real socket."""
-    return await aiohttp_client(create_app(service))
+async def service(client: TestClient[Any, Any]) -> Service:
+    """The service behind `client` (the app started it and closes it)."""
+    return service_of(client)

@@ -12,7 +12,6 @@ from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
 from tests.services import ServiceFactory
-from toolselect.api.app import create_app
 from toolselect.graph.store import Tool
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -29,11 +28,11 @@ async def factory(tmp_path: Path) -> AsyncIterator[ServiceFactory]:
 async def make_client(
     factory: ServiceFactory, aiohttp_client: ClientFactory, **settings: Any
 ) -> TestClient[Any, Any]:
-    service = await factory.start(**settings)
-    await service.upsert_tools(
+    client, service = await factory.serve(aiohttp_client, **settings)
+    await service.catalog.upsert_tools(
         [Tool("get_weather", "Weather for a city"), Tool("send_email", "Mail")]
     )
-    return await aiohttp_client(create_app(service))
+    return client
 
 
 async def test_api_keys_guard_v1_routes(

@@ -7,11 +7,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp.test_utils import TestClient
-
 from tests.api.conftest import ClientFactory
 from tests.services import ServiceFactory
-from toolselect.api.app import create_app
 from toolselect.catalog import parse_tools
 from toolselect.service import Service
 
@@ -51,8 +48,7 @@ async def test_large_import_outlasts_a_small_request_timeout(
 ) -> None:
     """With a 10 ms request timeout, which every other route keeps, a 1,300-tool PUT answers
     200 once the catalog is stored and ranked, never 503: its limit grows with its size."""
-    service = await services.start(request_timeout_s=0.01)
-    client = await aiohttp_client(create_app(service))
+    client, service = await services.serve(aiohttp_client, request_timeout_s=0.01)
     resp = await client.put("/v1/tools", json=catalog(LARGE, "new"))
     assert resp.status == 200, await resp.text()
     assert await resp.json() == {"upserted": LARGE, "unchanged": 0}
@@ -68,25 +64,22 @@ async def test_client_gone_mid_import_leaves_catalog_old_or_new(
     """A client that disconnects while its import embeds (the server cancelling the handler)
     never sees a half-written catalog: the store holds every old tool or every new one, and
     the shielded import still finishes into the store and the ranker."""
-    service = await services.start()
-    client: TestClient[Any, Any] = await aiohttp_client(
-        create_app(service), server_kwargs={"handler_cancellation": True}
-    )
+    client, service = await services.serve_with(aiohttp_client, {"handler_cancellation": True})
     old = await client.put("/v1/tools", json=catalog(LARGE, "old"))
     assert old.status == 200
 
     put = asyncio.create_task(client.put("/v1/tools", json=catalog(LARGE, "new")))
-    await until(lambda: service.imports_running > 0)
+    await until(lambda: service.catalog.imports_running > 0)
     put.cancel()  # hang up: the connection closes before an answer
     await asyncio.gather(put, return_exceptions=True)
     assert await versions_stored(service) in ({"old"}, {"new"})
 
-    await until(lambda: service.imports_running == 0)
+    await until(lambda: service.catalog.imports_running == 0)
     assert await versions_stored(service) == {"new"}
     assert len(await service.store.list_tools()) == LARGE
     assert service.ranker.size == LARGE
     state = await service.store.state()
-    assert service.catalog_version == state.catalog_version
+    assert service.index.catalog_version == state.catalog_version
 
 
 async def test_reimport_embeds_only_what_changed(services: ServiceFactory) -> None:
@@ -99,10 +92,10 @@ async def test_reimport_embeds_only_what_changed(services: ServiceFactory) -> No
         batches.append((done, total))
 
     tools = parse_tools(catalog(200, "old"))[0]
-    first = await service.upsert_tools(tools, progress=progress)
+    first = await service.catalog.upsert_tools(tools, progress=progress)
     assert (first.upserted, first.unchanged) == (200, 0)
     assert batches == [(64, 200), (128, 200), (192, 200), (200, 200)]
     batches.clear()
-    again = await service.upsert_tools(tools, progress=progress)
+    again = await service.catalog.upsert_tools(tools, progress=progress)
     assert (again.upserted, again.unchanged) == (0, 200)
     assert batches == []

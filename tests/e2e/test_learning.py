@@ -14,9 +14,7 @@ from aiohttp.test_utils import TestClient
 
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, anthropic_message
-from toolselect.api.app import create_app
 from toolselect.graph.store import Tool
-from toolselect.service import Service
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
@@ -67,13 +65,13 @@ async def test_observed_misroutes_are_learned_over_http(
     """Mis-routed turns observed over HTTP end as turns, oracle calls and exemplars in the
     store, and change the ranking."""
     anthropic_stub.responder = truthful_teacher
-    service = await services.start(
+    client, service = await services.serve(
+        aiohttp_client,
         teacher="anthropic",
         anthropic_api_key="test",
         anthropic_base_url=anthropic_stub.url,
         teacher_share=1.0,  # every flagged turn to the teacher: this test follows all three
     )
-    client = await aiohttp_client(create_app(service))
     assert (await client.put("/v1/tools", json=CATALOG)).status == 200
     before = {q: await top1(client, q) for q in TRUTH}
     assert before["il prezzo di BTC ora"] != "crypto_price"
@@ -113,13 +111,13 @@ async def test_kill_switch_sends_nothing(
 ) -> None:
     """With TOOLSELECT_ORACLE=off the teacher stub receives zero requests; turns are declined."""
     anthropic_stub.responder = truthful_teacher
-    service = await services.start(
+    client, service = await services.serve(
+        aiohttp_client,
         oracle="off",
         teacher="anthropic",
         anthropic_api_key="test",
         anthropic_base_url=anthropic_stub.url,
     )
-    client = await aiohttp_client(create_app(service))
     await client.put("/v1/tools", json=CATALOG)
     resp = await client.post(
         "/v1/observe",
@@ -142,10 +140,12 @@ async def test_feedback_is_never_overridden(
 ) -> None:
     """A human label (POST /v1/exemplars) wins over a later ranker or teacher label."""
     anthropic_stub.responder = truthful_teacher
-    service = await services.start(
-        teacher="anthropic", anthropic_api_key="test", anthropic_base_url=anthropic_stub.url
+    client, service = await services.serve(
+        aiohttp_client,
+        teacher="anthropic",
+        anthropic_api_key="test",
+        anthropic_base_url=anthropic_stub.url,
     )
-    client = await aiohttp_client(create_app(service))
     await client.put("/v1/tools", json=CATALOG)
     resp = await client.post(
         "/v1/exemplars", json={"query": "il prezzo di BTC ora", "tool": "web_search"}
@@ -153,7 +153,7 @@ async def test_feedback_is_never_overridden(
     assert resp.status == 201
     body = await resp.json()
     assert body["saved"] is True and body["exemplar"]["tier"] == "feedback"
-    service.observe("il prezzo di BTC ora", "shell_exec", turn_id="f1")
+    service.learning.observe("il prezzo di BTC ora", "shell_exec", turn_id="f1")
     assert await service.learner.drain(30.0)
     turn = await service.store.get_turn("f1")
     assert turn is not None and (turn.tier, turn.label) == ("ratchet", "web_search")
@@ -170,8 +170,7 @@ async def test_feedback_is_never_overridden(
 
 async def test_observe_batch_limit(services: ServiceFactory, aiohttp_client: ClientFactory) -> None:
     """At most 1000 turns per batch: 1000 are accepted, 1001 answer 422 naming `turns`."""
-    service = await services.start(queue_size=5000)
-    client = await aiohttp_client(create_app(service))
+    client, _service = await services.serve(aiohttp_client, queue_size=5000)
     turn = {"request": "hello", "used_tool": "text_response"}
     resp = await client.post("/v1/observe/batch", json={"turns": [turn] * 1001})
     assert resp.status == 422
@@ -188,8 +187,8 @@ async def test_service_close_leaves_no_threads_or_tasks(services: ServiceFactory
     """Closing a service joins the learner, the store's threads and every task it started."""
     threads_before = set(threading.enumerate())
     service = await services.start()
-    await service.upsert_tools([Tool("t", "a tool")])
-    service.observe("hello there", "shell_exec")
+    await service.catalog.upsert_tools([Tool("t", "a tool")])
+    service.learning.observe("hello there", "shell_exec")
     await service.close()
     services.started.remove(service)
     await asyncio.sleep(0)
@@ -202,10 +201,8 @@ async def test_two_replicas_converge_through_the_store(
     services: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:
     """A label and a tool written through replica A change replica B within the poll interval."""
-    a: Service = await services.start()
-    b: Service = await services.start()
-    client_a = await aiohttp_client(create_app(a))
-    client_b = await aiohttp_client(create_app(b))
+    client_a, _a = await services.serve(aiohttp_client)
+    client_b, _b = await services.serve(aiohttp_client)
     await client_a.put("/v1/tools", json=CATALOG)
     await eventually(lambda: _has_tool(client_b, "crypto_price"))
     assert await top1(client_b, "il prezzo di BTC ora") != "crypto_price"

@@ -11,7 +11,6 @@ from aiohttp.test_utils import TestClient
 from tests.e2e.test_learning import CATALOG, ClientFactory, eventually
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, anthropic_message
-from toolselect.api.app import create_app
 
 TOPICS = ["invoice", "ticket", "playlist", "calendar", "recipe", "flight", "parcel", "meeting"]
 
@@ -51,13 +50,13 @@ async def test_the_fallback_tool_is_never_confirmed_for_free(
     """A turn flagged for `shell_exec` whose ranker top-1 is `shell_exec` goes to the teacher,
     even with the free tier trusting every margin."""
     anthropic_stub.responder = lambda body: Reply(body=anthropic_message("none"))
-    service = await services.start(
+    client, service = await services.serve(
+        aiohttp_client,
         teacher="anthropic",
         anthropic_api_key="test",
         anthropic_base_url=anthropic_stub.url,
         margin_floor=0.0,
     )
-    client = await aiohttp_client(create_app(service))
     assert (await client.put("/v1/tools", json=CATALOG)).status == 200
     query = "run a shell command on the host: ls"
     rank = await (await client.post("/v1/rank", json={"query": query, "k": 2})).json()
@@ -83,10 +82,12 @@ async def test_a_small_catalog_is_shown_whole_to_the_teacher(
 ) -> None:
     """At or under `teacher_full_catalog` tools the teacher sees every tool, not a top-N."""
     anthropic_stub.responder = lambda body: Reply(body=anthropic_message("crypto_price"))
-    service = await services.start(
-        teacher="anthropic", anthropic_api_key="test", anthropic_base_url=anthropic_stub.url
+    client, _service = await services.serve(
+        aiohttp_client,
+        teacher="anthropic",
+        anthropic_api_key="test",
+        anthropic_base_url=anthropic_stub.url,
     )
-    client = await aiohttp_client(create_app(service))
     assert (await client.put("/v1/tools", json=CATALOG)).status == 200
     turn = {"request": "il prezzo di BTC ora", "used_tool": "shell_exec", "turn_id": "s1"}
     assert (await client.post("/v1/observe", json=turn)).status == 202
@@ -102,13 +103,13 @@ async def test_a_large_catalog_is_cut_to_the_depth_and_the_token_budget(
     anthropic_stub.responder = lambda body: Reply(body=anthropic_message("none"))
     catalog = large_catalog(80)
     for max_tokens, turn_id in ((6000, "l1"), (300, "l2")):
-        service = await services.start(
+        client, _service = await services.serve(
+            aiohttp_client,
             teacher="anthropic",
             anthropic_api_key="test",
             anthropic_base_url=anthropic_stub.url,
             teacher_max_input_tokens=max_tokens,
         )
-        client = await aiohttp_client(create_app(service))
         assert (await client.put("/v1/tools", json=catalog)).status == 200
         query = "please sort out my parcel and the meeting"
         turn = {"request": query, "used_tool": "shell_exec", "turn_id": turn_id}
@@ -131,8 +132,7 @@ async def test_the_fit_follows_the_labels_and_is_exposed(
     """Human labels trigger a refit (fold validated or kept, calibration curve over them),
     visible in `/v1/analytics/learning` and `/metrics`, and refitted again after a restart."""
     catalog = large_catalog(40)
-    service = await services.start()
-    client = await aiohttp_client(create_app(service))
+    client, _service = await services.serve(aiohttp_client)
     assert (await client.put("/v1/tools", json=catalog)).status == 200
     before = await (await client.get("/v1/analytics/learning")).json()
     assert before["labels"] == 0
@@ -163,8 +163,7 @@ async def test_the_fit_follows_the_labels_and_is_exposed(
     ]
     assert float(refits[0].split()[1]) >= 1.0
 
-    restarted = await services.start()
-    restarted_client = await aiohttp_client(create_app(restarted))
+    restarted_client, _restarted = await services.serve(aiohttp_client)
     await eventually(lambda: refitted(restarted_client))
 
 
@@ -174,10 +173,12 @@ async def test_the_teacher_gets_only_its_share_of_flagged_turns(
     """With the default share (0.25), eight flagged turns the free tier cannot label yield at
     most three teacher calls; the rest are recorded as declined, not lost."""
     anthropic_stub.responder = lambda body: Reply(body=anthropic_message("none"))
-    service = await services.start(
-        teacher="anthropic", anthropic_api_key="test", anthropic_base_url=anthropic_stub.url
+    client, service = await services.serve(
+        aiohttp_client,
+        teacher="anthropic",
+        anthropic_api_key="test",
+        anthropic_base_url=anthropic_stub.url,
     )
-    client = await aiohttp_client(create_app(service))
     assert (await client.put("/v1/tools", json=large_catalog(80))).status == 200
     turns = [
         {"request": f"sort out item {i} please", "used_tool": "shell_exec", "turn_id": f"q{i}"}

@@ -55,11 +55,11 @@ async def test_restart_with_another_embedder_reembeds(
 ) -> None:
     """Exemplars saved under `hashing-v1` still steer ranking after a restart on `http`."""
     first = await services.start()
-    await first.upsert_tools(TOOLS)
-    before = await first.rank(LEARNED, 2)
+    await first.catalog.upsert_tools(TOOLS)
+    before = await first.ranking.rank(LEARNED, 2)
     assert before.results[0].tool != "crypto_price"
-    await first.feedback(LEARNED, "crypto_price")
-    assert (await first.rank(LEARNED, 1)).results[0].tool == "crypto_price"
+    await first.learning.feedback(LEARNED, "crypto_price")
+    assert (await first.ranking.rank(LEARNED, 1)).results[0].tool == "crypto_price"
     stored = await first.store.exemplar_for_query(LEARNED)
     assert stored is not None and stored.embedder == "hashing-v1"
     await first.close()
@@ -71,10 +71,12 @@ async def test_restart_with_another_embedder_reembeds(
     assert second.embedder.id == "http-stub-model"
     assert second.ranker.dim == 512
     assert second.ranker.exemplar_total == 1
-    ranking = await second.rank(LEARNED, 2)
+    ranking = await second.ranking.rank(LEARNED, 2)
     assert ranking.results[0].tool == "crypto_price"
     # Weather still goes to weather: the description vectors were re-embedded too.
-    assert (await second.rank("weather forecast for Turin", 1)).results[0].tool == "get_weather"
+    assert (await second.ranking.rank("weather forecast for Turin", 1)).results[
+        0
+    ].tool == "get_weather"
     texts = [t for r in embeddings_stub.received for t in r.body["input"]]
     assert LEARNED in texts
 
@@ -85,7 +87,7 @@ async def test_exemplars_of_the_torch_minilm_are_reembedded_by_the_onnx_one(
     """An exemplar stored under the PyTorch MiniLM id is re-embedded, not reused, on `minilm`."""
     service = await services.start(embedder="minilm", description_weight=0.0)
     assert service.embedder.id == "minilm-all-MiniLM-L6-v2-onnx-int8"
-    await service.upsert_tools(TOOLS)
+    await service.catalog.upsert_tools(TOOLS)
     # Same width as the new vectors, so only the id tells them apart: here it points at
     # weather, while the query is about bitcoin.
     (stale,) = await service.embedder.embed(["weather forecast for Turin"])
@@ -100,7 +102,7 @@ async def test_exemplars_of_the_torch_minilm_are_reembedded_by_the_onnx_one(
             created_at=datetime.now(UTC),
         )
     )
-    await service.reload()
-    top = (await service.rank(LEARNED, 1)).results[0]
+    await service.index.reload()
+    top = (await service.ranking.rank(LEARNED, 1)).results[0]
     # With no description weight the centroid is the exemplar alone: cosine 1 to its query.
     assert (top.tool, round(top.score, 3)) == ("crypto_price", 1.0)

@@ -17,11 +17,11 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.neo4j_server import start_local, stop_local
+from tests.services import service_of
 from toolselect.api.app import create_app
 from toolselect.config import Settings
 from toolselect.graph.neo4j import Neo4jStore
 from toolselect.graph.store import Turn
-from toolselect.service import Service
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 CATALOG = {
@@ -101,37 +101,34 @@ async def test_unreachable_at_start_then_ready(
     not_ready, observe still answers 202; once Neo4j comes up the service becomes ready and
     the turns observed meanwhile reach the store."""
     assert not private_neo4j.running
-    service = await Service.start(settings_for(private_neo4j, tmp_path), wait_for_store=True)
-    try:
-        client = await aiohttp_client(create_app(service))
-        ready = await client.get("/readyz")
-        assert ready.status == 503
-        error = (await ready.json())["error"]
-        assert error["code"] == "not_ready" and private_neo4j.uri in error["message"]
-        rank = await client.post("/v1/rank", json={"query": "weather"})
-        assert rank.status == 503 and (await rank.json())["error"]["code"] == "not_ready"
-        observed = await client.post(
-            "/v1/observe", json={"request": "hello", "used_tool": "shell_exec", "turn_id": "early"}
-        )
-        assert observed.status == 202 and (await observed.json())["queued"] is True
-        assert (await client.get("/healthz")).status == 200
+    client = await aiohttp_client(create_app(settings_for(private_neo4j, tmp_path)))
+    service = service_of(client)
+    ready = await client.get("/readyz")
+    assert ready.status == 503
+    error = (await ready.json())["error"]
+    assert error["code"] == "not_ready" and private_neo4j.uri in error["message"]
+    rank = await client.post("/v1/rank", json={"query": "weather"})
+    assert rank.status == 503 and (await rank.json())["error"]["code"] == "not_ready"
+    observed = await client.post(
+        "/v1/observe", json={"request": "hello", "used_tool": "shell_exec", "turn_id": "early"}
+    )
+    assert observed.status == 202 and (await observed.json())["queued"] is True
+    assert (await client.get("/healthz")).status == 200
 
-        await asyncio.to_thread(private_neo4j.start)
+    await asyncio.to_thread(private_neo4j.start)
 
-        async def is_ready() -> bool:
-            return (await client.get("/readyz")).status == 200
+    async def is_ready() -> bool:
+        return (await client.get("/readyz")).status == 200
 
-        await eventually(is_ready, within=30)
-        assert (await client.put("/v1/tools", json=CATALOG)).status == 200
-        rank = await client.post("/v1/rank", json={"query": "weather in Turin", "k": 1})
-        assert (await rank.json())["results"][0]["tool"] == "get_weather"
+    await eventually(is_ready, within=30)
+    assert (await client.put("/v1/tools", json=CATALOG)).status == 200
+    rank = await client.post("/v1/rank", json={"query": "weather in Turin", "k": 1})
+    assert (await rank.json())["results"][0]["tool"] == "get_weather"
 
-        async def early_turn_stored() -> bool:
-            return await service.store.get_turn("early") is not None
+    async def early_turn_stored() -> bool:
+        return await service.store.get_turn("early") is not None
 
-        await eventually(early_turn_stored, within=10)
-    finally:
-        await service.close()
+    await eventually(early_turn_stored, within=10)
 
 
 async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
@@ -142,51 +139,48 @@ async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
     Neo4j returns."""
     if not private_neo4j.running:
         await asyncio.to_thread(private_neo4j.start)
-    service = await Service.start(settings_for(private_neo4j, tmp_path), wait_for_store=True)
-    try:
-        client = await aiohttp_client(create_app(service))
-        assert (await client.put("/v1/tools", json=CATALOG)).status == 200
-        before = await (await client.post("/v1/rank", json={"query": "weather", "k": 3})).json()
+    client = await aiohttp_client(create_app(settings_for(private_neo4j, tmp_path)))
+    service = service_of(client)
+    assert (await client.put("/v1/tools", json=CATALOG)).status == 200
+    before = await (await client.post("/v1/rank", json={"query": "weather", "k": 3})).json()
 
-        await asyncio.to_thread(private_neo4j.stop)
+    await asyncio.to_thread(private_neo4j.stop)
 
-        after = await (await client.post("/v1/rank", json={"query": "weather", "k": 3})).json()
-        assert after["results"] == before["results"]
-        turns = [
-            {"request": f"send an email message to person {i}", "used_tool": "shell_exec",
-             "turn_id": f"down-{i}"}
-            for i in range(20)
-        ]  # fmt: skip
-        resp = await client.post("/v1/observe/batch", json={"turns": turns})
-        assert (await resp.json()) == {"queued": 20, "dropped": 0}
-        feedback = await client.post(
-            "/v1/exemplars", json={"query": "il prezzo di BTC ora", "tool": "crypto_price"}
-        )
-        assert feedback.status == 201
-        assert await service.learner.drain(30.0)
-        assert service.store.backlog >= 21
-        rank = await client.post("/v1/rank", json={"query": "il prezzo di BTC ora", "k": 1})
-        assert (await rank.json())["results"][0]["tool"] == "crypto_price"
-        ready = await client.get("/readyz")
-        assert ready.status == 503
-        metrics = await (await client.get("/metrics")).text()
-        assert "toolselect_store_backlog " in metrics
+    after = await (await client.post("/v1/rank", json={"query": "weather", "k": 3})).json()
+    assert after["results"] == before["results"]
+    turns = [
+        {"request": f"send an email message to person {i}", "used_tool": "shell_exec",
+         "turn_id": f"down-{i}"}
+        for i in range(20)
+    ]  # fmt: skip
+    resp = await client.post("/v1/observe/batch", json={"turns": turns})
+    assert (await resp.json()) == {"queued": 20, "dropped": 0}
+    feedback = await client.post(
+        "/v1/exemplars", json={"query": "il prezzo di BTC ora", "tool": "crypto_price"}
+    )
+    assert feedback.status == 201
+    assert await service.learner.drain(30.0)
+    assert service.store.backlog >= 21
+    rank = await client.post("/v1/rank", json={"query": "il prezzo di BTC ora", "k": 1})
+    assert (await rank.json())["results"][0]["tool"] == "crypto_price"
+    ready = await client.get("/readyz")
+    assert ready.status == 503
+    metrics = await (await client.get("/metrics")).text()
+    assert "toolselect_store_backlog " in metrics
 
-        await asyncio.to_thread(private_neo4j.start)
+    await asyncio.to_thread(private_neo4j.start)
 
-        async def flushed() -> bool:
-            return service.store.backlog == 0
+    async def flushed() -> bool:
+        return service.store.backlog == 0
 
-        await eventually(flushed, within=30)
-        assert await count(private_neo4j, "Turn") >= 20
-        for i in range(20):
-            turn = await service.store.get_turn(f"down-{i}")
-            assert turn is not None and turn.label == "send_email"
-        label = await service.store.exemplar_for_query("il prezzo di BTC ora")
-        assert label is not None and label.tier == "feedback" and label.tool == "crypto_price"
-        assert (await client.get("/readyz")).status == 200
-    finally:
-        await service.close()
+    await eventually(flushed, within=30)
+    assert await count(private_neo4j, "Turn") >= 20
+    for i in range(20):
+        turn = await service.store.get_turn(f"down-{i}")
+        assert turn is not None and turn.label == "send_email"
+    label = await service.store.exemplar_for_query("il prezzo di BTC ora")
+    assert label is not None and label.tier == "feedback" and label.tool == "crypto_price"
+    assert (await client.get("/readyz")).status == 200
 
 
 async def test_killed_mid_write_keeps_whole_transactions(private_neo4j: PrivateNeo4j) -> None:

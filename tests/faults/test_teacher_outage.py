@@ -12,7 +12,6 @@ from aiohttp.test_utils import TestClient
 
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub
-from toolselect.api.app import create_app
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 CATALOG = {
@@ -32,7 +31,8 @@ async def test_hung_teacher_does_not_touch_ranking_or_budget(
     """While every teacher call hangs, /v1/rank answers; then the calls time out as `error`,
     no exemplar is saved, and the hourly budget is as it was."""
     anthropic_stub.reply(Reply(hang=True))
-    service = await services.start(
+    client, service = await services.serve(
+        aiohttp_client,
         teacher="anthropic",
         anthropic_api_key="test",
         anthropic_base_url=anthropic_stub.url,
@@ -41,7 +41,6 @@ async def test_hung_teacher_does_not_touch_ranking_or_budget(
         teacher_budget_per_hour=10,
         teacher_share=1.0,  # every flagged turn goes to the (hung) teacher
     )
-    client = await aiohttp_client(create_app(service))
     await client.put("/v1/tools", json=CATALOG)
     budget_before = service.oracle.budget.remaining()
     turns = [

@@ -20,7 +20,6 @@ from aiohttp.test_utils import TestClient
 from yarl import URL
 
 from tests.services import ServiceFactory
-from toolselect.api.app import create_app
 from toolselect.catalog import MAX_DESCRIPTION_BYTES
 from toolselect.names import normalise_query
 from toolselect.service import Service
@@ -114,8 +113,7 @@ async def hostile(services: ServiceFactory, aiohttp_client: Any) -> Hostile:
     pack named by another hostile string, all written through `PUT /v1/tools`."""
     # No store polling during the test: a poll's reload racing a PUT can drop the PUT's tools
     # from the ranker (pinned by test_catalog_writes_survive_concurrent_reloads).
-    service = await services.start(poll_interval_s=3600.0)
-    client = await aiohttp_client(create_app(service))
+    client, service = await services.serve(aiohttp_client, poll_interval_s=3600.0)
     base = [{"name": n, "description": d} for n, d in BASE.items()]
     await _put(client, {"tools": base, "pack": "base"})
     for i, name in enumerate(HOSTILE):
@@ -452,14 +450,13 @@ async def test_catalog_writes_survive_concurrent_reloads(
 ) -> None:
     """A reload (what the store poller runs after any catalog change) racing a `PUT /v1/tools`
     never leaves the service believing it is current while the PUT's tool is missing."""
-    service = await services.start(poll_interval_s=3600.0)
-    client = await aiohttp_client(create_app(service))
+    client, service = await services.serve(aiohttp_client, poll_interval_s=3600.0)
     lost: list[str] = []
     for i in range(80):
         name = f"tool_{i}"
         body = {"tools": [{"name": name, "description": f"does {name}"}]}
-        await asyncio.gather(service.reload(), _put(client, body))
-        current = service.catalog_version == (await service.store.state()).catalog_version
+        await asyncio.gather(service.index.reload(), _put(client, body))
+        current = service.index.catalog_version == (await service.store.state()).catalog_version
         if current and not service.ranker.has(name):
             lost.append(name)
     assert lost == []

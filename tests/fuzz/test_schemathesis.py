@@ -39,6 +39,7 @@ from tests.neo4j_server import Neo4jServer
 from tests.services import wipe
 from toolselect.api import models as m
 from toolselect.api.app import create_app
+from toolselect.api.http import SERVICE
 from toolselect.api.openapi import openapi_document
 from toolselect.api.routes import add_routes
 from toolselect.catalog import load_demo_catalog
@@ -82,10 +83,11 @@ class LiveServer:
     async def _start(self) -> None:
         if self.neo4j is not None:
             await wipe(self.neo4j)
-        self.service = await Service.start(self.settings)
-        await self.service.upsert_tools(load_demo_catalog(), pack="demo")
-        self.runner = web.AppRunner(create_app(self.service), access_log=None, handle_signals=False)
+        app = create_app(self.settings)
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self.runner.setup()
+        self.service = app[SERVICE]
+        await self.service.catalog.upsert_tools(load_demo_catalog(), pack="demo")
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
         host, port = self.runner.addresses[0][:2]
@@ -101,9 +103,7 @@ class LiveServer:
 
     async def _stop(self) -> None:
         if self.runner is not None:
-            await self.runner.cleanup()
-        if self.service is not None:
-            await self.service.close()
+            await self.runner.cleanup()  # the service too
 
 
 def _settings(tmp: Path, server: Neo4jServer | None) -> Settings:

@@ -49,9 +49,9 @@ async def test_select_once_matches_a_started_service(tmp_path: Path) -> None:
     settings = settings_for(tmp_path)
     service = await Service.start(settings)
     try:
-        await service.upsert_tools(load_demo_catalog())
+        await service.catalog.upsert_tools(load_demo_catalog())
         for query, tool in LABELS:
-            await service.feedback(query, tool)
+            await service.learning.feedback(query, tool)
         demo = {t.name: t for t in load_demo_catalog()}
         candidates = [
             demo["crypto_price"],
@@ -63,7 +63,7 @@ async def test_select_once_matches_a_started_service(tmp_path: Path) -> None:
         ]
         for query in QUERIES:
             for k in (0, 1, 3, 10):
-                expected = await service.select(query, candidates, k)
+                expected = await service.ranking.select(query, candidates, k)
                 assert await select_once(settings, query, candidates, k) == expected
         assert (await select_once(settings, QUERIES[0], [], 3)).reason == "no candidates"
     finally:

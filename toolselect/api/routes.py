@@ -10,11 +10,10 @@ from aiohttp import web
 
 from toolselect import analytics
 from toolselect.api import models as m
-from toolselect.api.app import DEADLINE, SERVICE, json_response, read_body, read_model
-from toolselect.api.errors import ApiError, not_found
+from toolselect.api.errors import ApiError
+from toolselect.api.http import DEADLINE, SERVICE, json_response, read_body, read_model
 from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
-from toolselect.errors import ToolselectError
 from toolselect.graph.store import Exemplar, Tool
 from toolselect.service import Service
 
@@ -45,12 +44,12 @@ async def rank(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_model(request, m.RankRequest)
     started = time.perf_counter()
-    ranking = await service.rank(body.query, body.k, tools=body.tools, pack=body.pack)
+    ranking = await service.ranking.rank(body.query, body.k, tools=body.tools, pack=body.pack)
     return json_response(
         m.RankResponse(
             results=[m.RankedTool(tool=r.tool, score=r.score) for r in ranking.results],
             margin=ranking.margin,
-            embedder=service.embedder.id,
+            embedder=service.ranking.embedder_id,
             took_ms=round((time.perf_counter() - started) * 1e3, 3),
         )
     )
@@ -60,7 +59,7 @@ async def select(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_model(request, m.SelectRequest)
     candidates = candidates_to_tools([c.model_dump() for c in body.candidates])
-    selection = await service.select(
+    selection = await service.ranking.select(
         body.query.Text, candidates, body.query.K, pack=body.query.PackID or None
     )
     return json_response(m.SelectResponse(selected=selection.selected, reason=selection.reason))
@@ -95,7 +94,7 @@ async def put_tools(request: web.Request) -> web.Response:
 
     progress()
     try:
-        result = await service.upsert_tools(tools, pack, progress=progress)
+        result = await service.catalog.upsert_tools(tools, pack, progress=progress)
     finally:
         waiting = False
     return json_response(m.UpsertResponse(upserted=result.upserted, unchanged=result.unchanged))
@@ -103,35 +102,27 @@ async def put_tools(request: web.Request) -> web.Response:
 
 async def list_tools(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    tools = await service.store.list_tools(request.query.get("pack") or None)
+    tools = await service.catalog.list_tools(request.query.get("pack") or None)
     return json_response(m.ToolList(tools=[_tool_out(t) for t in tools]))
 
 
 async def get_tool(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    name = request.match_info["name"]
-    tool = await service.store.get_tool(name)
-    if tool is None:
-        raise not_found(f"no tool named {name!r}", "name")
+    tool = await request.app[SERVICE].catalog.get_tool(request.match_info["name"])
     return json_response(_tool_out(tool))
 
 
 async def delete_tool(request: web.Request) -> web.Response:
-    await request.app[SERVICE].delete_tool(request.match_info["name"])
+    await request.app[SERVICE].catalog.delete_tool(request.match_info["name"])
     return json_response(m.DeletedResponse(deleted=True))
 
 
 async def tool_exemplars(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    name = request.match_info["name"]
-    if await service.store.get_tool(name) is None:
-        raise not_found(f"no tool named {name!r}", "name")
-    exemplars = await service.store.exemplars_for_tool(name)
+    exemplars = await request.app[SERVICE].catalog.exemplars_of(request.match_info["name"])
     return json_response(m.ExemplarList(exemplars=[exemplar_out(e) for e in exemplars]))
 
 
 async def delete_exemplar(request: web.Request) -> web.Response:
-    await request.app[SERVICE].delete_exemplar(request.match_info["id"])
+    await request.app[SERVICE].learning.delete_exemplar(request.match_info["id"])
     return json_response(m.DeletedResponse(deleted=True))
 
 
@@ -164,7 +155,7 @@ async def observe_batch(request: web.Request) -> web.Response:
 
 
 def _observe(service: Service, turn: m.ObserveRequest) -> bool:
-    return service.observe(
+    return service.learning.observe(
         turn.request,
         turn.used_tool,
         turn_id=turn.turn_id,
@@ -191,7 +182,7 @@ def _check_turn(service: Service, turn: m.ObserveRequest, prefix: str) -> None:
 async def post_exemplar(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_model(request, m.FeedbackRequest)
-    saved, exemplar = await service.feedback(body.query, body.tool)
+    saved, exemplar = await service.learning.feedback(body.query, body.tool)
     return json_response(
         m.FeedbackResponse(saved=saved, exemplar=exemplar_out(exemplar)), status=201
     )
@@ -205,13 +196,13 @@ async def list_analytics(request: web.Request) -> web.Response:
 
 async def learning_fit(request: web.Request) -> web.Response:
     """What the learning loop chose from its labels: fold, calibration curve, teacher depth."""
-    payload = request.app[SERVICE].learning_payload()
+    payload = request.app[SERVICE].learning.fit()
     return json_response(m.LearningFit.model_validate(payload, strict=False))
 
 
 async def get_analytics(request: web.Request) -> web.Response:
-    body = await analytics.analysis_payload(
-        request.app[SERVICE].store, request.match_info["name"], request.query.get("since")
+    body = await request.app[SERVICE].learning.analysis(
+        request.match_info["name"], request.query.get("since")
     )
     return web.json_response(body, dumps=lambda v: json.dumps(v, ensure_ascii=False))
 
@@ -221,13 +212,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    if not service.loaded:
-        raise ApiError(503, "not_ready", service.not_ready_reason)
-    try:
-        await service.store.ping()
-    except ToolselectError as exc:
-        raise ApiError(503, "not_ready", f"store unreachable: {exc}") from None
+    await request.app[SERVICE].check_ready()
     return json_response(m.Health(status="ready"))
 
 

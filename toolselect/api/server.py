@@ -15,10 +15,10 @@ import structlog
 from aiohttp import web
 
 from toolselect.api.app import create_app
+from toolselect.api.http import SERVICE
 from toolselect.config import Settings
 from toolselect.errors import ConfigError
 from toolselect.metrics import Metrics
-from toolselect.service import Service
 
 log = structlog.get_logger("toolselect.server")
 
@@ -55,9 +55,9 @@ async def run_server(
     A worker of `serve --workers` passes its multiprocess `metrics`, binds with `reuse_port`
     (the kernel spreads connections over the workers' sockets) and reports `on_serving`.
     """
-    service = await Service.start(settings, metrics=metrics, wait_for_store=True)
+    app = create_app(settings, metrics=metrics)
     runner = web.AppRunner(
-        create_app(service),
+        app,
         shutdown_timeout=settings.shutdown_timeout_s,
         access_log=None,
         handle_signals=False,
@@ -74,18 +74,19 @@ async def run_server(
         await site.start()
         if on_serving is not None:
             on_serving()
+        service = app[SERVICE]
         log.info(
             "serving",
             url=f"http://{settings.host}:{settings.port}",
-            store=service.store.uri,
-            embedder=service.embedder.id,
-            tools=service.ranker.size,
+            store=service.store_uri,
+            embedder=service.ranking.embedder_id,
+            tools=service.catalog.size,
+            ready=service.loaded,
         )
         await stop.wait()
         log.info("shutting_down")
     finally:
-        await runner.cleanup()
-        await service.close()
+        await runner.cleanup()  # in-flight requests, then the service (the app's cleanup_ctx)
     log.info("stopped")
 
 

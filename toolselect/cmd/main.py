@@ -40,13 +40,32 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
     return asyncio.run(coro)
 
 
+def _progress(line: str, *, always: bool = False) -> Callable[[int, int], None] | None:
+    """`line` (with `{done}` and `{total}`) on stderr after each batch: rewritten in place on a
+    terminal, one line each otherwise (only when `always`: off a terminal nobody watches)."""
+    tty = sys.stderr.isatty()
+    if not (tty or always):
+        return None
+
+    def report(done: int, total: int) -> None:
+        text = line.format(done=done, total=total)
+        if tty:
+            print(f"\r{text}", end="\n" if done == total else "", file=sys.stderr, flush=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    return report
+
+
 async def _with_service(args: argparse.Namespace, body: Callable[[Service], Any]) -> int:
     from toolselect.logs import configure_logging
     from toolselect.service import Service
 
     settings = _settings(args)
     configure_logging("warning", settings.log_format)
-    service = await Service.start(settings)
+    service = await Service.start(
+        settings, load_progress=_progress("embedding tools: {done}/{total}")
+    )
     try:
         result = await body(service)
         return int(result or 0)
@@ -93,18 +112,18 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 def cmd_rank(args: argparse.Namespace) -> int:
     async def body(service: Service) -> int:
-        ranking = await service.rank(args.text, args.k, pack=args.pack)
+        ranking = await service.ranking.rank(args.text, args.k, pack=args.pack)
         if args.json:
             out = {
                 "results": [{"tool": r.tool, "score": r.score} for r in ranking.results],
                 "margin": ranking.margin,
-                "embedder": service.embedder.id,
+                "embedder": service.ranking.embedder_id,
             }
             print(json.dumps(out, ensure_ascii=False))
         else:
             for i, r in enumerate(ranking.results, 1):
                 print(f"{i:>3}  {r.score:6.3f}  {r.tool}")
-            print(f"margin {ranking.margin:.3f}  ({service.embedder.id})")
+            print(f"margin {ranking.margin:.3f}  ({service.ranking.embedder_id})")
         return 0
 
     return _run(_with_service(args, body))
@@ -141,19 +160,16 @@ def cmd_tools_import(args: argparse.Namespace) -> int:
         from toolselect.service import IMPORT_BATCH
 
         # Progress on stderr: asked for, or on a terminal when there is more than one batch.
-        tty = sys.stderr.isatty()
-        show = args.progress or (tty and len(tools) > IMPORT_BATCH)
+        line = _progress("embedded {done}/{total} tools", always=args.progress)
 
         def progress(done: int, total: int) -> None:
-            line = f"embedded {done}/{total} tools"
-            if tty:
-                print(f"\r{line}", end="\n" if done == total else "", file=sys.stderr, flush=True)
-            else:
-                print(line, file=sys.stderr, flush=True)
+            assert line is not None
+            line(done, total)
             if done == total:
                 print(f"writing {len(tools)} tools in one transaction", file=sys.stderr)
 
-        result = await service.upsert_tools(
+        show = line is not None and (args.progress or len(tools) > IMPORT_BATCH)
+        result = await service.catalog.upsert_tools(
             tools, args.pack or pack, progress=progress if show else None
         )
         print(json.dumps({"upserted": result.upserted, "unchanged": result.unchanged}))
@@ -164,7 +180,7 @@ def cmd_tools_import(args: argparse.Namespace) -> int:
 
 def cmd_tools_list(args: argparse.Namespace) -> int:
     async def body(service: Service) -> int:
-        for tool in await service.store.list_tools(args.pack):
+        for tool in await service.catalog.list_tools(args.pack):
             packs = f"  [{', '.join(tool.packs)}]" if tool.packs else ""
             print(f"{tool.name}{packs}  {tool.description[:80]}")
         return 0
@@ -246,7 +262,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
         import uuid
 
         turn_id = args.turn_id or uuid.uuid4().hex
-        queued = service.observe(
+        queued = service.learning.observe(
             args.request,
             args.used_tool,
             turn_id=turn_id,
@@ -257,8 +273,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
         if not queued:
             print(json.dumps({"queued": False}))
             return 1
-        await service.learner.drain(service.settings.shutdown_timeout_s)
-        turn = await service.store.get_turn(turn_id)
+        turn = await service.learning.turn_when_done(turn_id, service.settings.shutdown_timeout_s)
         decided = {
             "turn_id": turn_id,
             "top1": turn.top1 if turn else None,
@@ -283,8 +298,8 @@ def cmd_analytics(args: argparse.Namespace) -> int:
     if args.name == "learning":
 
         async def fitted(service: Service) -> int:
-            await service.tuner.settle()
-            payload = service.learning_payload()
+            await service.learning.settle()
+            payload = service.learning.fit()
             print(json.dumps(payload, indent=None if args.format == "json" else 2))
             return 0
 

@@ -1,0 +1,95 @@
+"""The HTTP leaf: typed app/request keys, JSON bodies in (size, type, Unicode, model) and
+JSON responses out. Routes and middleware import this; it imports neither of them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from toolselect.api.errors import ApiError
+from toolselect.api.validation import rejection
+from toolselect.service import Service
+
+SERVICE = web.AppKey("service", Service)
+# The request's time limit, for a handler that knows its work is larger (an import) to move.
+DEADLINE = web.RequestKey("deadline", asyncio.Timeout)
+M = TypeVar("M", bound=BaseModel)
+
+
+def _check_content_type(request: web.Request) -> None:
+    if request.content_type != "application/json":
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"expected Content-Type application/json, got {request.content_type or 'none'}",
+            "Content-Type",
+        )
+
+
+async def read_body(request: web.Request) -> Any:
+    """The JSON body: 415 for another content type, 413 past the limit, 400 when not JSON."""
+    _check_content_type(request)
+    raw = await request.read()
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"body is not JSON: {exc}", "body") from None
+    if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(data):
+        raise ApiError(
+            400,
+            "invalid_json",
+            "body is not Unicode text: it escapes a lone UTF-16 surrogate (\\uD800-\\uDFFF)",
+            "body",
+        )
+    return data
+
+
+# JSON may escape half of a UTF-16 pair ("\\ud800"): json.loads accepts it, but it is not text
+# and no store can encode it. Only bodies with such an escape are walked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _rejected(exc: ValidationError) -> ApiError:
+    """The first validation error as the API answers it (see `toolselect.api.validation`)."""
+    status, code, message, field = rejection(exc)
+    return ApiError(status, code, message, field)
+
+
+async def read_model(request: web.Request, model: type[M]) -> M:
+    """Read and validate a JSON body in one pass (pydantic parses the bytes itself)."""
+    _check_content_type(request)
+    raw = await request.read()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise _rejected(exc) from None
+
+
+def json_response(model: BaseModel, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status,
+        text=model.model_dump_json(exclude_none=True),
+        content_type="application/json",
+    )

@@ -1,0 +1,192 @@
+"""How a service is made: every part built from settings and the opened adapters, no I/O.
+
+`compose` is the one place that knows which part needs which; `Service.start` (service/root.py)
+opens the adapters and calls it. A test can build its own `Parts` to swap one piece.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolselect.clock import Clock, utc_now
+from toolselect.config import Settings
+from toolselect.embed import CachedEmbedder, Embedder, RecentVectors
+from toolselect.graph.buffered import BufferedStore
+from toolselect.graph.spool import Spool
+from toolselect.graph.store import Store
+from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
+from toolselect.learn.learner import Learner, LearnerConfig
+from toolselect.learn.tuning import Tuner
+from toolselect.metrics import Metrics
+from toolselect.oracle.base import Teacher
+from toolselect.oracle.budget import Budget, RetryPolicy
+from toolselect.oracle.oracle import Oracle
+from toolselect.ranker import CentroidRanker
+from toolselect.service.catalog import CatalogFacade
+from toolselect.service.index import LiveIndex, Progress
+from toolselect.service.learning import LearningFacade
+from toolselect.service.ranking import RankingFacade
+
+
+def build_teacher(settings: Settings) -> Teacher | None:
+    """The configured LLM teacher, or None (`TOOLSELECT_TEACHER=none`)."""
+    kind = settings.teacher_kind
+    if kind == "anthropic":
+        from toolselect.oracle.anthropic import DEFAULT_MODEL, AnthropicTeacher, anthropic_client
+
+        client = anthropic_client(
+            api_key=settings.anthropic_api_key,
+            base_url=settings.anthropic_base_url or None,
+            timeout_s=settings.teacher_timeout_s,
+        )
+        return AnthropicTeacher(client, settings.teacher_model or DEFAULT_MODEL)
+    if kind == "openai":
+        from toolselect.oracle.openai_compat import OpenAICompatTeacher
+
+        return OpenAICompatTeacher(
+            None,
+            settings.openai_base_url,
+            settings.teacher_model or "default",
+            api_key=settings.openai_api_key,
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Everything a service is made of, built by `compose` (or by a test, part by part)."""
+
+    settings: Settings
+    metrics: Metrics
+    store: BufferedStore
+    embedder: Embedder
+    queries: Embedder  # the embedder behind the recent-vector cache, for requests
+    ranker: CentroidRanker
+    tuner: Tuner
+    index: LiveIndex
+    oracle: Oracle
+    learner: Learner
+    teacher: Teacher | None
+    ranking: RankingFacade
+    catalog: CatalogFacade
+    learning: LearningFacade
+
+
+def _tuner(
+    settings: Settings, ranker: CentroidRanker, embedder: Embedder, metrics: Metrics, clock: Clock
+) -> Tuner:
+    ew = settings.exemplar_weight
+    prior = FoldWeights(
+        settings.centroid_description_weight / (ew or 1.0),
+        self_weight=settings.self_label_weight or 0.0,
+    )
+    return Tuner(
+        ranker,
+        FitPolicy(
+            prior=prior,
+            target_precision=settings.free_tier_precision,
+            teacher_recall=settings.teacher_recall,
+            teacher_share=settings.teacher_share,
+            prior_teacher_depth=settings.teacher_candidates or DEFAULT_TEACHER_DEPTH,
+        ),
+        embedder=embedder.id,
+        pinned_fold=settings.description_weight is not None
+        or settings.self_label_weight is not None
+        or ew == 0.0,
+        pinned_floor=settings.margin_floor,
+        pinned_depth=settings.teacher_candidates is not None,
+        metrics=metrics,
+        clock=clock,
+    )
+
+
+def compose(
+    settings: Settings,
+    store: Store,
+    embedder: Embedder,
+    *,
+    metrics: Metrics | None = None,
+    teacher: Teacher | None = None,
+    spool: Spool | None = None,
+    clock: Clock = utc_now,
+    load_progress: Progress | None = None,
+) -> Parts:
+    """Build every part of a service from settings and the opened adapters; no I/O."""
+    metrics = metrics or Metrics()
+    buffered = BufferedStore(store, spool=spool, metrics=metrics)
+    # Queries (not tool texts: an import would flush them) go through recent vectors, so the
+    # learner does not embed a reported turn whose request was just ranked. The learner only
+    # reads them: a burst of turns nobody ranked would push out the ranked requests whose
+    # turns are still to come.
+    queries: Embedder = embedder
+    observed: Embedder = embedder
+    if settings.query_cache:
+
+        def count(hits: int, misses: int) -> None:
+            metrics.query_vectors.labels("hit").inc(hits)
+            metrics.query_vectors.labels("miss").inc(misses)
+
+        recent = RecentVectors(settings.query_cache, on_lookup=count)
+        queries = CachedEmbedder(embedder, recent)
+        observed = CachedEmbedder(embedder, recent, keep_misses=False)
+    ranker = CentroidRanker(
+        description_weight=settings.centroid_description_weight,
+        exemplar_weight=settings.exemplar_weight,
+        self_weight=settings.self_label_weight or 0.0,
+    )
+    tuner = _tuner(settings, ranker, embedder, metrics, clock)
+    index = LiveIndex(buffered, embedder, ranker, tuner, metrics, load_progress=load_progress)
+    oracle = Oracle(
+        teacher,
+        enabled=settings.oracle == "on",
+        budget=Budget(settings.teacher_budget_per_hour),
+        retry=RetryPolicy(retries=settings.teacher_retries),
+        timeout_s=settings.teacher_timeout_s,
+        record_call=buffered.record_oracle_call,
+        metrics=metrics,
+    )
+    learner = Learner(
+        store=buffered,
+        embedder=observed,
+        ranker=ranker,
+        oracle=oracle,
+        on_saved=index.saved,
+        describe=index.describe,
+        config=LearnerConfig(
+            fallback_tools=settings.fallback_tools,
+            tiers=settings.oracle_tiers,
+            queue_size=settings.queue_size,
+            teacher_full_catalog=settings.teacher_full_catalog,
+            teacher_max_input_tokens=settings.teacher_max_input_tokens,
+            overlap_writes=settings.store_kind == "neo4j",
+        ),
+        tuner=tuner,
+        metrics=metrics,
+        clock=clock,
+    )
+    ranking = RankingFacade(settings, index, queries, metrics)
+    return Parts(
+        settings=settings,
+        metrics=metrics,
+        store=buffered,
+        embedder=embedder,
+        queries=queries,
+        ranker=ranker,
+        tuner=tuner,
+        index=index,
+        oracle=oracle,
+        learner=learner,
+        teacher=teacher,
+        ranking=ranking,
+        catalog=CatalogFacade(buffered, index),
+        learning=LearningFacade(
+            buffered,
+            index,
+            learner,
+            tuner,
+            queries,
+            ranking,
+            clock,
+            pinned_floor=settings.margin_floor is not None,
+        ),
+    )

@@ -1,0 +1,188 @@
+"""The service: its parts (built by `compose`) and their lifetime.
+
+`Service.start(settings)` opens the spool, the store and the embedder, composes the parts and
+connects (migrate, replay the spool, load the catalog). Routes, the CLI and the MCP server
+call the three facades, `ranking`, `catalog` and `learning`, plus `check_ready` and `close`
+here; the parts stay reachable as attributes for tests. Ranking reads only the in-memory
+ranker, never the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+import structlog
+from threadpoolctl import threadpool_limits
+
+from toolselect.catalog import load_demo_catalog
+from toolselect.clock import Clock, utc_now
+from toolselect.config import Settings
+from toolselect.embed import embedder_for
+from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
+from toolselect.graph.factory import open_store
+from toolselect.graph.spool import Spool
+from toolselect.metrics import Metrics
+from toolselect.service.index import Progress
+from toolselect.service.parts import Parts, build_teacher, compose
+
+log = structlog.get_logger("toolselect.service")
+
+
+class Service:
+    """A started toolselect: the facades over one store, one embedder, one ranker."""
+
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+        self.settings = parts.settings
+        self.metrics = parts.metrics
+        self.store = parts.store
+        self.embedder = parts.embedder
+        self.ranker = parts.ranker
+        self.tuner = parts.tuner
+        self.index = parts.index
+        self.oracle = parts.oracle
+        self.learner = parts.learner
+        self.ranking = parts.ranking
+        self.catalog = parts.catalog
+        self.learning = parts.learning
+        self._maintenance: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        wait_for_store: bool = False,
+        clock: Clock = utc_now,
+        load_progress: Progress | None = None,
+    ) -> Service:
+        """Open the adapters, compose the parts, then load the catalog and exemplars.
+
+        With `wait_for_store` (the server), an unreachable store does not stop the start: the
+        service answers `not_ready` and keeps connecting in the background; otherwise (the CLI)
+        `StoreUnavailable` is raised at once. `load_progress` hears of the catalog's embedding.
+        """
+        # One BLAS thread: ranking is a small matrix-vector product, where a second thread buys
+        # nothing at the median and multiplies the p99 whenever the other core is busy.
+        threadpool_limits(1, user_api="blas")
+        # Before the store: a spool that cannot be used stops the start (it may hold labels).
+        # On a thread of its own, joined here: the loop's default pool would outlive `close`.
+        with ThreadPoolExecutor(1, thread_name_prefix="toolselect-spool-open") as opener:
+            spool = await asyncio.get_running_loop().run_in_executor(
+                opener, partial(Spool.open, settings.spool_path, max_bytes=settings.spool_max_bytes)
+            )
+        if any(spool.depth.values()):
+            log.info("spool_pending_at_start", spool=spool.path, **spool.depth)
+        try:
+            store = await open_store(settings, verify=not wait_for_store)
+        except BaseException:
+            spool.close()
+            raise
+        parts = compose(
+            settings,
+            store,
+            embedder_for(settings),
+            metrics=metrics,
+            teacher=build_teacher(settings),
+            spool=spool,
+            clock=clock,
+            load_progress=load_progress,
+        )
+        service = cls(parts)
+        try:
+            try:
+                await service.connect()
+            except StoreUnavailable as exc:
+                if not wait_for_store:
+                    raise
+                service.index.not_ready_reason = f"store unreachable: {exc}"
+                log.warning("store_unreachable_at_start", error=str(exc))
+                service.learner.open()
+            service._maintenance = asyncio.create_task(
+                service._maintain(), name="toolselect-maintenance"
+            )
+        except BaseException:
+            await service.close()
+            raise
+        return service
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the catalog has been loaded from the store (ranking answers `not_ready`
+        until then)."""
+        return self.index.loaded
+
+    @property
+    def store_uri(self) -> str:
+        return self.store.uri
+
+    async def check_ready(self) -> None:
+        """`NotReady` until loaded, and while the store does not answer."""
+        self.index.check_ready()
+        try:
+            await self.store.ping()
+        except ToolselectError as exc:
+            raise NotReady(f"store unreachable: {exc}") from None
+
+    async def connect(self) -> None:
+        """Migrate the store, load the demo catalog if asked and the store is empty, then load."""
+        await self.store.migrate()
+        # Writes spooled during an outage (or by a process that died in one) land before the
+        # load, so the ranker starts with them and reads stop failing fast.
+        await self.store.flush()
+        if self.store.down:
+            raise StoreUnavailable(self.store.last_error or "store lost while replaying the spool")
+        if self.settings.load_demo and not await self.store.list_tools():
+            result = await self.store.upsert_tools(load_demo_catalog())
+            log.info("demo_catalog_loaded", tools=result.upserted)
+        await self.index.reload()
+        self.index.loaded = True
+        self.learner.start()
+
+    async def _maintain(self) -> None:
+        """Background upkeep: connect until loaded, flush the write backlog, poll for replicas."""
+        interval = self.settings.poll_interval_s
+        tick = min(1.0, interval)
+        since_poll = 0.0
+        failing: str | None = None
+        while True:
+            await asyncio.sleep(tick)
+            since_poll += tick
+            try:
+                if not self.loaded:
+                    await self.connect()
+                    log.info("store_connected", store=self.store.uri)
+                if self.store.backlog or self.store.down:
+                    await self.store.ping()
+                    await self.store.flush()
+                if since_poll >= interval:
+                    since_poll = 0.0
+                    await self.index.refresh()
+                if failing is not None:
+                    log.info("store_recovered", store=self.store.uri)
+                failing = None
+            except ToolselectError as exc:
+                if not self.loaded:
+                    self.index.not_ready_reason = f"store unreachable: {exc}"
+                if str(exc) != failing:
+                    log.warning("store_maintenance_failed", error=str(exc))
+                failing = str(exc)
+
+    async def close(self) -> None:
+        """Drain the learner within the shutdown timeout, then release every resource."""
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            await asyncio.gather(self._maintenance, return_exceptions=True)
+        timeout_s = self.settings.shutdown_timeout_s
+        await self.catalog.close(timeout_s)
+        try:
+            await self.learner.close(timeout_s)
+            await self.tuner.close()
+        finally:
+            if self.parts.teacher is not None:
+                await self.parts.teacher.aclose()
+            await self.parts.queries.close()  # the embedder too, when it is wrapped
+            await self.store.close()
