@@ -8,7 +8,8 @@ Modules:
             semantic-router baselines, knob sweeps -> bench/results/accuracy.json
   learning  the learning curve through the real learner (teacher stub on / off), margin-floor
             sweep -> bench/results/learning.json, learning_curve.png
-  perf      latency and throughput (`python -m bench.perf`) -> bench/results/perf.json, perf.md
+  perf      latency and throughput (`python -m bench.perf`, a package: one module per section)
+            -> bench/results/perf.json, perf.md; its hand-written reading is perf/FINDINGS.md
   report    BENCHMARKS.md from the JSON results (regenerated from scratch)
 
 Committed results live in bench/results/; bench/out/ is scratch (git-ignored).

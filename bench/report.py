@@ -1,4 +1,5 @@
-"""BENCHMARKS.md, regenerated from scratch from bench/results/*.json (and perf.md when present).
+"""BENCHMARKS.md, regenerated from scratch from bench/results/*.json (and perf.md when present,
+followed by the hand-written bench/perf/FINDINGS.md).
 
 Nothing here measures: every number comes from the JSON the other stages wrote, so
 `python -m bench report` rewrites the page without running anything.
@@ -16,6 +17,7 @@ from typing import Any
 
 from bench import RESULTS, ROOT
 from bench import learning_report as learning
+from bench.perf import report as perf
 from bench.report_table import ms, pct, table
 
 PACKAGES = (
@@ -157,7 +159,9 @@ def render() -> str:
     if learn is not None:
         parts += ["", learning.section(learn)]
     if perf_md.is_file():
-        parts += ["", perf_md.read_text().strip()]
+        # The generated tables, then the prose that reads them (hand-written, kept out of the
+        # generator so re-rendering never touches it).
+        parts += ["", perf_md.read_text().strip(), "", perf.findings()]
     else:
         parts += ["", "## Latency, throughput and load", "", "Not run yet: `python -m bench.perf`."]
     wrk = load("throughput.json")

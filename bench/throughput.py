@@ -28,16 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import RESULTS
-from bench.perf import (
-    ServerProcess,
-    catalog_file,
-    free_port,
-    import_catalog,
-    machine_facts,
-    server_env,
-    synth_catalog,
-    synth_queries,
-)
+from bench.perf.catalog import catalog_file, synth_catalog, synth_queries
+from bench.perf.machine import machine_facts
+from bench.perf.server import ServerProcess, free_port, import_catalog, server_env
 
 CONNECTIONS = 16
 WORKERS = 2

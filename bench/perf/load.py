@@ -1,0 +1,99 @@
+"""Section `load`: open-loop 90% `/v1/rank` / 10% `/v1/observe` at a fixed rate, per store.
+
+Latency counts from each request's scheduled send time (no coordinated omission); the
+server's RSS is sampled every second, and its graceful stop timed at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import ROOT
+from bench.perf.machine import busy_since, proc_stat
+from bench.perf.server import ServerProcess, import_catalog, server_env, write_spec
+from bench.perf.stores import recorded_turns, store_settings, wipe_neo4j
+
+
+def bench_load(
+    store: str, catalog_path: Path, queries: list[str], rate: float, quick: bool
+) -> dict[str, Any]:
+    """Open-loop 90% rank / 10% observe against a fresh server; RSS sampled every second."""
+    duration, warmup = (10.0, 2.0) if quick else (60.0, 5.0)
+    with tempfile.TemporaryDirectory(prefix="toolselect-load-") as tmp:
+        workdir = Path(tmp)
+        # One description of the store for the server and for the count read after it.
+        settings = store_settings(store, workdir, db_name="load.db")
+        if store == "neo4j":
+            wipe_neo4j()
+        env = server_env(settings.store, workdir)
+        import_catalog(env, catalog_path, workdir)
+        with ServerProcess(env, workdir) as server:
+            observe_bodies = []
+            for i, q in enumerate(queries[:200]):
+                top = server.post("/v1/rank", {"query": q, "k": 2})["results"][0]["tool"]
+                # one in five turns used a fallback tool: flagged, labelled by the free tier
+                observe_bodies.append({"request": q, "used_tool": top if i % 5 else "shell_exec"})
+            rss_idle = server.rss_mb()
+            samples: list[tuple[float, float]] = []
+            t0, cpu0, machine0 = time.perf_counter(), server.cpu_s(), proc_stat()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.loadgen", write_spec(workdir, {
+                    "url": server.url, "mode": "open", "rate": rate, "duration_s": duration,
+                    "warmup_s": warmup, "max_inflight": 2000,
+                    "mix": [
+                        {"path": "/v1/rank", "weight": 0.9,
+                         "bodies": [{"query": q, "k": 5} for q in queries]},
+                        {"path": "/v1/observe", "weight": 0.1, "bodies": observe_bodies},
+                    ],
+                })],
+                cwd=ROOT, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            while proc.poll() is None:
+                samples.append((round(time.perf_counter() - t0, 1), server.rss_mb()))
+                time.sleep(1.0)
+            result: dict[str, Any] = json.loads(proc.communicate()[0])
+            wall = time.perf_counter() - t0
+            result["server_cpu_cores"] = round((server.cpu_s() - cpu0) / wall, 2)
+            others = (
+                busy_since(machine0) - result["server_cpu_cores"] - result["client_cpu_s"] / wall
+            )
+            result["other_cpu_cores"] = round(max(0.0, others), 2)
+            time.sleep(1.0)  # let the intake worker finish the last batch
+            drops = server.metric("toolselect_observe_dropped_total")
+            dropped = sum(drops.values())
+            observed = sum(server.metric("toolselect_observed_turns_total").values())
+            stopped = server.stop()
+        # Read once the server has let go of the store; the run started on an empty one.
+        recorded = sum(asyncio.run(recorded_turns(settings)).values())
+    after_warmup = [rss for t, rss in samples if t >= warmup] or [rss_idle]
+    result.update(
+        store=store,
+        rss_mb={
+            "idle": rss_idle,
+            "start": after_warmup[0],
+            "end": after_warmup[-1],
+            "max": max(after_warmup),
+            "change_pct": round((after_warmup[-1] / after_warmup[0] - 1) * 100, 1),
+            "samples": samples,
+        },
+        observe_dropped=dropped,
+        observe_dropped_by_reason=drops,
+        observe_queued=observed,
+        turns_recorded=recorded,
+        shutdown=stopped,
+    )
+    print(
+        f"  load {store:6} {rate:.0f} req/s x {duration:.0f} s: sent {result['sent']}, "
+        f"errors {result['errors']}, p50 {result['latency']['p50_ms']:.2f} ms, "
+        f"p99 {result['latency']['p99_ms']:.2f} ms, RSS {after_warmup[0]} -> "
+        f"{after_warmup[-1]} MB, dropped {dropped:.0f}, turns {recorded}/{observed:.0f}",
+        flush=True,
+    )
+    return result

@@ -1,0 +1,175 @@
+"""`toolselect serve` as a subprocess, measured from outside, and `bench.loadgen` driving it.
+
+The server runs in its own process, as deployed, so its CPU time and RSS are its own and the
+load generator does not share its event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import ROOT
+
+TOOLSELECT = str(Path(sys.executable).parent / "toolselect")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def server_env(store: str, workdir: Path) -> dict[str, str]:
+    """A clean environment: no inherited toolselect settings, no teacher, quiet logs."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TOOLSELECT_", "ANTHROPIC_", "NEO4J_"))
+    }
+    env.update(
+        TOOLSELECT_STORE=store,
+        TOOLSELECT_DATA_DIR=str(workdir),
+        TOOLSELECT_LOG_LEVEL="warning",
+        TOOLSELECT_TEACHER="none",
+        # The targets are stated for `hashing`; `auto` would pick the MiniLM hybrid here.
+        TOOLSELECT_EMBEDDER="hashing",
+        # The benchmarks send a few hundred queries over and over: with the query vector
+        # cache every request after the first round would skip the embedder.
+        TOOLSELECT_QUERY_CACHE="0",
+    )
+    if store == "neo4j":
+        env.update({k: v for k, v in os.environ.items() if k.startswith("NEO4J_")})
+    return env
+
+
+def import_catalog(env: dict[str, str], path: Path, workdir: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [TOOLSELECT, "tools", "import", str(path)],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+class ServerProcess:
+    """`toolselect serve` on a free loopback port; RSS, CPU time and metrics read from outside."""
+
+    def __init__(self, env: dict[str, str], workdir: Path, args: Sequence[str] = ()) -> None:
+        self.env = env
+        self.workdir = workdir
+        self.args = list(args)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / f"server-{self.port}.log"
+
+    def __enter__(self) -> ServerProcess:
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [TOOLSELECT, "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
+                env=self.env,
+                cwd=self.workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("server not ready within 300 s")
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> dict[str, Any]:
+        """SIGTERM, then wait; returns the exit code and how long the graceful stop took."""
+        if self.proc is None or self.proc.poll() is not None:
+            return {}
+        t0 = time.perf_counter()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        return {"exit_code": code, "stop_s": round(time.perf_counter() - t0, 2)}
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+        return 0.0
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def metric(self, name: str) -> dict[str, float]:
+        """Every sample of a Prometheus metric by label set (`""` without labels)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        found: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith(name) and (line[len(name)] in " {"):
+                labels, _, value = line[len(name) :].rpartition(" ")
+                found[labels.strip("{} ")] = float(value)
+        return found
+
+    def post(self, path: str, body: object) -> Any:
+        req = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
+
+def run_loadgen(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """Run `bench.loadgen` as a separate process and return its JSON result."""
+    budget = float(spec["duration_s"]) + float(spec.get("warmup_s", 2)) + 120
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.loadgen", write_spec(workdir, spec)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=budget,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def write_spec(workdir: Path, spec: dict[str, Any]) -> str:
+    """`spec` as a JSON file in `workdir` (what `bench.loadgen` reads); returns its path."""
+    path = workdir / f"spec-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return str(path)

@@ -1,0 +1,49 @@
+"""Per-call timing and its summary (medians and tails in milliseconds)."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+
+from threadpoolctl import threadpool_limits
+
+
+def summarise(seconds: list[float]) -> dict[str, float]:
+    """Median, p90, p99 and mean in milliseconds."""
+    ordered = sorted(seconds)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+    return {
+        "n": len(ordered),
+        "p50_ms": round(statistics.median(ordered) * 1e3, 4),
+        "p90_ms": round(at(0.90), 4),
+        "p99_ms": round(at(0.99), 4),
+        "mean_ms": round(statistics.fmean(ordered) * 1e3, 4),
+    }
+
+
+@contextmanager
+def blas_threads(limit: int | None) -> Iterator[None]:
+    with threadpool_limits(limits=limit) if limit else nullcontext():
+        yield
+
+
+def timed(fn: Callable[[int], object], iterations: int, warmup: int = 50) -> list[float]:
+    """Per-call wall times of `fn(i)`; the collector is paused so it does not pick a victim."""
+    for i in range(warmup):
+        fn(i)
+    out = []
+    gc.disable()
+    try:
+        for i in range(iterations):
+            t0 = time.perf_counter()
+            fn(i)
+            out.append(time.perf_counter() - t0)
+    finally:
+        gc.enable()
+    return out
