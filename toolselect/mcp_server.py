@@ -30,7 +30,7 @@ from mcp.server.mcpserver.resources import FunctionResource
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from toolselect import analytics
+from toolselect.analytics import registry, surfaces
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput, NotFound, ToolselectError
 from toolselect.graph.store import Tool
@@ -294,7 +294,7 @@ async def _analysis(service: Service, name: str, since: str | None) -> str:
     try:
         if name == LEARNING:
             return _dumps(service.learning_payload())
-        return _dumps(await analytics.analysis_payload(service.store, name, since))
+        return _dumps(await surfaces.analysis_payload(service.store, name, since))
     except NotFound as exc:
         raise ResourceNotFoundError(str(exc)) from exc
     except ToolselectError as exc:
@@ -302,7 +302,7 @@ async def _analysis(service: Service, name: str, since: str | None) -> str:
 
 
 def _add_resources(server: ToolselectMCP, running: _Running) -> None:
-    names = (*analytics.NAMES, LEARNING)
+    names = (*registry.NAMES, LEARNING)
 
     async def catalog() -> str:
         tools = await running.get().store.list_tools()
@@ -345,7 +345,7 @@ def _add_resources(server: ToolselectMCP, running: _Running) -> None:
         description = (
             "what the learning loop chose from its labels: fold, calibration curve, teacher depth"
             if name == LEARNING
-            else analytics.ANALYSES[name].description
+            else registry.ANALYSES[name].description
         )
         server.add_resource(
             FunctionResource.from_function(

@@ -8,7 +8,7 @@ import time
 
 from aiohttp import web
 
-from toolselect import analytics
+from toolselect.analytics.surfaces import analyses_payload, analysis_payload
 from toolselect.api import models as m
 from toolselect.api.app import DEADLINE, SERVICE, json_response, read_body, read_model
 from toolselect.api.errors import ApiError, not_found
@@ -198,7 +198,7 @@ async def post_exemplar(request: web.Request) -> web.Response:
 
 
 async def list_analytics(request: web.Request) -> web.Response:
-    body = analytics.analyses_payload()
+    body = analyses_payload()
     body["analyses"].append(LEARNING)
     return web.json_response(body)
 
@@ -210,7 +210,7 @@ async def learning_fit(request: web.Request) -> web.Response:
 
 
 async def get_analytics(request: web.Request) -> web.Response:
-    body = await analytics.analysis_payload(
+    body = await analysis_payload(
         request.app[SERVICE].store, request.match_info["name"], request.query.get("since")
     )
     return web.json_response(body, dumps=lambda v: json.dumps(v, ensure_ascii=False))
