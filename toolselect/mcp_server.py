@@ -30,7 +30,7 @@ from mcp.server.mcpserver.resources import FunctionResource
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from toolselect import analytics
+from toolselect.analytics import registry
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput, NotFound, ToolselectError
 from toolselect.graph.store import Tool
@@ -42,8 +42,6 @@ SERVER_NAME = "toolselect"
 ANALYTICS_URI = "toolselect://analytics"
 CATALOG_URI = "toolselect://catalog"
 JSON_MIME = "application/json"
-# Not a store analysis: the fit the learning loop holds in memory, served beside them.
-LEARNING = "learning"
 
 INSTRUCTIONS = """\
 toolselect ranks a tool catalog for a request and learns from what the agent then did.
@@ -292,7 +290,7 @@ class _Running:
 
 async def _analysis(service: Service, name: str, since: str | None) -> str:
     try:
-        if name == LEARNING:
+        if name == registry.LEARNING:
             return _dumps(service.learning.fit())
         return _dumps(await service.learning.analysis(name, since))
     except NotFound as exc:
@@ -302,10 +300,10 @@ async def _analysis(service: Service, name: str, since: str | None) -> str:
 
 
 def _add_resources(server: ToolselectMCP, running: _Running) -> None:
-    names = (*analytics.NAMES, LEARNING)
+    names = (*registry.NAMES, registry.LEARNING)
 
     async def catalog() -> str:
-        tools = await running.get().store.list_tools()
+        tools = await running.get().catalog.list_tools()
         return _dumps(
             {
                 "tools": [
@@ -344,8 +342,8 @@ def _add_resources(server: ToolselectMCP, running: _Running) -> None:
     for name in names:
         description = (
             "what the learning loop chose from its labels: fold, calibration curve, teacher depth"
-            if name == LEARNING
-            else analytics.ANALYSES[name].description
+            if name == registry.LEARNING
+            else registry.ANALYSES[name].description
         )
         server.add_resource(
             FunctionResource.from_function(

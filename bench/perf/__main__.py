@@ -5,7 +5,7 @@ Sections (all side by side in one run, medians reported; the machine is noisy):
           embedding, per embedder, with numpy's default BLAS threads and with one thread
   http    `/v1/rank` at 1,000 tools, closed-loop clients 1 / 8 / 64 from `bench.loadgen`
   cold    `toolselect select --url` spawned per call, the in-process `select`, -X importtime
-  intake  `Service.observe` call time and end-to-end intake throughput into each store
+  intake  `service.learning.observe` call time and end-to-end intake throughput into each store
   load    open-loop 90% rank / 10% observe at a fixed rate against the server on each store
 
 Writes bench/results/perf.json and the tables in perf.md (`--quick`: bench/out/quick/, so a

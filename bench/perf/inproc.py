@@ -25,7 +25,7 @@ from toolselect.ranker import CentroidRanker
 async def _embed_and_rank(
     embedder: Embedder, ranker: CentroidRanker, queries: list[str], iterations: int
 ) -> list[float]:
-    """Per-call time of what `Service.rank` does: embed one query, then rank it."""
+    """Per-call time of what `service.ranking.rank` does: embed one query, then rank it."""
     for q in queries[:20]:
         ranker.rank((await embedder.embed([q]))[0], 5)
     out = []

@@ -1,4 +1,4 @@
-"""Section `intake`: the learning loop's intake, `Service.observe` to turns in each store.
+"""Section `intake`: the learning loop's intake, `service.learning.observe` to turns in each store.
 
 `observe()` is timed per call; throughput is turns recorded per second from the first
 `observe()` to a drained queue, unflagged and flagged (labelled by the free tier), with the

@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from toolselect.analytics import NAMES
+from toolselect.analytics.registry import NAMES
 from toolselect.service import Service
 
 Client = TestClient[Any, Any]

@@ -17,7 +17,7 @@ import pytest
 
 from tests.neo4j_server import Neo4jServer
 from tests.store.conftest import StoreFactory
-from toolselect import analytics
+from toolselect.analytics import registry, surfaces
 from toolselect.errors import InvalidInput, NotFound
 from toolselect.graph import cypher
 from toolselect.graph.store import (
@@ -271,18 +271,18 @@ def rows(result: AnalyticsResult) -> list[tuple[Any, ...]]:
 async def test_every_analysis_gives_the_expected_rows(store_factory: StoreFactory) -> None:
     """Each analysis over the fixed data set equals its hand-computed table on both stores."""
     store = await seeded(store_factory)
-    assert set(EXPECTED) == set(analytics.NAMES)
-    for name in analytics.NAMES:
+    assert set(EXPECTED) == set(registry.NAMES)
+    for name in registry.NAMES:
         result = await store.analytics(name)
         assert result.name == name
-        assert result.columns == analytics.ANALYSES[name].columns
+        assert result.columns == registry.ANALYSES[name].columns
         assert rows(result) == EXPECTED[name], name
 
 
 async def test_value_types_are_identical_across_stores(store_factory: StoreFactory) -> None:
     """Ints stay ints and ratios and costs are floats (1.0, 0.0), not ints, on both stores."""
     store = await seeded(store_factory)
-    for name in analytics.NAMES:
+    for name in registry.NAMES:
         for row, want in zip((await store.analytics(name)).rows, EXPECTED[name], strict=True):
             assert [type(v) for v in row] == [type(v) for v in want], (name, row)
 
@@ -309,7 +309,7 @@ async def test_since_after_everything_gives_no_activity(store_factory: StoreFact
     """A `since` after all data leaves every analysis empty except cold_tools (all tools)."""
     store = await seeded(store_factory)
     later = datetime(2030, 1, 1, tzinfo=UTC)
-    for name in analytics.NAMES:
+    for name in registry.NAMES:
         want = [(t,) for t in TOOLS] if name == "cold_tools" else []
         assert rows(await store.analytics(name, since=later)) == want, name
 
@@ -317,10 +317,10 @@ async def test_since_after_everything_gives_no_activity(store_factory: StoreFact
 async def test_empty_store_gives_empty_rows(store_factory: StoreFactory) -> None:
     """On an empty store every analysis runs and returns no rows."""
     store = await store_factory.make()
-    for name in analytics.NAMES:
+    for name in registry.NAMES:
         result = await store.analytics(name)
         assert result.rows == (), name
-        assert result.columns == analytics.ANALYSES[name].columns
+        assert result.columns == registry.ANALYSES[name].columns
 
 
 async def test_catalog_without_activity_is_all_cold(store_factory: StoreFactory) -> None:
@@ -372,10 +372,10 @@ async def test_cost_sum_and_percentiles_match_exactly(store_factory: StoreFactor
         await store.record_oracle_call(oracle_call(f"c{i}", f"t{i % 7}", DAY1, ms, (i, 1), usd))
     (row,) = (await store.analytics("oracle_usage")).rows
     assert row[:6] == ("teacher", "labeled", 7, 21, sum(range(21)), 21)
-    assert row[6] == round(analytics.ordered_sum(costs), 6)
+    assert row[6] == round(registry.ordered_sum(costs), 6)
     assert row[7:] == (
-        analytics.nearest_rank(latencies, 0.5),
-        analytics.nearest_rank(latencies, 0.95),
+        registry.nearest_rank(latencies, 0.5),
+        registry.nearest_rank(latencies, 0.95),
     )
     assert row[7:] == (37.0, 99.0)
 
@@ -386,7 +386,7 @@ async def test_cost_sum_and_percentiles_match_exactly(store_factory: StoreFactor
 async def test_analysis_payload_is_the_http_body(store_factory: StoreFactory) -> None:
     """The HTTP body carries name, columns and rows with lists as JSON arrays; since is parsed."""
     store = await seeded(store_factory)
-    body = await analytics.analysis_payload(store, "label_conflicts", "2025-03-02T00:00:00Z")
+    body = await surfaces.analysis_payload(store, "label_conflicts", "2025-03-02T00:00:00Z")
     assert json.loads(json.dumps(body)) == {
         "name": "label_conflicts",
         "columns": ["query", "labels", "tiers", "turns"],
@@ -394,28 +394,28 @@ async def test_analysis_payload_is_the_http_body(store_factory: StoreFactory) ->
             ["file an issue", ["calendar__add_event", "github__create_issue"], ["teacher"], 2]
         ],
     }
-    assert analytics.analyses_payload() == {"analyses": list(analytics.NAMES)}
+    assert surfaces.analyses_payload() == {"analyses": list(registry.NAMES)}
 
 
 async def test_analysis_payload_refuses_bad_name_and_since(store_factory: StoreFactory) -> None:
     """An unknown name is NotFound (404) and an unreadable since is InvalidInput on `since` (422)."""
     store = await store_factory.make()
     with pytest.raises(NotFound):
-        await analytics.analysis_payload(store, "nope", None)
+        await surfaces.analysis_payload(store, "nope", None)
     with pytest.raises(InvalidInput) as caught:
-        await analytics.analysis_payload(store, "drift", "yesterday")
+        await surfaces.analysis_payload(store, "drift", "yesterday")
     assert caught.value.field == "since"
 
 
 async def test_cli_runs_all_analyses_with_titles(store_factory: StoreFactory) -> None:
     """Without a name the CLI shows every analysis under a title line, in the listed order."""
     store = await seeded(store_factory)
-    out = await analytics.cli_analytics(store, None, None, "table", None)
+    out = await surfaces.cli_analytics(store, None, None, "table", None)
     titles = [line for line in out.splitlines() if line.startswith("== ")]
-    assert titles == [f"== {name} ==" for name in analytics.NAMES]
-    lines = await analytics.cli_analytics(store, None, DAY2, "json", None)
+    assert titles == [f"== {name} ==" for name in registry.NAMES]
+    lines = await surfaces.cli_analytics(store, None, DAY2, "json", None)
     parsed = [json.loads(line) for line in lines.splitlines()]
-    assert [p["name"] for p in parsed] == list(analytics.NAMES)
+    assert [p["name"] for p in parsed] == list(registry.NAMES)
     assert parsed[-1]["rows"] == [list(r) for r in EXPECTED["drift"][1:]]
 
 
@@ -426,19 +426,19 @@ async def test_cli_one_analysis_as_csv_and_plot(
     pytest.importorskip("matplotlib")
     store = await seeded(store_factory)
     png = tmp_path / "confusions.png"
-    out = await analytics.cli_analytics(store, "confusions", None, "csv", png)
+    out = await surfaces.cli_analytics(store, "confusions", None, "csv", png)
     assert out.splitlines()[:2] == ["used_tool,label,turns", "fs_read,search_web,2"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     folder = tmp_path / "all"
-    await analytics.cli_analytics(store, None, None, "table", folder)
-    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.png" for n in analytics.NAMES)
+    await surfaces.cli_analytics(store, None, None, "table", folder)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.png" for n in registry.NAMES)
 
 
 async def test_cli_refuses_an_unknown_format(store_factory: StoreFactory) -> None:
     """A format other than table, csv or json is InvalidInput on `format`."""
     store = await store_factory.make()
     with pytest.raises(InvalidInput) as caught:
-        await analytics.cli_analytics(store, "drift", None, "xml", None)
+        await surfaces.cli_analytics(store, "drift", None, "xml", None)
     assert caught.value.field == "format"
 
 
@@ -447,8 +447,8 @@ async def test_cli_refuses_an_unknown_format(store_factory: StoreFactory) -> Non
 
 def test_every_analysis_has_a_documented_cypher_file() -> None:
     """Each analysis has a Cypher file whose header names $since and every column it returns."""
-    assert cypher.names("analytics") == sorted(f"analytics/{n}" for n in analytics.NAMES)
-    for name, analysis in analytics.ANALYSES.items():
+    assert cypher.names("analytics") == sorted(f"analytics/{n}" for n in registry.NAMES)
+    for name, analysis in registry.ANALYSES.items():
         text = cypher.query(f"analytics/{name}")
         header = "\n".join(line for line in text.splitlines() if line.startswith("//"))
         assert text.startswith(f"// {name}:"), name
@@ -473,8 +473,8 @@ async def test_percentile_disc_is_nearest_rank(neo4j_server: Neo4jServer) -> Non
     assert len(result.records) == 60
     for record in result.records:
         values = record["vs"]
-        assert record["p50"] == analytics.nearest_rank(values, 0.5)
-        assert record["p95"] == analytics.nearest_rank(values, 0.95)
+        assert record["p50"] == registry.nearest_rank(values, 0.5)
+        assert record["p95"] == registry.nearest_rank(values, 0.95)
         assert record["p95"] == sorted(values)[math.ceil(0.95 * record["n"]) - 1]
 
 

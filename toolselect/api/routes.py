@@ -8,7 +8,8 @@ import time
 
 from aiohttp import web
 
-from toolselect import analytics
+from toolselect.analytics.registry import LEARNING
+from toolselect.analytics.surfaces import analyses_payload
 from toolselect.api import models as m
 from toolselect.api.errors import ApiError
 from toolselect.api.http import DEADLINE, SERVICE, json_response, read_body, read_model
@@ -16,9 +17,6 @@ from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
 from toolselect.graph.store import Exemplar, Tool
 from toolselect.service import Service
-
-# Not a store analysis: the fit the learning loop holds in memory, served beside them.
-LEARNING = "learning"
 
 # Larger catalogs go in several PUTs; with the default 1 MiB body limit, the body size usually
 # binds first.
@@ -189,7 +187,7 @@ async def post_exemplar(request: web.Request) -> web.Response:
 
 
 async def list_analytics(request: web.Request) -> web.Response:
-    body = analytics.analyses_payload()
+    body = analyses_payload()
     body["analyses"].append(LEARNING)
     return web.json_response(body)
 

@@ -37,7 +37,7 @@ from neo4j.exceptions import (
 )
 from neo4j.time import DateTime
 
-from toolselect.analytics import finish, get_analysis
+from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.graph import cypher
 from toolselect.graph.store import (

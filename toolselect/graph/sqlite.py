@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from toolselect.analytics import finish, get_analysis
+from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.graph import sqlite_analytics
 from toolselect.graph.store import (

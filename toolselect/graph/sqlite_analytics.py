@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from toolselect.analytics import nearest_rank, ordered_sum
+from toolselect.analytics.registry import nearest_rank, ordered_sum
 
 Row = tuple[Any, ...]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from toolselect import analytics
+from toolselect.analytics.surfaces import analysis_payload
 from toolselect.clock import Clock
 from toolselect.embed import Embedder
 from toolselect.errors import NotFound
@@ -102,4 +102,4 @@ class LearningFacade:
 
     async def analysis(self, name: str, since: str | None) -> dict[str, Any]:
         """One store analysis as the API serves it; NotFound or InvalidInput for bad names."""
-        return await analytics.analysis_payload(self._store, name, since)
+        return await analysis_payload(self._store, name, since)

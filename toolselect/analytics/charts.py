@@ -1,0 +1,202 @@
+"""An analysis result as a PNG chart (`toolselect analytics --plot`); matplotlib is optional.
+
+matplotlib is imported inside the functions that draw, so importing this module costs nothing
+and a missing matplotlib is reported only when a chart is asked for. Each chart kind reads the
+columns it needs by name; the registry says which kind an analysis gets.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from toolselect.analytics.registry import Analysis, ChartKind, get_analysis
+from toolselect.errors import ToolselectError
+from toolselect.graph.store import AnalyticsResult
+from toolselect.names import namespace
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+
+def require_matplotlib() -> None:
+    """Raise a `ToolselectError` naming the install when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise ToolselectError(
+            "plotting needs matplotlib, which is not installed: pip install matplotlib"
+        ) from exc
+
+
+def _column(result: AnalyticsResult, name: str) -> list[Any]:
+    index = result.columns.index(name)
+    return [row[index] for row in result.rows]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _bars(ax: Axes, result: AnalyticsResult) -> None:
+    """Any columns: one bar per row, as long as the first numeric column, named by the rest."""
+    numeric = [
+        i
+        for i in range(len(result.columns))
+        if all(_is_number(row[i]) or row[i] is None for row in result.rows)
+        and any(_is_number(row[i]) for row in result.rows)
+    ]
+    if not numeric:
+        ax.text(0.5, 0.5, "no numeric column", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    value = numeric[0]
+    names = [
+        " / ".join(str(v) for i, v in enumerate(row) if i not in numeric and v is not None)
+        or str(n + 1)
+        for n, row in enumerate(result.rows)
+    ]
+    ys = range(len(names))
+    ax.barh(ys, [row[value] or 0 for row in result.rows], color="tab:blue")
+    ax.set_yticks(list(ys), names)
+    ax.set_xlabel(result.columns[value])
+    ax.invert_yaxis()
+
+
+def _rate_bars(ax: Axes, result: AnalyticsResult) -> None:
+    bars = ax.barh(_column(result, "used_tool"), _column(result, "rate"), color="tab:red")
+    shares = [
+        f"{f}/{t}"
+        for f, t in zip(_column(result, "flagged"), _column(result, "turns"), strict=True)
+    ]
+    ax.bar_label(bars, shares, padding=3)
+    ax.set_xlim(0, 1.15)
+    ax.set_xlabel("flagged / turns")
+    ax.invert_yaxis()
+
+
+def _tier_bars(ax: Axes, result: AnalyticsResult) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    pairs = zip(_column(result, "tier"), _column(result, "result"), strict=True)
+    keys = [f"{tier or '-'} / {outcome or '-'}" for tier, outcome in pairs]
+    ys = range(len(keys))
+    ax.barh([y - 0.2 for y in ys], _column(result, "decisions"), 0.4, label="decisions")
+    ax.barh([y + 0.2 for y in ys], _column(result, "teacher_calls"), 0.4, label="calls")
+    ax.set_yticks(list(ys), keys)
+    ax.set_ylabel("tier / result")
+    ax.set_xlabel("count")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.invert_yaxis()
+    ax.legend()
+
+
+def _namespace_counts(ax: Axes, result: AnalyticsResult) -> None:
+    """How many of the listed tools each namespace has."""
+    from matplotlib.ticker import MaxNLocator
+
+    spaces: dict[str, int] = {}
+    for tool in _column(result, "tool"):
+        key = namespace(tool) or "(no namespace)"
+        spaces[key] = spaces.get(key, 0) + 1
+    ax.bar(list(spaces), list(spaces.values()), color="tab:blue")
+    ax.set_ylabel("cold tools")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.tick_params(axis="x", labelrotation=45)
+
+
+def _heatmap(ax: Axes, result: AnalyticsResult) -> None:
+    used = sorted(set(_column(result, "used_tool")))
+    labels = sorted(set(_column(result, "label")))
+    grid = [[0] * len(labels) for _ in used]
+    for u, lab, turns in result.rows:
+        grid[used.index(u)][labels.index(lab)] = turns
+    image = ax.imshow(grid, cmap="Reds", aspect="auto")
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(used)), used)
+    ax.set_xlabel("labelled tool")
+    ax.set_ylabel("used tool")
+    for y, row in enumerate(grid):
+        for x, value in enumerate(row):
+            if value:
+                ax.text(x, y, str(value), ha="center", va="center")
+    ax.figure.colorbar(image, ax=ax, label="turns")
+
+
+def _by_day(ax: Axes) -> None:
+    ax.set_xlabel("day (UTC)")
+    ax.tick_params(axis="x", labelrotation=45)
+    ax.legend()
+
+
+def _rate_lines(ax: Axes, result: AnalyticsResult) -> None:
+    days = sorted(set(_column(result, "day")))
+    ax.plot(days, _column(result, "flagged_rate"), marker="o", label="flagged rate")
+    ax.plot(days, _column(result, "escalation_rate"), marker="o", label="escalation rate")
+    ax.set_ylabel("rate")
+    _by_day(ax)
+
+
+def _cumulative_lines(ax: Axes, result: AnalyticsResult) -> None:
+    """Exemplars added per day, summed over time, one line per tier."""
+    days = sorted(set(_column(result, "day")))
+    per_tier: dict[str, dict[str, int]] = {}
+    for day, tier, added in zip(
+        _column(result, "day"), _column(result, "tier"), _column(result, "added"), strict=True
+    ):
+        by_day = per_tier.setdefault(tier, {})
+        by_day[day] = by_day.get(day, 0) + added
+    for tier, by_day in sorted(per_tier.items()):
+        total, ys = 0, []
+        for day in days:
+            total += by_day.get(day, 0)
+            ys.append(total)
+        ax.plot(days, ys, marker="o", label=tier)
+    ax.set_ylabel("exemplars (cumulative)")
+    _by_day(ax)
+
+
+def _table_bars(ax: Axes, result: AnalyticsResult) -> None:
+    queries = [q if len(q) <= 40 else q[:39] + "…" for q in _column(result, "query")]
+    turns = _column(result, "turns")
+    bars = ax.barh(range(len(queries)), turns, color="tab:orange")
+    ax.set_yticks(range(len(queries)), queries)
+    ax.bar_label(bars, [" / ".join(labels) for labels in _column(result, "labels")], padding=3)
+    ax.set_xlim(0, max(turns) * 1.8)  # room for the label text right of each bar
+    ax.set_xlabel("turns")
+    ax.invert_yaxis()
+
+
+CHARTS: Mapping[ChartKind, Callable[[Axes, AnalyticsResult], None]] = {
+    "bars": _bars,
+    "rate_bars": _rate_bars,
+    "tier_bars": _tier_bars,
+    "namespace_counts": _namespace_counts,
+    "heatmap": _heatmap,
+    "rate_lines": _rate_lines,
+    "cumulative_lines": _cumulative_lines,
+    "table_bars": _table_bars,
+}
+
+
+def plot(result: AnalyticsResult, path: Path, analysis: Analysis | None = None) -> Path:
+    """Draw the chart of `analysis` (by default the registered one of the result's name) to a
+    PNG at `path`; an empty result says so in the image."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    analysis = analysis or get_analysis(result.name)
+    # A Figure without pyplot: no global backend or figure registry is touched.
+    fig = Figure(figsize=(10, max(4.0, 0.35 * len(result.rows) + 2)), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(f"{result.name}\n{textwrap.fill(analysis.description, 110)}", fontsize=10)
+    if result.rows:
+        CHARTS[analysis.chart](ax, result)
+    else:
+        ax.text(0.5, 0.5, "no rows", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=100)
+    return path

@@ -1,0 +1,77 @@
+"""The analyses as the service shows them: HTTP/MCP payloads and the `toolselect analytics` CLI.
+
+Both list and run whatever the registry holds, so a new analysis appears here without changes.
+Wired in `api/routes.py`, `mcp_server.py` and `cmd/main.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from toolselect.analytics.charts import plot as draw_png
+from toolselect.analytics.charts import require_matplotlib
+from toolselect.analytics.registry import NAMES, get_analysis
+from toolselect.analytics.render import FORMATS, RENDERERS, to_payload
+from toolselect.errors import InvalidInput
+from toolselect.graph.store import Store
+
+_SPACED_OFFSET = re.compile(r"(?<=\d) (\d{2}(?::?\d{2})?)$")
+
+
+def parse_since(text: str | None) -> datetime | None:
+    """An ISO-8601 date or datetime as aware UTC (naive means UTC); None or blank is all time.
+
+    A query string decodes `+00:00` to ` 00:00`; that space is read back as `+`.
+    """
+    if text is None or not text.strip():
+        return None
+    cleaned = _SPACED_OFFSET.sub(r"+\1", text.strip())
+    try:
+        value = datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise InvalidInput(
+            f"expected since as an ISO-8601 date or datetime, got {text!r}", "since"
+        ) from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def analyses_payload() -> dict[str, Any]:
+    """The body of `GET /v1/analytics`."""
+    return {"analyses": list(NAMES)}
+
+
+async def analysis_payload(store: Store, name: str, since: str | None) -> dict[str, Any]:
+    """The body of `GET /v1/analytics/{name}?since=`; NotFound (404) or InvalidInput (422)."""
+    get_analysis(name)
+    result = await store.analytics(name, parse_since(since))
+    return to_payload(result)
+
+
+async def cli_analytics(
+    store: Store, name: str | None, since: datetime | None, fmt: str, plot: Path | None
+) -> str:
+    """The output of `toolselect analytics [NAME] [--since] [--format] [--plot PATH]`.
+
+    Without a name every analysis runs, one after another: `table` gives each a `== name ==`
+    title line, `csv` a `# name` line, `json` one JSON object per line (JSON Lines). `--plot`
+    writes the PNG to PATH for one analysis, or `PATH/<name>.png` for each when all run.
+    """
+    if fmt not in RENDERERS:
+        raise InvalidInput(f"expected format in {', '.join(FORMATS)}, got {fmt!r}", "format")
+    names = NAMES if name is None else (get_analysis(name).name,)
+    if plot is not None:
+        require_matplotlib()  # before any query: fail fast
+    results = [await store.analytics(n, since) for n in names]
+    if plot is not None:
+        for result in results:
+            draw_png(result, plot if name is not None else plot / f"{result.name}.png")
+    render = RENDERERS[fmt]
+    if name is not None:
+        return render(results[0])
+    if fmt == "json":
+        return "\n".join(render(r) for r in results)
+    title = "== {} ==" if fmt == "table" else "# {}"
+    return "\n\n".join(f"{title.format(r.name)}\n{render(r).rstrip()}" for r in results)
