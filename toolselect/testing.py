@@ -28,7 +28,7 @@ from toolselect.clock import Clock, utc_now
 from toolselect.embed.base import Vectors, normalise_rows
 from toolselect.errors import TeacherError
 from toolselect.graph.sqlite import SqliteStore
-from toolselect.graph.store import Retention, Store, Tool, canonical_json
+from toolselect.graph.store import Retention, Tool, canonical_json
 from toolselect.names import normalise_query
 from toolselect.oracle.base import (
     NONE_CHOICE,
@@ -257,7 +257,7 @@ class FakeEmbedder:
 
     The same text always gives the same unit vector, in every process; texts sharing words get
     a cosine above 0, texts sharing none get 0 (unless two words hash to one axis: rare at the
-    default 256). Words are lower-cased, split on anything not a letter or digit (so
+    default 1024). Words are lower-cased, split on anything not a letter or digit (so
     `get_weather` is `get weather`), and a few function words are dropped. `vectors` pins exact
     texts to given vectors, for a geometry the test controls. `calls` records each batch;
     `fail_next` makes the next calls raise (e.g. `EmbedderUnavailable`)::
@@ -271,7 +271,7 @@ class FakeEmbedder:
     """
 
     def __init__(
-        self, dim: int = 256, vectors: Mapping[str, Sequence[float]] | None = None
+        self, dim: int = 1024, vectors: Mapping[str, Sequence[float]] | None = None
     ) -> None:
         if dim < 1:
             raise ValueError(f"expected dim >= 1, got {dim}")
@@ -344,7 +344,7 @@ async def memory_store(
     pack: str | None = None,
     retention: Retention | None = None,
     clock: Clock | None = None,
-) -> AsyncIterator[Store]:
+) -> AsyncIterator[SqliteStore]:
     """A migrated `Store` on a private in-memory SQLite database, closed (and gone) on exit.
 
     It is the embedded store itself (`SqliteStore`), so versions, the save rules, retention and

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib.util
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -36,6 +38,8 @@ CANDIDATES = (
     Candidate("web_search", "Search the web."),
 )
 NAMES = [c.name for c in CANDIDATES]
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "test_with_fakes.py"
 
 
 class NoSleep:
@@ -312,3 +316,22 @@ def test_testing_module_does_not_import_pytest() -> None:
         if isinstance(node, ast.ImportFrom)
     }
     assert "pytest" not in imported and "_pytest" not in imported
+
+
+# ---- the README's example --------------------------------------------------------------------
+
+
+def test_readme_shows_the_fakes_example_verbatim() -> None:
+    """examples/test_with_fakes.py is the README's block under "Testing code that uses toolselect"."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Testing code that uses toolselect\n", 1)[1].split("\n## ", 1)[0]
+    assert EXAMPLE.read_text() in re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+async def test_readme_fakes_example_passes() -> None:
+    """The README's test, run as written: a service on the four fakes learns a mis-routed turn."""
+    spec = importlib.util.spec_from_file_location("readme_fakes_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    await module.test_a_misrouted_turn_is_labelled_and_learned()
