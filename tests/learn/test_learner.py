@@ -7,7 +7,6 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import neo4j
 import pytest_asyncio
@@ -25,6 +24,7 @@ from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import Oracle
 from toolselect.ranker import CentroidRanker
+from toolselect.testing import memory_store
 
 TOOLS = [
     Tool("get_weather", "Current weather and forecast for a city: temperature, rain, wind."),
@@ -102,12 +102,9 @@ def teacher_answers(tool: str) -> Reply:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    store = SqliteStore(tmp_path / "learn.db")
-    await store.migrate()
-    await store.upsert_tools(TOOLS)
-    yield store
-    await store.close()
+async def sqlite_store() -> AsyncIterator[SqliteStore]:
+    async with memory_store(TOOLS) as store:
+        yield store
 
 
 @pytest_asyncio.fixture(loop_scope="function")

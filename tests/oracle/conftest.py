@@ -1,4 +1,4 @@
-"""Oracle test helpers: candidates, a fake clock, recorded sleeps and traced calls.
+"""Oracle test helpers: candidates, recorded sleeps and traced calls.
 
 The teacher stubs themselves (`anthropic_stub`, `openai_stub`) are in tests/stubs.py.
 """
@@ -17,16 +17,6 @@ CANDIDATES = (
 CANDIDATE_NAMES = [c.name for c in CANDIDATES]
 REQUEST = "tell Ana on whatsapp that I'm running late"
 USED = "mcp__shell_exec"
-
-
-class FakeClock:
-    """Seconds that only move when the test says so."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Sleeps:

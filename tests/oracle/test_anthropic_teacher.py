@@ -17,7 +17,6 @@ from tests.oracle.conftest import (
     REQUEST,
     USED,
     Calls,
-    FakeClock,
     Sleeps,
     sample,
 )
@@ -29,6 +28,7 @@ from toolselect.metrics import Metrics
 from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import Oracle
+from toolselect.testing import FakeClock
 
 
 def api_error(status: int, kind: str, headers: dict[str, str] | None = None) -> Reply:
@@ -46,7 +46,7 @@ class Harness:
         self.calls = Calls()
         self.sleeps = Sleeps()
         self.metrics = Metrics()
-        self.budget = Budget(60, clock=self.clock)
+        self.budget = Budget(60, clock=self.clock.timestamp)
 
     def oracle(
         self,
@@ -66,7 +66,7 @@ class Harness:
             retry=RetryPolicy(retries=retries),
             timeout_s=timeout_s,
             record_call=record or self.calls,
-            clock=self.clock,
+            clock=self.clock.timestamp,
             sleep=self.sleeps,
             metrics=self.metrics,
         )
@@ -278,7 +278,7 @@ async def test_connection_refused_is_retried_then_error(h: Harness) -> None:
 
 async def test_exhausted_budget_is_limit_reached_with_zero_requests(h: Harness) -> None:
     """With the hourly budget spent no request is sent; an hour later calls resume."""
-    h.budget = Budget(1, clock=h.clock)
+    h.budget = Budget(1, clock=h.clock.timestamp)
     h.stub.reply(Reply(body=message("web_search")))
     assert (await h.teach()).result == "labeled"
     answer = await h.teach()
@@ -286,14 +286,14 @@ async def test_exhausted_budget_is_limit_reached_with_zero_requests(h: Harness) 
     assert answer.reason == "hourly budget of 1 calls spent"
     assert len(h.stub.received) == 1
     assert h.calls.results == ["labeled"]
-    h.clock.now += 3600
+    h.clock.advance(hours=1)
     assert (await h.teach()).result == "labeled"
     assert len(h.stub.received) == 2
 
 
 async def test_failed_calls_do_not_consume_budget(h: Harness) -> None:
     """A budget of one survives a failed call: the next call still goes out and labels."""
-    h.budget = Budget(1, clock=h.clock)
+    h.budget = Budget(1, clock=h.clock.timestamp)
     h.stub.reply(api_error(400, "invalid_request_error"), Reply(body=message("web_search")))
     assert (await h.teach()).result == "error"
     assert h.budget.remaining() == 1

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.oracle.conftest import CANDIDATES, FakeClock
+from tests.oracle.conftest import CANDIDATES
 from toolselect.oracle.base import Candidate, match_candidate, parse_retry_after
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import DEFAULT_PRICES, InFlight, cost_usd, price_of
+from toolselect.testing import FakeClock
 
 
 def test_budget_allows_per_hour_then_refuses() -> None:
     """Exactly `per_hour` reservations succeed inside one hour."""
-    budget = Budget(3, clock=FakeClock())
+    budget = Budget(3, clock=FakeClock().timestamp)
     assert [budget.reserve() is not None for _ in range(4)] == [True, True, True, False]
     assert budget.remaining() == 0
 
@@ -20,13 +21,13 @@ def test_budget_allows_per_hour_then_refuses() -> None:
 def test_budget_window_rolls() -> None:
     """A slot frees exactly one hour after it was taken, not before."""
     clock = FakeClock()
-    budget = Budget(2, clock=clock)
+    budget = Budget(2, clock=clock.timestamp)
     budget.reserve()
-    clock.now += 1800
+    clock.advance(seconds=1800)
     budget.reserve()
-    clock.now += 1799
+    clock.advance(seconds=1799)
     assert budget.reserve() is None
-    clock.now += 1
+    clock.advance(seconds=1)
     assert budget.remaining() == 1
     assert budget.reserve() is not None
     assert budget.reserve() is None
@@ -34,7 +35,7 @@ def test_budget_window_rolls() -> None:
 
 def test_refund_returns_the_slot_once() -> None:
     """A refunded slot is available again; refunding it twice gives nothing extra."""
-    budget = Budget(1, clock=FakeClock())
+    budget = Budget(1, clock=FakeClock().timestamp)
     slot = budget.reserve()
     assert slot is not None
     budget.refund(slot)
@@ -44,7 +45,7 @@ def test_refund_returns_the_slot_once() -> None:
 
 def test_zero_budget_refuses_everything() -> None:
     """A budget of 0 never allows a call."""
-    assert Budget(0, clock=FakeClock()).reserve() is None
+    assert Budget(0, clock=FakeClock().timestamp).reserve() is None
 
 
 def test_negative_budget_is_refused() -> None:

@@ -16,7 +16,6 @@ from tests.oracle.conftest import (
     REQUEST,
     USED,
     Calls,
-    FakeClock,
     Sleeps,
     sample,
 )
@@ -25,6 +24,7 @@ from toolselect.metrics import Metrics
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.openai_compat import OpenAICompatTeacher
 from toolselect.oracle.oracle import Oracle
+from toolselect.testing import FakeClock
 
 MODEL = "gpt-4o-mini"
 
@@ -65,7 +65,7 @@ class Harness:
         self.calls = Calls()
         self.sleeps = Sleeps()
         self.metrics = Metrics()
-        self.budget = Budget(60, clock=self.clock)
+        self.budget = Budget(60, clock=self.clock.timestamp)
         self.teacher = OpenAICompatTeacher(session, f"{stub.url}/v1/", MODEL, api_key="sk-test")
 
     def oracle(self, *, enabled: bool = True, retries: int = 2, timeout_s: float = 5.0) -> Oracle:
@@ -76,7 +76,7 @@ class Harness:
             retry=RetryPolicy(retries=retries),
             timeout_s=timeout_s,
             record_call=self.calls,
-            clock=self.clock,
+            clock=self.clock.timestamp,
             sleep=self.sleeps,
             metrics=self.metrics,
         )
@@ -200,7 +200,7 @@ async def test_kill_switch_sends_zero_requests(h: Harness) -> None:
 
 async def test_exhausted_budget_sends_zero_requests(h: Harness) -> None:
     """With no budget left the answer is `limit_reached` and the stub receives nothing."""
-    h.budget = Budget(0, clock=h.clock)
+    h.budget = Budget(0, clock=h.clock.timestamp)
     answer = await h.teach()
     assert answer.result == "limit_reached"
     assert h.stub.received == []

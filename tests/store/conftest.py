@@ -1,13 +1,15 @@
-"""Fixtures that hand every contract test a clean store of each kind: SQLite and real Neo4j.
+"""Fixtures that hand every contract test a clean store of each kind: SQLite, the shipped
+in-memory fake (`toolselect.testing.memory_store`) and real Neo4j.
 
-`store_factory` is parametrised over both backends (test ids end in `[sqlite]` / `[neo4j]`, so
-`-k sqlite` runs the embedded half alone); it builds stores with custom retention or clocks and
-reopens a store on the same data. `store` is a default store from it.
+`store_factory` is parametrised over the three (test ids end in `[sqlite]` / `[memory]` /
+`[neo4j]`, so `-k sqlite` runs the embedded half alone); it builds stores with custom retention or
+clocks and reopens a store on the same data. `store` is a default store from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import pytest_asyncio
 from tests.neo4j_server import Neo4jServer
 from toolselect.graph.sqlite import SqliteStore
 from toolselect.graph.store import Retention, Store
+from toolselect.testing import memory_store
 
 Clock = Callable[[], datetime]
 
@@ -33,6 +36,8 @@ class StoreFactory:
 
     @property
     def expected_uri(self) -> str:
+        if self.backend == "memory":
+            return "sqlite::memory:"
         if self._server is None:
             return f"sqlite:{self._path}"
         return self._server.uri
@@ -43,6 +48,8 @@ class StoreFactory:
 
     async def reopen(self, store: Store) -> Store:
         """Close `store` and open a new one (new connection or driver) on the same data."""
+        if self.backend == "memory":
+            pytest.skip("an in-memory store's data ends with its connection")
         _, _, retention, clock = self._open_stores[id(store)]
         await self._close(store)
         return await self._open(retention, clock, wipe=False)
@@ -51,7 +58,11 @@ class StoreFactory:
         extra: dict[str, Any] = {} if clock is None else {"clock": clock}
         store: Store
         driver: Any = None
-        if self._server is None:
+        if self.backend == "memory":
+            # The fake is a context manager; its exit closes the store with the others.
+            driver = AsyncExitStack()
+            store = await driver.enter_async_context(memory_store(retention=retention, clock=clock))
+        elif self._server is None:
             store = SqliteStore(self._path, retention=retention, **extra)
         else:
             import neo4j
@@ -81,7 +92,9 @@ class StoreFactory:
         try:
             await store.close()
         finally:
-            if driver is not None:
+            if isinstance(driver, AsyncExitStack):
+                await driver.aclose()
+            elif driver is not None:
                 await driver.close()
 
     async def aclose(self) -> None:
@@ -89,7 +102,7 @@ class StoreFactory:
             await self._close(store)
 
 
-@pytest_asyncio.fixture(params=["sqlite", "neo4j"], loop_scope="function")
+@pytest_asyncio.fixture(params=["sqlite", "memory", "neo4j"], loop_scope="function")
 async def store_factory(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[StoreFactory]:

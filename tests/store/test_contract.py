@@ -28,6 +28,7 @@ from toolselect.graph.store import (
     Turn,
 )
 from toolselect.names import normalise_query
+from toolselect.testing import FakeClock
 
 # Recent enough for the default 90-day expiry, whole milliseconds so every backend keeps it exactly.
 NOW = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
@@ -555,27 +556,27 @@ async def test_retention_total_cap_evicts_oldest_overall(store_factory: StoreFac
 
 async def test_retention_expiry_follows_the_injected_clock(store_factory: StoreFactory) -> None:
     """Past max_age_days on the store's clock, non-feedback exemplars go on the next save."""
-    clock = [NOW]
-    store = await store_factory.make(Retention(max_age_days=10), clock=lambda: clock[0])
+    clock = FakeClock(NOW)
+    store = await store_factory.make(Retention(max_age_days=10), clock=clock)
     await seed_tools(store, "t")
     await store.save_exemplar(exemplar("aging ranker", "t", "ranker", at=NOW))
     await store.save_exemplar(exemplar("aging teacher", "t", "teacher", at=NOW))
     await store.save_exemplar(exemplar("aging feedback", "t", "feedback", at=NOW))
-    clock[0] = NOW + timedelta(days=9)
-    await store.save_exemplar(exemplar("nine days on", "t", at=clock[0]))
+    clock.set(NOW + timedelta(days=9))
+    await store.save_exemplar(exemplar("nine days on", "t", at=clock()))
     assert len(await store.exemplars_for_tool("t")) == 4
 
-    clock[0] = NOW + timedelta(days=11)
-    await store.save_exemplar(exemplar("eleven days on", "t", at=clock[0]))
+    clock.set(NOW + timedelta(days=11))
+    await store.save_exemplar(exemplar("eleven days on", "t", at=clock()))
     kept = [e.query for e in await store.exemplars_for_tool("t")]
     assert kept == ["eleven days on", "nine days on", "aging feedback"]
 
 
 async def test_feedback_is_exempt_from_retention(store_factory: StoreFactory) -> None:
     """Feedback exemplars are never evicted and do not count against the caps."""
-    clock = [NOW]
+    clock = FakeClock(NOW)
     retention = Retention(per_tool=2, total=3, max_age_days=1)
-    store = await store_factory.make(retention, clock=lambda: clock[0])
+    store = await store_factory.make(retention, clock=clock)
     await seed_tools(store, "t")
     for i in range(4):
         await store.save_exemplar(
@@ -792,16 +793,16 @@ async def test_retention_runs_once_per_batch(store_factory: StoreFactory) -> Non
 async def test_retention_by_age_per_batch_spares_feedback(store_factory: StoreFactory) -> None:
     """Expired machine labels go at the next batch, an expired label in the batch itself too;
     feedback stays however old."""
-    clock = [NOW]
-    store = await store_factory.make(Retention(max_age_days=10), clock=lambda: clock[0])
+    clock = FakeClock(NOW)
+    store = await store_factory.make(Retention(max_age_days=10), clock=clock)
     await seed_tools(store, "t")
     await store.save_exemplars(
         [exemplar("aging", "t", at=NOW), exemplar("human", "t", "feedback", at=NOW)]
     )
-    clock[0] = NOW + timedelta(days=11)
+    clock.set(NOW + timedelta(days=11))
     result = await store.save_exemplars(
         [
-            exemplar("fresh", "t", at=clock[0]),
+            exemplar("fresh", "t", at=clock()),
             exemplar("stale on arrival", "t", at=NOW - timedelta(days=30)),
         ]
     )

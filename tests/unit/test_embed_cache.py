@@ -20,6 +20,7 @@ from toolselect.embed import (
     build_embedder,
 )
 from toolselect.embed.cache import text_digest
+from toolselect.testing import FakeEmbedder
 
 TEXTS = ["Send an email message to a recipient.", "Current weather for a city.", "Translate"]
 
@@ -130,11 +131,13 @@ async def test_recent_vectors_embed_only_what_they_have_not_seen() -> None:
     """Texts embedded before come from memory, bit for bit; only new ones reach the embedder."""
     lookups: list[tuple[int, int]] = []
     recent = RecentVectors(8, on_lookup=lambda hits, misses: lookups.append((hits, misses)))
-    embedder = CachedEmbedder(HashingEmbedder(), recent)
+    inner = FakeEmbedder()
+    embedder = CachedEmbedder(inner, recent)
     first = await embedder.embed(TEXTS[:2])
     both = await embedder.embed(TEXTS)
     assert both[:2].tobytes() == first.tobytes()
-    assert both.tobytes() == HashingEmbedder().embed_now(TEXTS).tobytes()
+    assert both.tobytes() == FakeEmbedder().embed_now(TEXTS).tobytes()
+    assert inner.calls == [tuple(TEXTS[:2]), (TEXTS[2],)]
     assert lookups == [(0, 2), (2, 1)]
     assert (recent.hits, recent.misses, len(recent)) == (2, 3, 3)
 
