@@ -1,6 +1,6 @@
 from toolselect.config import Settings
 from toolselect.graph.store import Tool
-from toolselect.service import Service
+from toolselect.service import Service, compose
 from toolselect.testing import FakeClock, FakeEmbedder, ScriptedTeacher, memory_store
 
 CATALOG = [
@@ -14,18 +14,19 @@ QUESTION = "che prezzo ha ETH oggi?"  # not one word in common with the descript
 async def test_a_misrouted_turn_is_labelled_and_learned() -> None:
     """The agent fell back to the shell; the teacher's label teaches the ranker the query."""
     teacher = ScriptedTeacher({QUESTION: "crypto_price"})
-    clock = FakeClock()  # stamps the stored tools and decides what retention expires
+    clock = FakeClock()  # stamps turns, labels and stored tools; decides what retention expires
     async with memory_store(CATALOG, clock=clock) as store:
         settings = Settings(teacher_share=1.0)  # ask about every turn the ranker cannot label
-        service = Service(settings, store, FakeEmbedder(), teacher=teacher)
+        parts = compose(settings, store, FakeEmbedder(), teacher=teacher, clock=clock)
+        service = Service(parts)
         await service.connect()
         try:
-            assert (await service.rank(QUESTION, k=2)).margin == 0.0  # a tie: nothing learned
-            service.observe(QUESTION, used_tool="shell_exec")
+            assert (await service.ranking.rank(QUESTION, k=2)).margin == 0.0  # a tie: nothing learned
+            service.learning.observe(QUESTION, used_tool="shell_exec")
             assert await service.learner.drain(5.0)
             assert teacher.requests == [QUESTION]
             assert "crypto_price" in teacher.calls[0].candidate_names
-            ranking = await service.rank("prezzo di ETH", k=2)
+            ranking = await service.ranking.rank("prezzo di ETH", k=2)
             assert ranking.tools[0] == "crypto_price" and ranking.margin > 0
         finally:
             await service.close()
