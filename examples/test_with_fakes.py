@@ -21,7 +21,8 @@ async def test_a_misrouted_turn_is_labelled_and_learned() -> None:
         service = Service(parts)
         await service.connect()
         try:
-            assert (await service.ranking.rank(QUESTION, k=2)).margin == 0.0  # a tie: nothing learned
+            before = await service.ranking.rank(QUESTION, k=2)
+            assert before.margin == 0.0  # a tie: nothing learned yet
             service.learning.observe(QUESTION, used_tool="shell_exec")
             assert await service.learner.drain(5.0)
             assert teacher.requests == [QUESTION]
