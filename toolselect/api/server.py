@@ -1,7 +1,7 @@
 """`toolselect serve`: start the service, serve HTTP until SIGTERM/SIGINT, then shut down cleanly.
 
-With more than one worker (`--workers`, `TOOLSELECT_WORKERS`) this process supervises that many
-servers on one port instead (`toolselect.api.workers`).
+With more than one worker (`--workers`, `TOOLSELECT_WORKERS`) `toolselect.api.workers` supervises
+that many of these servers on one port instead.
 """
 
 from __future__ import annotations
@@ -91,11 +91,9 @@ async def run_server(
 
 
 def serve(settings: Settings, *, insecure: bool = False) -> int:
+    """One server process until SIGTERM/SIGINT (`toolselect.api.workers.serve_workers` runs
+    several)."""
     check_bind(settings, insecure)
-    if settings.worker_count > 1:
-        from toolselect.api.workers import serve_workers
-
-        return serve_workers(settings)
 
     async def main() -> None:
         stop = asyncio.Event()

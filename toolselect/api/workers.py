@@ -161,9 +161,12 @@ class _Supervisor:
         return 0 if clean else 1
 
 
-def serve_workers(settings: Settings) -> int:
+def serve_workers(settings: Settings, *, insecure: bool = False) -> int:
     """Run `settings.worker_count` servers on one port until SIGTERM/SIGINT; 0 if all drained
     cleanly, 1 if a worker died on its own or failed to stop."""
+    from toolselect.api.server import check_bind
+
+    check_bind(settings, insecure)
     count = settings.worker_count
     _migrate_embedded(settings)
     with tempfile.TemporaryDirectory(prefix="toolselect-metrics-") as metrics_dir:

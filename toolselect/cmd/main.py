@@ -12,13 +12,11 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from toolselect.cmd.remote import UsageError, read_select_request, select_remote
+
 if TYPE_CHECKING:
     from toolselect.config import Settings
     from toolselect.service import Service
-
-
-class UsageError(Exception):
-    """Bad input on the command line or stdin: message to stderr, exit 2."""
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -78,11 +76,13 @@ async def _with_service(args: argparse.Namespace, body: Callable[[Service], Any]
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from toolselect.api.server import serve
+    from toolselect.api.workers import serve_workers
     from toolselect.logs import configure_logging
 
     settings = _settings(args)
     configure_logging(settings.log_level, settings.log_format)
-    return serve(settings, insecure=args.insecure)
+    run = serve_workers if settings.worker_count > 1 else serve
+    return run(settings, insecure=args.insecure)
 
 
 # -- mcp ---------------------------------------------------------------------------------
@@ -191,50 +191,10 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
 # -- select (PromptKit exec selector) ------------------------------------------------------
 
 
-def _read_select_request() -> dict[str, Any]:
-    raw = sys.stdin.read()
-    if not raw.strip():
-        raise UsageError("expected one JSON object on stdin, got nothing")
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"stdin is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"expected a JSON object on stdin, got {type(data).__name__}")
-    return data
-
-
-def _select_remote(url: str, data: dict[str, Any], timeout: float) -> int:
-    """Thin client: POST to a running server with the standard library only."""
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(
-        url.rstrip("/") + "/v1/select",
-        data=json.dumps(data).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            sys.stdout.write(resp.read().decode() + "\n")
-            return 0
-    except urllib.error.HTTPError as exc:
-        try:
-            err = json.loads(exc.read())["error"]
-            message = f"{err['code']}: {err['message']}"
-        except (ValueError, KeyError, TypeError):
-            message = f"HTTP {exc.code}"
-        raise UsageError(f"selector server refused the request: {message}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"toolselect select: cannot reach {url}: {exc}", file=sys.stderr)
-        return 1
-
-
 def cmd_select(args: argparse.Namespace) -> int:
-    data = _read_select_request()
+    data = read_select_request()
     if args.url:
-        return _select_remote(args.url, data, args.timeout)
+        return select_remote(args.url, data, args.timeout)
     # Spawned once per agent turn: only what one selection needs is imported (no aiohttp,
     # no scikit-learn, no learner), see toolselect.cmd.select.
     from toolselect.catalog import candidates_to_tools

@@ -1,0 +1,56 @@
+"""`toolselect select --url`: PromptKit's exec selector as a thin client of a running server.
+
+Spawned once per agent turn, so only the standard library is imported here: stdin read, one
+POST to `/v1/select`, the answer copied to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+class UsageError(Exception):
+    """Bad input on the command line or stdin: message to stderr, exit 2."""
+
+
+def read_select_request() -> dict[str, Any]:
+    """The one JSON object PromptKit writes on stdin."""
+    raw = sys.stdin.read()
+    if not raw.strip():
+        raise UsageError("expected one JSON object on stdin, got nothing")
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"stdin is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"expected a JSON object on stdin, got {type(data).__name__}")
+    return data
+
+
+def select_remote(url: str, data: dict[str, Any], timeout: float) -> int:
+    """Thin client: POST to a running server with the standard library only."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(
+        url.rstrip("/") + "/v1/select",
+        data=json.dumps(data).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            sys.stdout.write(resp.read().decode() + "\n")
+            return 0
+    except urllib.error.HTTPError as exc:
+        try:
+            err = json.loads(exc.read())["error"]
+            message = f"{err['code']}: {err['message']}"
+        except (ValueError, KeyError, TypeError):
+            message = f"HTTP {exc.code}"
+        raise UsageError(f"selector server refused the request: {message}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"toolselect select: cannot reach {url}: {exc}", file=sys.stderr)
+        return 1
