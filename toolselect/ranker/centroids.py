@@ -1,0 +1,140 @@
+"""The centroid fold: what writers keep per tool, and the weighted mix each centroid is made of.
+
+A tool's centroid is the normalised weighted sum of its description vector (weight
+`description`) and its exemplar vectors (each `exemplar / count ** shrink`: with `shrink` 0
+every exemplar counts fully, with 1 a tool's exemplars weigh like their mean; the ranker's own
+free-tier labels count `self_weight` each, trusted ones 1); normalising makes it the same
+direction as the weighted mean.
+
+Exemplars are kept as running sums per tool, apart for trusted labels and the ranker's own, so a
+fold recomputes only the tools it touched. Nothing here locks: `CentroidRanker` owns the one
+`CatalogState` and mutates it under its writer lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from toolselect.graph.store import Tool
+from toolselect.ranker.records import Vector
+
+
+class Weights(NamedTuple):
+    """How much a description, an exemplar and the ranker's own labels weigh in a centroid.
+
+    A tuple, so that comparing weights (is a reweight a change?) keeps tuple semantics."""
+
+    description: float
+    exemplar: float
+    shrink: float
+    self_weight: float
+
+
+def checked_weights(
+    description_weight: float, exemplar_weight: float, shrink: float, self_weight: float
+) -> Weights:
+    """The weights, once they are known to be in range; ValueError otherwise."""
+    if (
+        description_weight < 0
+        or exemplar_weight < 0
+        or not 0.0 <= shrink <= 1.0
+        or not 0.0 <= self_weight <= 1.0
+    ):
+        raise ValueError(
+            "expected non-negative weights, shrink and self weight in 0..1, got "
+            f"description_weight={description_weight}, exemplar_weight={exemplar_weight}, "
+            f"shrink={shrink}, self_weight={self_weight}"
+        )
+    return Weights(description_weight, exemplar_weight, shrink, self_weight)
+
+
+@dataclass(slots=True)
+class ExemplarSum:
+    """Running sum of one tool's exemplar vectors (float64: folds add and subtract forever)."""
+
+    total: npt.NDArray[np.float64]
+    count: int = 0
+
+
+@dataclass(slots=True)
+class CatalogState:
+    """What writers keep besides the snapshot: the catalog, its description vectors and the
+    exemplars with their per-tool sums."""
+
+    tools: dict[str, Tool] = field(default_factory=dict)
+    descriptions: dict[str, Vector] = field(default_factory=dict)
+    # Every exemplar, whether its tool is in the catalog or not (then it waits for the tool):
+    # query_norm -> (tool, vector, trusted).
+    exemplars: dict[str, tuple[str, Vector, bool]] = field(default_factory=dict)
+    # Exemplar sums per tool, apart for trusted labels and the ranker's own (free tier).
+    sums: dict[str, ExemplarSum] = field(default_factory=dict)
+    own: dict[str, ExemplarSum] = field(default_factory=dict)
+    trusted: int = 0
+    dim: int = 0
+
+    def sums_of(self, trusted: bool) -> dict[str, ExemplarSum]:
+        return self.sums if trusted else self.own
+
+    def attach(self, query_norm: str, tool: str, vector: Vector, trusted: bool) -> None:
+        """Hold an exemplar and add it to its tool's sum; the query must not be held already."""
+        self.exemplars[query_norm] = (tool, vector, trusted)
+        self.trusted += trusted
+        sums = self.sums_of(trusted)
+        found = sums.get(tool)
+        if found is None:
+            found = sums[tool] = ExemplarSum(np.zeros(self.dim, dtype=np.float64))
+        found.total += vector
+        found.count += 1
+
+    def detach(self, query_norm: str) -> tuple[str, ...]:
+        """Drop the exemplar of `query_norm`, if held; the tool whose sum changed."""
+        held = self.exemplars.pop(query_norm, None)
+        if held is None:
+            return ()
+        tool, vector, trusted = held
+        self.trusted -= trusted
+        sums = self.sums_of(trusted)
+        found = sums[tool]
+        found.count -= 1
+        if found.count == 0:
+            # Start from exact zero again rather than carrying rounding residue.
+            del sums[tool]
+        else:
+            found.total -= vector
+        return (tool,)
+
+    def clear_exemplars(self) -> None:
+        self.exemplars.clear()
+        self.sums.clear()
+        self.own.clear()
+        self.trusted = 0
+
+
+def centroid_columns(state: CatalogState, names: Sequence[str], weights: Weights) -> Vector:
+    """The centroids of catalog tools `names`, as columns of shape `(dim, len(names))`."""
+    mix = np.empty((len(names), state.dim), dtype=np.float64)
+    for i, name in enumerate(names):
+        mix[i] = state.descriptions[name]
+    mix *= weights.description
+    for i, name in enumerate(names):
+        trusted, own = state.sums.get(name), state.own.get(name)
+        if trusted is None and (own is None or not weights.self_weight):
+            continue
+        total = np.zeros(state.dim) if trusted is None else trusted.total.copy()
+        count = 0.0 if trusted is None else float(trusted.count)
+        if own is not None and weights.self_weight:
+            total += weights.self_weight * own.total
+            count += weights.self_weight * own.count
+        mix[i] += total * (weights.exemplar / count**weights.shrink)
+    norms = np.sqrt(np.einsum("ij,ij->i", mix, mix))[:, None]
+    np.divide(mix, norms, out=mix, where=norms > 0.0)
+    columns = np.empty((state.dim, len(names)), dtype=np.float32)
+    # Transposed in blocks that stay in cache: ~10x faster than one strided copy.
+    for start in range(0, len(names), 64):
+        columns[:, start : start + 64] = mix[start : start + 64].T
+    return columns
