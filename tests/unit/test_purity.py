@@ -17,6 +17,8 @@ PURE = (
     "ranker/centroid_ranker.py",
     "selection.py",
     "learn/detect.py",
+    "learn/records.py",
+    "learn/batch.py",
     "oracle/tiers.py",
     "graph/store.py",
 )

@@ -1,0 +1,290 @@
+"""The labelling of flagged turns: the ratchet and the ranker inline, the teacher as tasks.
+
+`commit` takes a prepared batch and, for its flagged turns, looks up the ratchet labels in one
+store call and plans each turn's tier (`oracle.tiers.plan`). Ratchet and ranker labels are
+decided inline; every turn is recorded in one call (flagged or not, so analytics have
+denominators), the batch's labels are saved in one call and folded once. Teacher escalations run
+as separate tasks (bounded by `teacher_concurrency`) so a slow teacher never stalls intake; the
+turns they finish meanwhile are recorded together. When no paid call can happen (kill switch, or
+no teacher) an escalation is declined inline and its turn recorded once, with its batch.
+A save's result is handed to `on_saved`, which folds its exemplars into the ranker at once.
+Labels are stamped with the injected clock, so a test or a replay decides their time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+import structlog
+
+from toolselect.clock import Clock
+from toolselect.embed import Embedder
+from toolselect.errors import StoreUnavailable, ToolselectError
+from toolselect.graph.store import Exemplar, SaveResult, Store, Tier, Turn
+from toolselect.learn.batch import Prepared
+from toolselect.learn.fit import within_budget
+from toolselect.learn.records import LearnerConfig, LearnerStats
+from toolselect.learn.tuning import Tuner
+from toolselect.metrics import Metrics
+from toolselect.names import normalise_query
+from toolselect.oracle.base import Candidate, estimated_tokens
+from toolselect.oracle.oracle import InFlight, Oracle
+from toolselect.oracle.tiers import plan
+from toolselect.ranker import CentroidRanker, Ranking
+
+log = structlog.get_logger("toolselect.learn")
+
+
+class Labeller:
+    """Labels, records and saves the turns of prepared batches; owns the teacher tasks.
+
+    `teaching` holds the teacher calls in progress, for the learner to wait on or cancel.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        embedder: Embedder,
+        ranker: CentroidRanker,
+        oracle: Oracle,
+        on_saved: Callable[[SaveResult], Awaitable[None]],
+        describe: Callable[[str], str],
+        config: LearnerConfig,
+        tuner: Tuner | None,
+        metrics: Metrics,
+        stats: LearnerStats,
+        clock: Clock,
+    ) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._ranker = ranker
+        self._oracle = oracle
+        self._on_saved = on_saved
+        self._describe = describe
+        self._config = config
+        self._tuner = tuner
+        self._metrics = metrics
+        self._stats = stats
+        self._clock = clock
+        self.teaching: set[asyncio.Task[None]] = set()
+        self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
+        self._in_flight = InFlight()
+        # Turns the teacher tier finished, waiting for the write in flight to end.
+        self._finished: list[Turn] = []
+        self._finish_lock = asyncio.Lock()
+
+    async def commit(self, prepared: Prepared) -> None:
+        """Label the flagged turns of a prepared batch, record every turn, save and fold."""
+        batch, floor, tuner = prepared.batch, prepared.floor, self._tuner
+        flags = prepared.flags
+        # The ratchet: one lookup for every flagged turn of the batch.
+        flagged = [obs.request for obs, flag in zip(batch, flags, strict=True) if flag is not None]
+        labels = await self._store.exemplars_for_queries(flagged) if flagged else {}
+        turns: list[Turn] = []
+        escalations: list[tuple[Turn, np.ndarray]] = []
+        saves: list[tuple[Turn, np.ndarray, str, Tier, float]] = []
+        for obs, vector, ranking, signal, flag in zip(
+            batch, prepared.vectors, prepared.rankings, prepared.signals, flags, strict=True
+        ):
+            turn = Turn(
+                id=obs.turn_id,
+                request=obs.request,
+                used_tool=obs.used_tool,
+                at=obs.at,
+                agent_id=obs.agent_id,
+                pack=obs.pack,
+                outcome=obs.outcome,
+                top1=signal.top1 if signal else None,
+                margin=signal.margin if signal else None,
+            )
+            if flag is None:
+                turns.append(turn)
+                continue
+            self._metrics.flags.labels(flag.reason).inc()
+            existing = labels.get(normalise_query(obs.request))
+            probability = self._confidence(ranking) if signal is not None else 0.0
+            if tuner is not None and signal is not None:
+                tuner.flagged(probability)
+            decision = plan(
+                flag,
+                obs.outcome,
+                signal,
+                margin_floor=floor,
+                ratchet_label=existing.tool if existing else None,
+                tiers=self._config.tiers,
+                used_tool=obs.used_tool,
+                teacher_worth=tuner is None or tuner.worth_teaching(probability),
+            )
+            turn = replace(turn, flagged=True, flag_reason=flag.reason, tier=decision.tier)
+            if decision.escalate:
+                if tuner is not None:
+                    tuner.escalated()
+                if self._oracle.active:
+                    escalations.append((turn, vector))
+                else:
+                    # No paid call can happen (kill switch, or no teacher): the teacher tier's
+                    # answer is known now, so the turn is recorded once, finished, with the batch.
+                    turn = replace(turn, result="declined")
+                    self._decided(turn)
+                    self._log_finished(turn, "teacher off")
+            elif decision.label is not None:
+                turn = replace(turn, label=decision.label, result="labeled")
+                if decision.tier == "ranker":
+                    saves.append((turn, vector, decision.label, "ranker", probability))
+                self._decided(turn)
+            else:
+                turn = replace(turn, result="declined")
+                self._decided(turn)
+            turns.append(turn)
+        await self._store.record_turns(turns)
+        saved = await self._save(saves)
+        if saved.changed:  # one fold per batch: a fold swaps the ranker's matrix
+            await self._on_saved(saved)
+        for turn, vector in escalations:
+            self._escalate(turn, vector)
+
+    def _decided(self, turn: Turn) -> None:
+        self._metrics.decisions.labels(turn.tier or "none", turn.result or "none").inc()
+
+    async def _save(
+        self, labels: Sequence[tuple[Turn, np.ndarray, str, Tier, float]]
+    ) -> SaveResult:
+        """Save labels in one store call."""
+        if not labels:
+            return SaveResult()
+        now = self._clock()
+        exemplars = [
+            Exemplar(
+                id=uuid.uuid4().hex,
+                query=turn.request,
+                tool=label,
+                tier=tier,
+                embedder=self._embedder.id,
+                embedding=tuple(vector.tolist()),
+                created_at=now,
+                confidence=float(confidence),
+                turn_id=turn.id,
+            )
+            for turn, vector, label, tier, confidence in labels
+        ]
+        result = await self._store.save_exemplars(exemplars)
+        for unknown in result.unknown_tool:
+            log.info("label_for_unknown_tool", tool=unknown.tool, turn_id=unknown.turn_id)
+        self._stats.saved += len(result.changed)
+        return result
+
+    # -- the teacher tier --------------------------------------------------------------------
+
+    def _confidence(self, ranking: Ranking) -> float:
+        """The calibrated probability that the ranker's top-1 is right (the margin without a
+        tuner)."""
+        if self._tuner is None:
+            return ranking.margin
+        return self._tuner.current.calibration.probability(ranking.margin)
+
+    def _rank(self, vector: np.ndarray, pack: str | None, k: int) -> Ranking:
+        """The top `k` for one turn: within its pack when the pack has tools, else over the
+        whole catalog (the teacher's candidates)."""
+        if pack:
+            in_pack = self._ranker.rank(vector, k, pack=pack)
+            if in_pack.results:
+                return in_pack
+        return self._ranker.rank(vector, k)
+
+    def _escalate(self, turn: Turn, vector: np.ndarray) -> None:
+        task = asyncio.create_task(self._teach(turn, vector), name=f"teach-{turn.id}")
+        self.teaching.add(task)
+        task.add_done_callback(self.teaching.discard)
+
+    async def _teach(self, turn: Turn, vector: np.ndarray) -> None:
+        key = normalise_query(turn.request)
+        if not self._in_flight.reserve(key):
+            await self._finish(replace(turn, result="declined"), "query already being labelled")
+            return
+        try:
+            async with self._teacher_slots:
+                candidates = self._teacher_candidates(vector, turn.pack)
+                self._metrics.teacher_candidates.observe(len(candidates))
+                answer = await self._oracle.teach(
+                    turn.request, turn.used_tool, candidates, turn_id=turn.id
+                )
+            done = replace(turn, result=answer.result, label=answer.label)
+            called = answer.attempts > 0  # not the kill switch, the budget or an error
+            if self._tuner is not None and called and answer.result in ("labeled", "declined"):
+                names = [c.name for c in candidates]
+                position = names.index(answer.label) if answer.label in names else None
+                self._tuner.teacher_answered(len(candidates), position)
+            if answer.result == "labeled" and answer.label is not None:
+                saved = await self._save([(done, vector, answer.label, "teacher", 1.0)])
+                if saved.changed:
+                    await self._on_saved(saved)
+            await self._finish(done, answer.reason or answer.error)
+        except ToolselectError as exc:
+            await self._finish(replace(turn, result="error"), str(exc))
+        finally:
+            self._in_flight.release(key)
+
+    def _teacher_candidates(self, vector: np.ndarray, pack: str | None) -> list[Candidate]:
+        """The whole catalog (or pack) when small, else the ranked top `teacher_depth` (sized
+        from the labels so it contains the true tool), cut to the token budget."""
+        snapshot = self._ranker.snapshot
+        in_pack = snapshot.packs.get(pack) if pack else None
+        size = in_pack.size if in_pack is not None and in_pack.size else snapshot.size
+        depth = (
+            self._tuner.current.teacher_depth if self._tuner else self._config.teacher_candidates
+        )
+        k = size if size <= self._config.teacher_full_catalog else min(depth, size)
+        ranked = self._rank(vector, pack, k)
+        candidates = [Candidate(r.tool, self._describe(r.tool)) for r in ranked.results]
+        costs = [estimated_tokens(c) for c in candidates]
+        return candidates[: within_budget(costs, self._config.teacher_max_input_tokens)]
+
+    async def _finish(self, turn: Turn, why: str | None) -> None:
+        self._decided(turn)
+        self._log_finished(turn, why)
+        await self._record_finished(turn)
+
+    def _log_finished(self, turn: Turn, why: str | None) -> None:
+        log.info(
+            "turn_labelled",
+            turn_id=turn.id,
+            tier=turn.tier,
+            result=turn.result,
+            label=turn.label,
+            why=why,
+        )
+
+    async def _record_finished(self, turn: Turn) -> None:
+        """Record a turn the teacher tier finished, once every turn finished before it is.
+
+        Turns finished while such a write is in flight wait for it and are then recorded
+        together by whichever of them runs first: a burst of escalations costs a few
+        transactions instead of one each.
+        A batch the store refuses is recorded turn by turn, so a bad turn fails alone.
+        """
+        self._finished.append(turn)
+        async with self._finish_lock:
+            if not self._finished:
+                return  # recorded by the write of an earlier finisher
+            turns, self._finished = self._finished, []
+            try:
+                await self._store.record_turns(turns)
+                return
+            except (StoreUnavailable, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                if len(turns) == 1:
+                    raise
+                log.warning("finished_turns_retried_alone", turns=len(turns), error=repr(exc))
+            for alone in turns:
+                try:
+                    await self._store.record_turns([alone])
+                except (StoreUnavailable, asyncio.CancelledError):
+                    raise
+                except Exception as exc:
+                    log.error("finished_turn_not_recorded", turn_id=alone.id, error=repr(exc))
