@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE = ("ranker.py", "selection.py", "learn/detect.py", "oracle/tiers.py", "graph/store.py")
+PURE = (
+    "ranker.py",
+    "selection.py",
+    "learn/detect.py",
+    "oracle/tiers.py",
+    "graph/store.py",
+    "graph/records.py",
+    "graph/rules.py",
+)
 FORBIDDEN = frozenset({"neo4j", "anthropic", "aiohttp", "sqlite3", "structlog"})
 
 
