@@ -1,10 +1,11 @@
-// The end of save_exemplars: retention over non-feedback exemplars, in order (each step sees
-// what the previous ones removed): older than $cutoff; beyond the newest $per_tool of each of
-// $tools; beyond the newest $total overall (ties by version, then id). Every evicted exemplar
-// leaves a tombstone at $version; then the exemplar version moves to $version.
+// The end of save_exemplars: one RetentionPlan (toolselect/graph/rules.py) over the exemplars
+// whose tier is not in $exempt, in order (each step sees what the previous ones removed): older
+// than $cutoff; beyond the newest $per_tool of each of $tools; beyond the newest $total overall
+// (ties by version, then id). Every evicted exemplar leaves a tombstone at $version; then the
+// exemplar version moves to $version.
 CALL () {
   MATCH (e:ToolSelectionExample)
-  WHERE e.created_at < $cutoff AND e.tier <> 'feedback'
+  WHERE e.created_at < $cutoff AND NOT e.tier IN $exempt
   MERGE (ts:ExemplarTombstone {query_key: e.query_key})
   SET ts.version = $version, ts.query_norm = e.query_norm
   DETACH DELETE e
@@ -16,11 +17,11 @@ CALL () {
   WITH t
   WHERE COUNT {
     MATCH (e:ToolSelectionExample)-[:SELECTS]->(t)
-    WHERE e.tier <> 'feedback'
+    WHERE NOT e.tier IN $exempt
   } > $per_tool
   CALL (t) {
     MATCH (e:ToolSelectionExample)-[:SELECTS]->(t)
-    WHERE e.tier <> 'feedback'
+    WHERE NOT e.tier IN $exempt
     WITH e
     ORDER BY e.created_at DESC, e.version DESC, e.id DESC
     SKIP $per_tool
@@ -34,13 +35,13 @@ CALL () {
 CALL () {
   CALL () {
     MATCH (e:ToolSelectionExample)
-    WHERE e.tier <> 'feedback'
+    WHERE NOT e.tier IN $exempt
     RETURN count(e) AS held
   }
   WITH held
   WHERE held > $total
   MATCH (e:ToolSelectionExample)
-  WHERE e.tier <> 'feedback'
+  WHERE NOT e.tier IN $exempt
   WITH e
   ORDER BY e.created_at DESC, e.version DESC, e.id DESC
   SKIP $total

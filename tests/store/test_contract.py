@@ -7,6 +7,7 @@ import itertools
 import math
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from tests.store.conftest import StoreFactory
 from toolselect.errors import NotFound, StoreError
+from toolselect.graph.rules import StoredLabel, evictions, newest_first, plan_saves, retention_plan
 from toolselect.graph.store import (
     TIER_STRENGTH,
     Exemplar,
@@ -893,3 +895,45 @@ async def test_retention_ties_on_creation_time_go_by_version_then_id(
     batch = [exemplar(f"query {i}", "t", exemplar_id=i) for i in ("ex-b", "ex-c", "ex-a")]
     assert (await store.save_exemplars(batch)).evicted == 1
     assert sorted(e.id for e in await store.exemplars_for_tool("t")) == ["ex-b", "ex-c"]
+
+
+async def test_retention_agrees_with_the_shared_rules_on_ties(store_factory: StoreFactory) -> None:
+    """Batch after batch of labels tied on creation time (across versions, within a version,
+    ids in and beyond the Basic Multilingual Plane), both stores keep exactly what
+    `plan_saves` and `evictions` predict, in `newest_first` order."""
+    clock = [NOW]
+    limits = Retention(per_tool=2, total=4, max_age_days=1)
+    store = await store_factory.make(limits, clock=lambda: clock[0])
+    await seed_tools(store, "t", "u")
+    model: dict[str, Exemplar] = {}
+    version = 0
+    ids = ["a", "\uffff", "z", "\U0001f6e0", "\u00e9", "B"]  # same-tool ties across planes
+    for step in range(6):
+        clock[0] = NOW + timedelta(hours=6 * step)
+        batch = [
+            exemplar(
+                f"query {(step * 5 + i) % 11}",
+                "tu"[(step + i) % 2],
+                TIERS[(step * 7 + i) % 3],
+                at=NOW + timedelta(hours=6 * (step // 2)),  # pairs of batches share a time
+                exemplar_id=f"ex-{ids[(step + i) % len(ids)]}-{step}",
+            )
+            for i in range(5)
+        ]
+        labels = {k: StoredLabel(e.tool, e.tier) for k, e in model.items()}
+        plan = plan_saves(batch, labels, {"t", "u"})
+        result = await store.save_exemplars(batch)
+        assert [e.id for e in result.changed] == [e.id for e in plan.changing]
+        if plan.changing:
+            version += 1
+            model.update({e.query_norm: replace(e, version=version) for e in plan.written})
+            gone = evictions(retention_plan(limits, clock[0], plan.tools), model.values())
+            for victim in gone:
+                del model[victim.query_norm]
+            assert result.evicted == len(gone)
+        for name in "tu":
+            want = sorted(
+                (e for e in model.values() if e.tool == name), key=newest_first, reverse=True
+            )
+            got = await store.exemplars_for_tool(name)
+            assert [(e.id, e.version) for e in got] == [(e.id, e.version) for e in want]

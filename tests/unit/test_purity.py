@@ -21,6 +21,8 @@ PURE = (
     "learn/batch.py",
     "oracle/tiers.py",
     "graph/store.py",
+    "graph/records.py",
+    "graph/rules.py",
 )
 FORBIDDEN = frozenset({"neo4j", "anthropic", "aiohttp", "sqlite3", "structlog"})
 

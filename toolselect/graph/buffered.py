@@ -40,7 +40,7 @@ from toolselect.graph.store import (
     Tool,
     Turn,
     UpsertResult,
-    check_tier,
+    check_tiers,
     lookup_one,
     save_one,
 )
@@ -195,8 +195,7 @@ class BufferedStore:
         return len(turns)
 
     async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
-        for exemplar in exemplars:
-            check_tier(exemplar)
+        check_tiers(exemplars)
         if not self.backlog and not self.down:
             try:
                 return await self.inner.save_exemplars(exemplars)

@@ -1,0 +1,109 @@
+"""The Neo4j store's transaction steps: each runs named Cypher files inside a managed transaction
+the store opens, so several operations share them and a step never commits on its own.
+
+Times go to the server as aware UTC datetimes (`to_db`) and come back through `from_db`; the
+rows themselves are `toolselect.graph.rules`'s, shared with the SQLite store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, LiteralString, cast
+
+from neo4j import AsyncManagedTransaction, Record
+from neo4j.time import DateTime
+
+from toolselect.graph import cypher
+from toolselect.graph.records import Exemplar, Retention, SaveResult, StoreState, utc
+from toolselect.graph.rules import StoredLabel, exemplar_row, plan_saves, retention_plan
+
+
+def q(name: str) -> LiteralString:
+    """The text of `cypher/queries/<name>.cypher`."""
+    # Query text only ever comes from the Cypher files shipped in the package (mypy reads
+    # LiteralString as str, so no cast is needed for the driver's signature).
+    return cypher.query(f"queries/{name}")
+
+
+def query_key(query_norm: str) -> str:
+    """The fixed-size key a normalised query is unique by: Neo4j range indexes refuse string
+    keys over about 8 KiB, and NFKC can grow an 8 KiB query eighteenfold."""
+    return hashlib.sha256(query_norm.encode()).hexdigest()
+
+
+def to_db(value: datetime) -> datetime:
+    """Aware UTC, so Neo4j stores a DateTime (a naive value is taken to be UTC)."""
+    return utc(value)
+
+
+def from_db(value: Any) -> datetime:
+    native = value.to_native() if isinstance(value, DateTime) else value
+    return cast(datetime, native).astimezone(UTC)
+
+
+async def rows(tx: AsyncManagedTransaction, name: str, params: dict[str, Any]) -> list[Record]:
+    result = await tx.run(q(name), params)
+    return [record async for record in result]
+
+
+async def one(tx: AsyncManagedTransaction, name: str, params: dict[str, Any]) -> Record:
+    return (await rows(tx, name, params))[0]
+
+
+async def lock_meta(tx: AsyncManagedTransaction) -> StoreState:
+    """Take the write lock every version-moving write starts with; the versions under it."""
+    row = await one(tx, "lock_meta", {})
+    return StoreState(int(row["catalog_version"]), int(row["exemplar_version"]))
+
+
+async def bump(tx: AsyncManagedTransaction, *, catalog: int = 0, exemplar: int = 0) -> None:
+    await rows(tx, "bump_versions", {"catalog": catalog, "exemplar": exemplar})
+
+
+async def tombstone(tx: AsyncManagedTransaction, ids: Sequence[str], version: int) -> int:
+    """Delete exemplars by id, leaving tombstones at `version`; how many existed."""
+    row = await one(tx, "tombstone_exemplars", {"ids": list(ids), "version": version})
+    return int(row["deleted"])
+
+
+async def record_turns(tx: AsyncManagedTransaction, turns: list[dict[str, Any]]) -> int:
+    return int((await one(tx, "record_turns", {"turns": turns}))["created"])
+
+
+async def create_turns(tx: AsyncManagedTransaction, turns: list[dict[str, Any]]) -> int:
+    return int((await one(tx, "create_turns", {"turns": turns}))["created"])
+
+
+async def save_exemplars(
+    tx: AsyncManagedTransaction, exemplars: Sequence[Exemplar], limits: Retention, now: datetime
+) -> SaveResult:
+    """`Store.save_exemplars` in three queries whatever the batch size: lock and read the
+    current labels, write (`UNWIND`), then retention and the version move."""
+    keys = {e.query_norm: query_key(e.query_norm) for e in exemplars}
+    guard = {"tools": sorted({e.tool for e in exemplars}), "keys": sorted(keys.values())}
+    found = await one(tx, "exemplars_guard", guard)
+    stored = {s["query_norm"]: StoredLabel(s["tool"], s["tier"]) for s in found["stored"]}
+    plan = plan_saves(exemplars, stored, set(found["known"]))
+    if not plan.changing:
+        return plan.result()
+    version = int(found["exemplar_version"]) + 1
+    written = []
+    for exemplar in plan.written:
+        # The tool is the SELECTS edge, not a property; the hashed key is what MERGE matches.
+        row = exemplar_row(exemplar, to_db, version)
+        tool = row.pop("tool")
+        written.append({"tool": tool, "exemplar": row | {"query_key": keys[exemplar.query_norm]}})
+    await rows(tx, "save_exemplars", {"rows": written})
+    retention = retention_plan(limits, now, plan.tools)
+    params = {
+        "cutoff": retention.cutoff,
+        "tools": list(retention.tools),
+        "per_tool": retention.per_tool,
+        "total": retention.total,
+        "exempt": list(retention.exempt),
+        "version": version,
+    }
+    evicted = int((await one(tx, "evict_exemplars", params))["evicted"])
+    return plan.result(version, evicted)

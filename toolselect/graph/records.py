@@ -1,0 +1,191 @@
+"""The store's records: plain frozen dataclasses, and the encodings every store shares.
+
+Records have no behaviour beyond derived fields, so the pure core (ranker, detector, oracle
+policy) can use them without importing any adapter; the rules the stores apply to them are in
+`toolselect.graph.rules`. `toolselect.graph.store` re-exports both for existing imports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from toolselect.names import bare_name, namespace, normalise_query
+
+Tier = Literal["ranker", "teacher", "feedback"]
+TIER_STRENGTH: Mapping[str, int] = {"ranker": 1, "teacher": 2, "feedback": 3}
+# Labels whose truth does not come from the ranker: they calibrate and validate the loop.
+TRUSTED_TIERS = frozenset({"teacher", "feedback"})
+Outcome = Literal["ok", "error", "corrected"]
+OracleResult = Literal["labeled", "declined", "limit_reached", "error"]
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: equal values give equal text (and hashes)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def pack_vector(values: Sequence[float]) -> bytes:
+    """An embedding as stored: float32, little-endian (a quarter of a list of floats on the wire,
+    and one copy to encode or decode instead of one object per value)."""
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def unpack_vector(blob: bytes | bytearray) -> tuple[float, ...]:
+    return struct.unpack(f"<{len(blob) // 4}f", blob)
+
+
+def utc(value: datetime) -> datetime:
+    """Aware and in UTC; every store takes a naive time to be UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# --- records ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool of the catalog. `packs` lists the packs (kits) the tool belongs to."""
+
+    name: str
+    description: str = ""
+    input_schema: Mapping[str, Any] = field(default_factory=dict)
+    packs: tuple[str, ...] = ()
+
+    @property
+    def bare_name(self) -> str:
+        return bare_name(self.name)
+
+    @property
+    def namespace(self) -> str:
+        return namespace(self.name)
+
+    @property
+    def content_hash(self) -> str:
+        """Hash of what the ranker sees (name, description, schema); packs are not content."""
+        text = canonical_json(
+            {"name": self.name, "description": self.description, "schema": self.input_schema}
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One observed agent turn, with what the detector and the oracle decided about it."""
+
+    id: str
+    request: str
+    used_tool: str
+    at: datetime
+    agent_id: str | None = None
+    pack: str | None = None
+    outcome: str | None = None
+    top1: str | None = None
+    margin: float | None = None
+    flagged: bool = False
+    flag_reason: str | None = None
+    tier: str | None = None
+    label: str | None = None
+    result: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Exemplar:
+    """A confirmed (query -> tool) label; the store keeps one per normalised query."""
+
+    id: str
+    query: str
+    tool: str
+    tier: Tier
+    embedder: str
+    embedding: tuple[float, ...]
+    created_at: datetime
+    confidence: float = 1.0
+    turn_id: str | None = None
+    version: int = 0  # assigned by the store on every write
+
+    @property
+    def query_norm(self) -> str:
+        return normalise_query(self.query)
+
+
+@dataclass(frozen=True, slots=True)
+class OracleCall:
+    """One attempt at a paid (or remote) labelling call; every attempt is traced."""
+
+    id: str
+    provider: str
+    model: str
+    result: str
+    latency_ms: float
+    at: datetime
+    turn_id: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreState:
+    """Monotonic counters replicas poll to learn that another replica wrote something."""
+
+    catalog_version: int
+    exemplar_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertResult:
+    upserted: int
+    unchanged: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExemplarDelta:
+    """What changed after a version: exemplars written, and normalised queries removed."""
+
+    version: int
+    upserted: tuple[Exemplar, ...]
+    deleted: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SaveResult:
+    """What one `save_exemplars` call did, in input order.
+
+    `changed` holds the exemplars that changed the store, as stored (with their version);
+    `unknown_tool` the ones skipped because their tool is not in the catalog; `evicted` how
+    many exemplars retention removed in the same transaction (their tombstones carry the
+    version of `changed`).
+    """
+
+    changed: tuple[Exemplar, ...] = ()
+    unknown_tool: tuple[Exemplar, ...] = ()
+    evicted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyticsResult:
+    """The rows of one named analysis (`toolselect.analytics.ANALYSES` lists them).
+
+    Values are plain JSON-ready Python: ints, floats already rounded, strings, None, and tuples
+    (sorted) for list values; both stores give equal results for equal data.
+    """
+
+    name: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Exemplar limits the store enforces; `feedback` exemplars are exempt from all three."""
+
+    per_tool: int = 512
+    total: int = 10_000
+    max_age_days: float = 90.0

@@ -1,0 +1,282 @@
+"""The rules every store applies to the records, written once as pure functions.
+
+The SQLite store, the Neo4j store and the write spool must agree on these; each used to spell
+them out itself, and they drifted:
+
+- row mapping: a record as the flat row a store keeps, and back (`tool_row`, `turn_row`,
+  `exemplar_row`, `call_row` and their `*_from_row`); a store only says how it writes and reads
+  a time;
+- labels: one per normalised query, never a downgrade (`supersedes`), a batch applied in order
+  (`plan_saves`);
+- retention: three steps over the non-exempt exemplars, newest kept (`retention_plan`, with
+  `evictions` as the executable statement of what the stores' queries select).
+
+Nothing here does I/O or imports a backend library (`tests/unit/test_purity.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from toolselect.errors import InvalidInput
+from toolselect.graph.records import (
+    TIER_STRENGTH,
+    Exemplar,
+    OracleCall,
+    Retention,
+    SaveResult,
+    Tool,
+    Turn,
+    canonical_json,
+    pack_vector,
+    unpack_vector,
+    utc,
+)
+
+# Human labels are the loop's ground truth: retention neither evicts nor counts them.
+RETENTION_EXEMPT: tuple[str, ...] = ("feedback",)
+
+WriteTime = Callable[[datetime], Any]
+"""How a store writes a time (ISO text for SQLite, an aware datetime for Neo4j)."""
+ReadTime = Callable[[Any], datetime]
+"""How a store reads a time it wrote back into an aware UTC datetime."""
+
+
+# --- row mapping ------------------------------------------------------------------------------
+
+_TURN_FIELDS = tuple(f.name for f in fields(Turn))
+_CALL_FIELDS = tuple(f.name for f in fields(OracleCall))
+_EXEMPLAR_FIELDS = tuple(f.name for f in fields(Exemplar))
+
+
+def tool_row(tool: Tool) -> dict[str, Any]:
+    """A tool's stored properties (packs are stored apart): the schema as canonical JSON, and
+    the derived names and content hash the stores index and compare."""
+    return {
+        "name": tool.name,
+        "namespace": tool.namespace,
+        "bare_name": tool.bare_name,
+        "description": tool.description,
+        "input_schema": canonical_json(tool.input_schema),
+        "content_hash": tool.content_hash,
+    }
+
+
+def tool_from_row(row: Mapping[str, Any], packs: Iterable[str]) -> Tool:
+    """The tool of a stored row, its packs sorted."""
+    schema = json.loads(row.get("input_schema") or "{}")
+    return Tool(row["name"], row.get("description") or "", schema, tuple(sorted(packs)))
+
+
+def turn_row(turn: Turn, write_time: WriteTime) -> dict[str, Any]:
+    """A turn's stored properties, one per field."""
+    row = {name: getattr(turn, name) for name in _TURN_FIELDS}
+    row["at"] = write_time(turn.at)
+    return row
+
+
+def turn_from_row(row: Mapping[str, Any], read_time: ReadTime) -> Turn:
+    values: dict[str, Any] = {name: row.get(name) for name in _TURN_FIELDS}
+    values["at"] = read_time(values["at"])
+    values["flagged"] = bool(values["flagged"])
+    return Turn(**values)
+
+
+def exemplar_row(exemplar: Exemplar, write_time: WriteTime, version: int) -> dict[str, Any]:
+    """An exemplar's stored properties at `version`: its fields (a flat copy: the embedding is
+    thousands of floats), the normalised query it is unique by, the embedding packed."""
+    row = {name: getattr(exemplar, name) for name in _EXEMPLAR_FIELDS}
+    return row | {
+        "query_norm": exemplar.query_norm,
+        "embedding": pack_vector(exemplar.embedding),
+        "created_at": write_time(exemplar.created_at),
+        "version": version,
+    }
+
+
+def exemplar_from_row(row: Mapping[str, Any], read_time: ReadTime) -> Exemplar:
+    """The exemplar of a stored row; extra properties (the normalised query, keys) are ignored."""
+    return Exemplar(
+        id=row["id"],
+        query=row["query"],
+        tool=row["tool"],
+        tier=row["tier"],
+        embedder=row["embedder"],
+        embedding=_embedding(row.get("embedding")),
+        created_at=read_time(row["created_at"]),
+        confidence=float(row["confidence"]),
+        turn_id=row.get("turn_id"),
+        version=int(row["version"]),
+    )
+
+
+def _embedding(value: Any) -> tuple[float, ...]:
+    """Float32 bytes as written now, or the list of floats older Neo4j stores wrote."""
+    if isinstance(value, bytes | bytearray):
+        return unpack_vector(value)
+    return tuple(float(x) for x in value or ())
+
+
+def call_row(call: OracleCall, write_time: WriteTime) -> dict[str, Any]:
+    """An oracle call's stored properties, one per field."""
+    row = {name: getattr(call, name) for name in _CALL_FIELDS}
+    row["at"] = write_time(call.at)
+    return row
+
+
+def call_from_row(row: Mapping[str, Any], read_time: ReadTime) -> OracleCall:
+    values: dict[str, Any] = {name: row.get(name) for name in _CALL_FIELDS}
+    values["at"] = read_time(values["at"])
+    return OracleCall(**values)
+
+
+# --- the label rules --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLabel:
+    """The part of a stored exemplar the save rules look at."""
+
+    tool: str
+    tier: str
+
+
+def last_per_name(tools: Sequence[Tool]) -> list[Tool]:
+    """The tools an upsert writes: a name sent twice in one call counts once, its last
+    definition winning (at the place of its first)."""
+    return list({tool.name: tool for tool in tools}.values())
+
+
+def check_tier(exemplar: Exemplar) -> None:
+    """Refuse a tier outside `TIER_STRENGTH` before anything is written."""
+    if exemplar.tier not in TIER_STRENGTH:
+        tiers = ", ".join(TIER_STRENGTH)
+        raise InvalidInput(f"expected tier in {tiers}, got {exemplar.tier!r}", "tier")
+
+
+def check_tiers(exemplars: Iterable[Exemplar]) -> None:
+    """`check_tier` for a batch: one bad tier refuses the whole batch before any I/O."""
+    for exemplar in exemplars:
+        check_tier(exemplar)
+
+
+def supersedes(new: Exemplar, stored: StoredLabel | None) -> bool:
+    """Whether `new` takes the place of the stored label of its query: never a downgrade
+    (feedback > teacher > ranker), and the same tool and tier again is no change."""
+    if stored is None:
+        return True
+    if TIER_STRENGTH.get(stored.tier, 0) > TIER_STRENGTH[new.tier]:
+        return False
+    return not (stored.tool == new.tool and stored.tier == new.tier)
+
+
+def replaces(stored: StoredLabel | None, new: Exemplar) -> bool:
+    """`supersedes`, arguments in the spool's order (stored first)."""
+    return supersedes(new, stored)
+
+
+def last_per_query(exemplars: Sequence[Exemplar]) -> list[Exemplar]:
+    """The last exemplar of each normalised query (what a batch leaves stored), in input order."""
+    last = {e.query_norm: i for i, e in enumerate(exemplars)}
+    return [e for i, e in enumerate(exemplars) if last[e.query_norm] == i]
+
+
+@dataclass(frozen=True, slots=True)
+class SavePlan:
+    """What one `save_exemplars` batch does, decided before anything is written."""
+
+    changing: tuple[Exemplar, ...]
+    """The items that change the store, in input order (a query may appear more than once)."""
+    unknown_tool: tuple[Exemplar, ...]
+
+    @property
+    def written(self) -> list[Exemplar]:
+        """The rows to write: the last changing item of each query."""
+        return last_per_query(self.changing)
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The tools of the written rows, sorted: the ones whose retention cap is checked."""
+        return tuple(sorted({e.tool for e in self.written}))
+
+    def result(self, version: int = 0, evicted: int = 0) -> SaveResult:
+        """The call's answer once the writes carry `version`."""
+        changed = tuple(replace(e, version=version) for e in self.changing)
+        return SaveResult(changed, self.unknown_tool, evicted)
+
+
+def plan_saves(
+    exemplars: Sequence[Exemplar],
+    stored: Mapping[str, StoredLabel],
+    known_tools: Collection[str],
+) -> SavePlan:
+    """Apply the save rules to a batch in order.
+
+    `stored` maps a normalised query to its current label. Two items of one batch with the same
+    normalised query are applied in order, so the later one wins unless it would downgrade.
+    """
+    labels = dict(stored)
+    changing: list[Exemplar] = []
+    unknown: list[Exemplar] = []
+    for exemplar in exemplars:
+        check_tier(exemplar)
+        if exemplar.tool not in known_tools:
+            unknown.append(exemplar)
+            continue
+        key = exemplar.query_norm
+        if supersedes(exemplar, labels.get(key)):
+            labels[key] = StoredLabel(exemplar.tool, exemplar.tier)
+            changing.append(exemplar)
+    return SavePlan(tuple(changing), tuple(unknown))
+
+
+# --- retention --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPlan:
+    """One retention pass, as the parameters both stores' queries take.
+
+    Over the exemplars whose tier is not in `exempt`, in order, each step seeing what the
+    earlier ones removed: (1) those created before `cutoff`; (2) for each of `tools`, all but
+    its newest `per_tool`; (3) all but the newest `total`. Newest means latest `created_at`,
+    then highest `version`, then greatest `id` (`newest_first`).
+    """
+
+    cutoff: datetime
+    tools: tuple[str, ...]
+    per_tool: int
+    total: int
+    exempt: tuple[str, ...] = RETENTION_EXEMPT
+
+
+def retention_plan(limits: Retention, now: datetime, tools: Iterable[str]) -> RetentionPlan:
+    """The pass a batch that wrote to `tools` runs at `now`; negative caps keep nothing."""
+    return RetentionPlan(
+        cutoff=utc(now) - timedelta(days=limits.max_age_days),
+        tools=tuple(sorted(set(tools))),
+        per_tool=max(limits.per_tool, 0),
+        total=max(limits.total, 0),
+    )
+
+
+def newest_first(exemplar: Exemplar) -> tuple[datetime, int, str]:
+    """Sort key, used with `reverse=True`, for the order retention keeps exemplars in."""
+    return utc(exemplar.created_at), exemplar.version, exemplar.id
+
+
+def evictions(plan: RetentionPlan, held: Iterable[Exemplar]) -> list[Exemplar]:
+    """What `plan` evicts from the stored exemplars `held`, step by step: the rule the stores'
+    queries implement, stated in Python so tests can hold both stores to it."""
+    alive = sorted((e for e in held if e.tier not in plan.exempt), key=newest_first, reverse=True)
+    gone = [e for e in alive if utc(e.created_at) < plan.cutoff]
+    alive = [e for e in alive if utc(e.created_at) >= plan.cutoff]
+    for tool in plan.tools:
+        beyond = {id(e) for e in [e for e in alive if e.tool == tool][plan.per_tool :]}
+        gone += [e for e in alive if id(e) in beyond]
+        alive = [e for e in alive if id(e) not in beyond]
+    return gone + alive[plan.total :]

@@ -1,0 +1,97 @@
+"""The SQLite store's file: its tables, how times are written in them, and the transaction and
+version-counter primitives every operation of the store runs on.
+
+Functions here run on the store's worker thread, on the connection it owns.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from toolselect.errors import StoreError
+from toolselect.graph.records import utc
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS tools (
+        name TEXT PRIMARY KEY, namespace TEXT NOT NULL, bare_name TEXT NOT NULL,
+        description TEXT NOT NULL, input_schema TEXT NOT NULL, content_hash TEXT NOT NULL,
+        updated_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS tool_packs (
+        tool TEXT NOT NULL REFERENCES tools(name) ON DELETE CASCADE, pack TEXT NOT NULL,
+        PRIMARY KEY (tool, pack))""",
+    "CREATE INDEX IF NOT EXISTS tool_packs_pack ON tool_packs(pack)",
+    """CREATE TABLE IF NOT EXISTS turns (
+        id TEXT PRIMARY KEY, request TEXT NOT NULL, used_tool TEXT NOT NULL, at TEXT NOT NULL,
+        agent_id TEXT, pack TEXT, outcome TEXT, top1 TEXT, margin REAL, flagged INTEGER NOT NULL,
+        flag_reason TEXT, tier TEXT, label TEXT, result TEXT)""",
+    "CREATE INDEX IF NOT EXISTS turns_at ON turns(at)",
+    """CREATE TABLE IF NOT EXISTS exemplars (
+        id TEXT NOT NULL UNIQUE, query TEXT NOT NULL, query_norm TEXT NOT NULL UNIQUE,
+        tool TEXT NOT NULL REFERENCES tools(name), tier TEXT NOT NULL, embedder TEXT NOT NULL,
+        embedding BLOB NOT NULL, confidence REAL NOT NULL, created_at TEXT NOT NULL,
+        turn_id TEXT, version INTEGER NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS exemplars_tool ON exemplars(tool, created_at)",
+    "CREATE INDEX IF NOT EXISTS exemplars_created ON exemplars(created_at)",
+    "CREATE INDEX IF NOT EXISTS exemplars_version ON exemplars(version)",
+    """CREATE TABLE IF NOT EXISTS exemplar_tombstones (
+        query_norm TEXT PRIMARY KEY, version INTEGER NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS tombstones_version ON exemplar_tombstones(version)",
+    """CREATE TABLE IF NOT EXISTS oracle_calls (
+        id TEXT PRIMARY KEY, provider TEXT NOT NULL, model TEXT NOT NULL, result TEXT NOT NULL,
+        latency_ms REAL NOT NULL, at TEXT NOT NULL, turn_id TEXT, input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL, error TEXT)""",
+    "CREATE INDEX IF NOT EXISTS oracle_calls_turn ON oracle_calls(turn_id, at)",
+    """CREATE TABLE IF NOT EXISTS meta (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        catalog_version INTEGER NOT NULL, exemplar_version INTEGER NOT NULL)""",
+    """INSERT INTO meta (id, catalog_version, exemplar_version) VALUES (1, 0, 0)
+        ON CONFLICT(id) DO NOTHING""",
+)
+
+BUMP_CATALOG = "UPDATE meta SET catalog_version = catalog_version + 1 RETURNING catalog_version"
+BUMP_EXEMPLAR = "UPDATE meta SET exemplar_version = exemplar_version + 1 RETURNING exemplar_version"
+NO_STATE = "sqlite store has no state record; run migrate() first"
+
+
+def create(conn: sqlite3.Connection) -> None:
+    """Create the tables, indexes and the state record; idempotent."""
+    with transaction(conn):
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
+
+
+def ts(value: datetime) -> str:
+    """Fixed-width ISO-8601 UTC text, so text order is time order (naive means UTC)."""
+    return utc(value).isoformat(timespec="microseconds")
+
+
+def dt(text: str) -> datetime:
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction; IMMEDIATE takes the write lock first, so version reads are safe."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        # Some errors (disk full, I/O) end the transaction themselves; don't mask them.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def bump(conn: sqlite3.Connection, statement: str) -> int:
+    """Move one version counter (`BUMP_CATALOG`, `BUMP_EXEMPLAR`); the new value."""
+    row = conn.execute(statement).fetchone()
+    if row is None:
+        raise StoreError(NO_STATE)
+    return int(row[0])
