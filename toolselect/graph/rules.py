@@ -174,11 +174,6 @@ def supersedes(new: Exemplar, stored: StoredLabel | None) -> bool:
     return not (stored.tool == new.tool and stored.tier == new.tier)
 
 
-def replaces(stored: StoredLabel | None, new: Exemplar) -> bool:
-    """`supersedes`, arguments in the spool's order (stored first)."""
-    return supersedes(new, stored)
-
-
 def last_per_query(exemplars: Sequence[Exemplar]) -> list[Exemplar]:
     """The last exemplar of each normalised query (what a batch leaves stored), in input order."""
     last = {e.query_norm: i for i, e in enumerate(exemplars)}

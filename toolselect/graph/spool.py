@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from toolselect.errors import SpoolError
-from toolselect.graph.store import Exemplar, OracleCall, StoredLabel, Turn, check_tier, replaces
+from toolselect.graph.store import (
+    TIER_STRENGTH,
+    Exemplar,
+    OracleCall,
+    StoredLabel,
+    Turn,
+    check_tier,
+    supersedes,
+)
 
 Kind = Literal["turn", "oracle_call", "exemplar"]
 KINDS: tuple[Kind, ...] = ("turn", "oracle_call", "exemplar")
@@ -36,7 +44,7 @@ Record = Turn | Exemplar | OracleCall
 
 # Lower goes first when the spool is full: a turn is evidence the learner can do without, a
 # paid call's trace is bookkeeping, a label (above all a human one) is the thing to keep.
-_PRIORITY = {"turn": 0, "oracle_call": 1, "ranker": 2, "teacher": 3, "feedback": 4}
+_PRIORITY = {"turn": 0, "oracle_call": 1, **{tier: 1 + s for tier, s in TIER_STRENGTH.items()}}
 _TIMES = frozenset({"at", "created_at"})
 T = TypeVar("T")
 
@@ -200,7 +208,7 @@ class Spool:
             }
             changed: list[Exemplar] = []
             for exemplar in exemplars:
-                if replaces(labels.get(exemplar.query_norm), exemplar):
+                if supersedes(exemplar, labels.get(exemplar.query_norm)):
                     labels[exemplar.query_norm] = StoredLabel(exemplar.tool, exemplar.tier)
                     changed.append(exemplar)
             return changed, self._append([self._row(e) for e in changed])

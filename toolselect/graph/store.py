@@ -45,7 +45,6 @@ from toolselect.graph.rules import (
     last_per_query,
     newest_first,
     plan_saves,
-    replaces,
     retention_plan,
     supersedes,
 )
@@ -83,7 +82,6 @@ __all__ = [
     "newest_first",
     "pack_vector",
     "plan_saves",
-    "replaces",
     "retention_plan",
     "save_one",
     "supersedes",
