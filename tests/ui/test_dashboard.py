@@ -146,7 +146,7 @@ def test_label_and_delete_forms(browser: Chrome, server: LiveServer) -> None:
     browser.find_element(By.CSS_SELECTOR, "#label-form button[type=submit]").click()
     wait_for(browser, "document.querySelector('#label-form .result.error')")
     refused = browser.find_element(By.CSS_SELECTOR, "#label-form .result").text
-    assert refused == "404 not_found: no tool named '<b>no_such_tool</b>'"
+    assert refused == "404 not_found: no tool named '<b>no_such_tool</b>' (tool)"
     assert not browser.find_elements(By.CSS_SELECTOR, "#label-form .result b")
     # A tool's exemplars are fetched when its row is opened.
     browser.find_element(
