@@ -10,7 +10,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	# -qq: setuptools prints an information notice for every editable install of a package
+	# mapped from outside its folder (cypher/ -> toolselect.cypher); errors still show.
+	$(BIN)/python -m pip install -qq -e '.[dev]'
 	touch $(STAMP)
 
 run: $(STAMP)
