@@ -7,11 +7,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck pytest browser bench neo4j-start neo4j-stop clean
 
+# -qq for the project: setuptools prints an information notice for every editable install of a
+# package mapped from outside its folder (cypher/ -> toolselect.cypher); errors still show.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# -qq: setuptools prints an information notice for every editable install of a package
-	# mapped from outside its folder (cypher/ -> toolselect.cypher); errors still show.
 	$(BIN)/python -m pip install -qq -e '.[dev]'
 	touch $(STAMP)
 
