@@ -83,7 +83,7 @@ async def test_observed_misroutes_are_learned_over_http(
     resp = await client.post("/v1/observe/batch", json={"turns": turns})
     assert resp.status == 202
     assert await resp.json() == {"queued": 4, "dropped": 0}
-    assert await service.learner.drain(10.0)
+    assert await service.learner.drain(60.0)
 
     for i, query in enumerate(TRUTH):
         turn = await service.store.get_turn(f"t{i}")

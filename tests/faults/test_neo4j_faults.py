@@ -120,7 +120,7 @@ async def test_unreachable_at_start_then_ready(
     async def is_ready() -> bool:
         return (await client.get("/readyz")).status == 200
 
-    await eventually(is_ready, within=30)
+    await eventually(is_ready, within=90)
     assert (await client.put("/v1/tools", json=CATALOG)).status == 200
     rank = await client.post("/v1/rank", json={"query": "weather in Turin", "k": 1})
     assert (await rank.json())["results"][0]["tool"] == "get_weather"
@@ -128,7 +128,7 @@ async def test_unreachable_at_start_then_ready(
     async def early_turn_stored() -> bool:
         return await service.store.get_turn("early") is not None
 
-    await eventually(early_turn_stored, within=10)
+    await eventually(early_turn_stored, within=30)
 
 
 async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
@@ -173,7 +173,7 @@ async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
     async def flushed() -> bool:
         return service.store.backlog == 0
 
-    await eventually(flushed, within=30)
+    await eventually(flushed, within=90)
     assert await count(private_neo4j, "Turn") >= 20
     for i in range(20):
         turn = await service.store.get_turn(f"down-{i}")

@@ -277,7 +277,7 @@ async def test_turns_are_stored_verbatim(hostile: Hostile) -> None:
     resp = await client.post("/v1/observe/batch", json={"turns": batch})
     assert resp.status == 202
     assert await resp.json() == {"queued": n, "dropped": 0}
-    assert await service.learner.drain(10)
+    assert await service.learner.drain(60)
     for body in (*singles, *batch):
         stored = await service.store.get_turn(body["turn_id"])
         assert stored is not None, body["turn_id"]
@@ -377,7 +377,7 @@ async def test_lone_surrogate_escapes_are_refused(hostile: Hostile) -> None:
         ' {"request": "r\\ud800", "used_tool": "get_weather", "turn_id": "bad"}]}'
     )
     resp = await client.post("/v1/observe/batch", data=batch.encode(), headers=headers)
-    assert await hostile.service.learner.drain(10)
+    assert await hostile.service.learner.drain(60)
     if resp.status == 202:
         assert await hostile.service.store.get_turn("ok-1") is not None
     else:
@@ -416,7 +416,7 @@ async def test_long_values_are_stored_or_refused_never_lost(
         {"request": "\ufdfa" * 2730, "used_tool": "get_weather", "turn_id": "ok-3"},
     ]
     resp = await client.post("/v1/observe/batch", json={"turns": turns})
-    assert await service.learner.drain(10)
+    assert await service.learner.drain(60)
     if resp.status == 202:
         for t in turns:
             stored_turn = await service.store.get_turn(t["turn_id"])
@@ -437,7 +437,7 @@ async def test_over_long_turn_id_never_loses_its_batch(
         {"request": "send it", "used_tool": "send_email", "turn_id": "t" * 9000},
     ]
     resp = await hostile.client.post("/v1/observe/batch", json={"turns": turns})
-    assert await service.learner.drain(10)
+    assert await service.learner.drain(60)
     if resp.status == 202:
         for t in turns:
             assert await service.store.get_turn(t["turn_id"]) is not None
