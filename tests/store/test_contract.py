@@ -135,6 +135,7 @@ async def test_ping_answers(store: Store) -> None:
     await store.ping()
 
 
+@pytest.mark.reopens
 async def test_reopen_after_close_keeps_data(store_factory: StoreFactory) -> None:
     """A new store on the same data sees tools, packs, turns, exemplars, calls and versions."""
     store = await store_factory.make()

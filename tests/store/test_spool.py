@@ -128,6 +128,7 @@ async def test_the_service_refuses_to_start_on_a_damaged_spool(tmp_path: Path) -
         await Service.start(settings)
 
 
+@pytest.mark.reopens
 async def test_a_replay_repeated_after_a_crash_leaves_one_copy(
     store_factory: StoreFactory, tmp_path: Path
 ) -> None:
