@@ -71,9 +71,16 @@ class ServerProcess:
     """`toolselect serve` on a free loopback port; RSS, CPU time and metrics read from outside."""
 
     def __init__(self, env: dict[str, str], workdir: Path, args: Sequence[str] = ()) -> None:
-        self.env = env
-        self.workdir = workdir
         self.args = list(args)
+        self.workers = (
+            int(self.args[self.args.index("--workers") + 1]) if "--workers" in args else 1
+        )
+        # With several workers the first one ready answers /readyz while the others still load
+        # the catalog: a load generator connecting then would put every connection on the first
+        # (SO_REUSEPORT places a connection when it opens). The supervisor says at info level
+        # when all of them serve.
+        self.env = {**env, "TOOLSELECT_LOG_LEVEL": "info"} if self.workers > 1 else env
+        self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -94,12 +101,15 @@ class ServerProcess:
                 raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(self.url + "/readyz", timeout=2) as resp:
-                    if resp.status == 200:
+                    if resp.status == 200 and self._all_workers_serve():
                         return self
             except OSError:
                 pass
             time.sleep(0.1)
         raise RuntimeError("server not ready within 300 s")
+
+    def _all_workers_serve(self) -> bool:
+        return self.workers == 1 or b'"workers_serving"' in self.log.read_bytes()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
