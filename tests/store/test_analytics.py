@@ -423,7 +423,6 @@ async def test_cli_one_analysis_as_csv_and_plot(
     store_factory: StoreFactory, tmp_path: Path
 ) -> None:
     """One named analysis renders alone; --plot writes its PNG (or one per analysis in a folder)."""
-    pytest.importorskip("matplotlib")
     store = await seeded(store_factory)
     png = tmp_path / "confusions.png"
     out = await surfaces.cli_analytics(store, "confusions", None, "csv", png)

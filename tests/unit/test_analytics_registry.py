@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import get_args
 
-import pytest
-
 from toolselect.analytics import charts, registry
 from toolselect.analytics.registry import LEARNING, Analysis, ChartKind
 from toolselect.graph import cypher
@@ -51,7 +49,6 @@ def test_every_chart_kind_has_a_drawer() -> None:
 
 def test_a_new_analysis_plots_with_the_generic_bars(tmp_path: Path) -> None:
     """An analysis unknown to the plotting code draws as `bars` from its columns alone."""
-    pytest.importorskip("matplotlib")
     new = Analysis("per_pack", ("pack", "tier", "turns"), "turns per pack", "bars", lambda r: r)
     result = AnalyticsResult(new.name, new.columns, (("mail", "teacher", 4), ("web", None, 1)))
     path = charts.plot(result, tmp_path / "per_pack.png", new)

@@ -197,7 +197,6 @@ def test_parse_since_refuses_other_text(text: str) -> None:
 @pytest.mark.parametrize("result", SAMPLES, ids=lambda r: r.name)
 def test_plot_writes_a_png_for_each_analysis(result: AnalyticsResult, tmp_path: Path) -> None:
     """plot() draws every analysis's chart kind into a non-empty PNG file."""
-    pytest.importorskip("matplotlib")
     path = charts.plot(result, tmp_path / "out" / f"{result.name}.png")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -207,7 +206,6 @@ def test_plot_writes_a_png_for_each_analysis(result: AnalyticsResult, tmp_path: 
 @pytest.mark.parametrize("name", registry.NAMES)
 def test_plot_of_no_rows_still_writes_a_png(name: str, tmp_path: Path) -> None:
     """An empty result plots a PNG that says there are no rows, instead of failing."""
-    pytest.importorskip("matplotlib")
     empty = AnalyticsResult(name, registry.ANALYSES[name].columns, ())
     path = charts.plot(empty, tmp_path / f"{name}.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
