@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import re
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,6 +25,7 @@ import numpy as np
 
 from toolselect.clock import Clock, utc_now
 from toolselect.embed.base import Vectors, normalise_rows
+from toolselect.embed.hashing import prepare
 from toolselect.errors import TeacherError
 from toolselect.graph.sqlite import SqliteStore
 from toolselect.graph.store import Retention, Tool, canonical_json
@@ -243,22 +243,14 @@ def _raw(
 
 # ---- embedder --------------------------------------------------------------------------------
 
-_WORD = re.compile(r"[^\W_]+")
-# Words every request shares: counting them would make unrelated texts look alike.
-_STOP_TEXT = """
-    a an the and or of to in on at for from with by is are be it this that i me my you your
-    we our what how please can could would
-"""
-_STOP_WORDS = frozenset(_STOP_TEXT.split())
-
 
 class FakeEmbedder:
     """A deterministic `Embedder` (and `LocalEmbedder`): a bag of words hashed into `dim` axes.
 
     The same text always gives the same unit vector, in every process; texts sharing words get
     a cosine above 0, texts sharing none get 0 (unless two words hash to one axis: rare at the
-    default 1024). Words are lower-cased, split on anything not a letter or digit (so
-    `get_weather` is `get weather`), and a few function words are dropped. `vectors` pins exact
+    default 1024). Words are the hashing embedder's (`toolselect.embed.hashing.prepare`):
+    lower-cased, names split (`get_weather` is `get weather`), function words dropped. `vectors` pins exact
     texts to given vectors, for a geometry the test controls. `calls` records each batch;
     `fail_next` makes the next calls raise (e.g. `EmbedderUnavailable`)::
 
@@ -316,16 +308,13 @@ class FakeEmbedder:
             if pinned is not None:
                 out[row] = pinned
                 continue
-            for word in _words(text):
+            # The hashing embedder's words: names split, function words dropped.
+            for word in prepare(text).split():
                 out[row, _axis(word, self._dim)] += 1.0
         return normalise_rows(out)
 
     async def close(self) -> None:
         self.closed = True
-
-
-def _words(text: str) -> Iterable[str]:
-    return (w for w in _WORD.findall(text.casefold()) if w not in _STOP_WORDS)
 
 
 def _axis(word: str, dim: int) -> int:
