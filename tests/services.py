@@ -61,19 +61,17 @@ class ServiceFactory:
         return service
 
     async def serve(
-        self, aiohttp_client: ClientFactory, **overrides: Any
+        self,
+        aiohttp_client: ClientFactory,
+        *,
+        server_kwargs: dict[str, Any] | None = None,
+        **overrides: Any,
     ) -> tuple[TestClient[Any, Any], Service]:
         """The HTTP app on these settings behind a test client, and the service it started
-        (closed with the app, when the client goes)."""
-        client = await aiohttp_client(create_app(self.settings(**overrides)))
-        return client, service_of(client)
-
-    async def serve_with(
-        self, aiohttp_client: ClientFactory, server_kwargs: dict[str, Any], **overrides: Any
-    ) -> tuple[TestClient[Any, Any], Service]:
-        """`serve` with options for aiohttp's test server (`handler_cancellation`, say)."""
-        app: web.Application = create_app(self.settings(**overrides))
-        client = await aiohttp_client(app, server_kwargs=server_kwargs)
+        (closed with the app, when the client goes); `server_kwargs` go to aiohttp's test
+        server (`handler_cancellation`, say)."""
+        app = create_app(self.settings(**overrides))
+        client = await aiohttp_client(app, server_kwargs=server_kwargs or {})
         return client, service_of(client)
 
     async def aclose(self) -> None:

@@ -64,7 +64,9 @@ async def test_client_gone_mid_import_leaves_catalog_old_or_new(
     """A client that disconnects while its import embeds (the server cancelling the handler)
     never sees a half-written catalog: the store holds every old tool or every new one, and
     the shielded import still finishes into the store and the ranker."""
-    client, service = await services.serve_with(aiohttp_client, {"handler_cancellation": True})
+    client, service = await services.serve(
+        aiohttp_client, server_kwargs={"handler_cancellation": True}
+    )
     old = await client.put("/v1/tools", json=catalog(LARGE, "old"))
     assert old.status == 200
 

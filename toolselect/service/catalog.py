@@ -10,7 +10,7 @@ import structlog
 from toolselect.catalog import tool_text
 from toolselect.errors import NotFound
 from toolselect.graph.buffered import BufferedStore
-from toolselect.graph.store import Exemplar, Tool, UpsertResult
+from toolselect.graph.store import Exemplar, Tool, UpsertResult, last_per_name
 from toolselect.service.index import LiveIndex, Progress, guarded
 
 log = structlog.get_logger("toolselect.service")
@@ -63,8 +63,7 @@ class CatalogFacade:
         index = self._index
         # Embedding first, outside the index lock (tens of seconds for a large catalog with a
         # dense model): ranking and polls go on meanwhile, and nothing is written yet.
-        by_name = {t.name: t for t in tools}  # a name sent twice: the last one wins
-        changed = [t for t in by_name.values() if index.needs_vector(t, pack)]
+        changed = [t for t in last_per_name(tools) if index.needs_vector(t, pack)]
         vectors = await index.embed(
             [tool_text(t) for t in changed],
             progress=guarded(progress) if progress is not None else None,
