@@ -154,6 +154,9 @@ class _Supervisor:
                 -signal.SIGINT,
             )
             if proc.exitcode != 0 and not early:
+                log.warning(
+                    "worker_exit_unclean", worker=proc.name, pid=proc.pid, exitcode=proc.exitcode
+                )
                 clean = False
             if proc.pid is not None:
                 multiprocess.mark_process_dead(proc.pid, self.metrics_dir)  # type: ignore[no-untyped-call]
