@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import pytest
 import pytest_asyncio
 
 from tests.services import cli_env, free_port
+from toolselect.api import workers as workers_module
+from toolselect.config import Settings
 from toolselect.graph.sqlite import SqliteStore
 
 EXE = [sys.executable, "-m", "toolselect.cmd.main"]
@@ -163,3 +166,30 @@ def test_bad_workers_flag_is_a_usage_error(tmp_path: Path, value: str) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "--workers" in done.stderr
+
+
+def test_workers_that_end_on_a_stop_while_the_supervisor_waits_are_a_clean_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor's wait also returns when a worker exits because it was told to stop; such
+    a worker has not died. With a poll longer than the whole test, the only thing that ends the
+    wait is a worker's exit after the stop, the moment at which the supervisor once took the
+    stopping worker for a dead one and exited 1 (seen as a rare `clean=false`)."""
+    monkeypatch.setattr(workers_module, "_POLL_S", 120.0)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    settings = Settings(
+        store=f"sqlite:{tmp_path / 'serve.db'}",
+        data_dir=str(tmp_path),
+        embedder="hashing",
+        teacher="none",
+        port=free_port(),
+    )
+    workers_module._migrate_embedded(settings)
+    supervisor = workers_module._Supervisor(settings, 2, str(tmp_path))
+    stop = threading.Timer(3.0, supervisor.forward, args=(signal.SIGTERM, None))
+    stop.start()
+    try:
+        assert supervisor.run() == 0
+    finally:
+        stop.cancel()
+    assert all(proc.exitcode is not None for proc in supervisor.procs)

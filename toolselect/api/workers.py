@@ -126,8 +126,11 @@ class _Supervisor:
         while not self.stopping.is_set():
             wait([p.sentinel for p in self.procs], timeout=_POLL_S)
             self._collect_ready()
-            died = next((p for p in self.procs if p.exitcode is not None), None)
-            if died is not None and not self.stopping.is_set():
+            # A worker that ended after a stop signal was asked to: only one that ended before
+            # any stop has died (the wait above also returns when a stopping worker exits).
+            exited = next((p for p in self.procs if p.exitcode is not None), None)
+            if exited is not None and not self.stopping.is_set():
+                died = exited
                 log.error("worker_died", worker=died.name, pid=died.pid, exitcode=died.exitcode)
                 self.forward(signal.SIGTERM)
                 break
