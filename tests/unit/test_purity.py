@@ -19,6 +19,7 @@ PURE = (
     "learn/detect.py",
     "learn/records.py",
     "learn/batch.py",
+    "learn/window.py",
     "oracle/tiers.py",
     "graph/store.py",
     "graph/records.py",

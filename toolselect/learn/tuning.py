@@ -16,11 +16,11 @@ import math
 from collections import deque
 from dataclasses import replace
 
-import numpy as np
 import structlog
 
 from toolselect.clock import Clock, utc_now
 from toolselect.learn.fit import Calibration, Fit, FitPolicy, fit, prior_fit, teacher_depth
+from toolselect.learn.window import SortedWindow
 from toolselect.metrics import Metrics
 from toolselect.ranker import CentroidRanker
 
@@ -63,7 +63,7 @@ class Tuner:
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._answers: deque[tuple[int, int | None]] = deque(maxlen=TEACHER_ANSWERS)
-        self._flagged: deque[float] = deque(maxlen=FLAGGED_WINDOW)
+        self._flagged = SortedWindow(FLAGGED_WINDOW)
         self._flagged_total = 0
         self._escalated = 0
         self.current = self._pin(prior_fit(policy, embedder))
@@ -87,12 +87,11 @@ class Tuner:
             return False
         if len(self._flagged) < self._policy.min_labels:
             return True
-        cutoff = float(np.quantile(np.fromiter(self._flagged, dtype=np.float64), share))
-        return probability < cutoff
+        return probability < self._flagged.quantile(share)
 
     def flagged(self, probability: float) -> None:
         """Note the calibrated probability of a flagged turn (for `worth_teaching`)."""
-        self._flagged.append(probability)
+        self._flagged.add(probability)
         self._flagged_total += 1
 
     def escalated(self) -> None:
