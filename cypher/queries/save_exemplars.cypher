@@ -1,9 +1,10 @@
 // $rows: [{tool, exemplar}], one row per query_key; `exemplar` is the full property map
-// (query_norm and query_key included) and replaces every field and edge of the stored one.
+// (query_norm and query_key included) and replaces every field and edge of the stored one;
+// `created_at` arrives as ISO 8601 text and is stored as a DateTime.
 UNWIND $rows AS row
 MATCH (tool:Tool {name: row.tool})
 MERGE (e:ToolSelectionExample {query_key: row.exemplar.query_key})
-SET e = row.exemplar
+SET e = row.exemplar, e.created_at = datetime(row.exemplar.created_at)
 WITH e, tool
 CALL (e) {
   MATCH (e)-[r:SELECTS|PRODUCED]-()

@@ -36,7 +36,7 @@ from neo4j.exceptions import (
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.graph import cypher, neo4j_tx
-from toolselect.graph.neo4j_tx import from_db, lock_meta, q, query_key, to_db
+from toolselect.graph.neo4j_tx import from_db, lock_meta, q, query_key, to_db, to_db_text
 from toolselect.graph.rules import (
     call_from_row,
     call_row,
@@ -85,12 +85,6 @@ def _without_credentials(uri: str) -> str:
     if "@" not in parts.netloc:
         return uri
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-
-
-def _iso(value: datetime) -> str:
-    """A turn's time as ISO 8601 text, which the query turns into a DateTime (the driver's
-    DateTime encoding took more client time than the rest of the batch)."""
-    return to_db(value).isoformat()
 
 
 def _tool(props: Mapping[str, Any], packs: Sequence[str]) -> Tool:
@@ -251,7 +245,7 @@ class Neo4jStore:
         constraint refuses it (a resent id, or another replica racing), the chunk is MERGEd
         instead (`record_turns`), which updates stored turns in place."""
         # An id sent twice in one batch is one turn; its last version wins.
-        by_id = {turn.id: turn_row(turn, _iso) for turn in turns}
+        by_id = {turn.id: turn_row(turn, to_db_text) for turn in turns}
         rows = list(by_id.values())
         created = 0
         for start in range(0, len(rows), _TURN_CHUNK):
@@ -352,7 +346,7 @@ class Neo4jStore:
     async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
         """Run `cypher/analytics/<name>.cypher` as a read; rows finished as every store does."""
         columns = get_analysis(name).columns  # NotFound before any I/O
-        params = {"since": None if since is None else to_db(since).isoformat()}
+        params = {"since": None if since is None else to_db_text(since)}
         with self._translated():
             result = await self._driver.execute_query(
                 cypher.query(f"analytics/{name}"),

@@ -38,6 +38,13 @@ def to_db(value: datetime) -> datetime:
     return utc(value)
 
 
+def to_db_text(value: datetime) -> str:
+    """A time of a batch row as ISO 8601 text, which the query turns into a DateTime: the
+    driver's own DateTime encoding took more client time than the rest of a batch (~0.3 ms a
+    value, against microseconds for the text)."""
+    return to_db(value).isoformat()
+
+
 def from_db(value: Any) -> datetime:
     native = value.to_native() if isinstance(value, DateTime) else value
     return cast(datetime, native).astimezone(UTC)
@@ -92,7 +99,7 @@ async def save_exemplars(
     written = []
     for exemplar in plan.written:
         # The tool is the SELECTS edge, not a property; the hashed key is what MERGE matches.
-        row = exemplar_row(exemplar, to_db, version)
+        row = exemplar_row(exemplar, to_db_text, version)
         tool = row.pop("tool")
         written.append({"tool": tool, "exemplar": row | {"query_key": keys[exemplar.query_norm]}})
     await rows(tx, "save_exemplars", {"rows": written})
