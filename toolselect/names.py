@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -35,6 +36,9 @@ def same_tool(a: str, b: str) -> bool:
     return bool(a) and bool(b) and bare_name(a) == bare_name(b)
 
 
+# A flagged turn's query is normalised several times on its way (ratchet lookup, save plan,
+# stored row); a batch of 512 fits in the cache, and the queries are bounded (8 KiB default).
+@functools.lru_cache(maxsize=1024)
 def normalise_query(text: str) -> str:
     """The key under which a query's label is kept: NFKC, case-folded, whitespace collapsed."""
     return _SPACES.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()

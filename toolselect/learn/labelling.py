@@ -120,26 +120,32 @@ class Labeller:
                 used_tool=obs.used_tool,
                 teacher_worth=tuner is None or tuner.worth_teaching(probability),
             )
-            turn = replace(turn, flagged=True, flag_reason=flag.reason, tier=decision.tier)
-            if decision.escalate:
-                if tuner is not None:
-                    tuner.escalated()
-                if self._oracle.active:
-                    escalations.append((turn, vector))
-                else:
-                    # No paid call can happen (kill switch, or no teacher): the teacher tier's
-                    # answer is known now, so the turn is recorded once, finished, with the batch.
-                    turn = replace(turn, result="declined")
-                    self._decided(turn)
-                    self._log_finished(turn, "teacher off")
-            elif decision.label is not None:
-                turn = replace(turn, label=decision.label, result="labeled")
-                if decision.tier == "ranker":
-                    saves.append((turn, vector, decision.label, "ranker", probability))
-                self._decided(turn)
+            teach = decision.escalate and self._oracle.active
+            # Without a possible paid call (kill switch, or no teacher) the teacher tier's
+            # answer is known now: the turn is recorded once, finished, with its batch.
+            labelled = not decision.escalate and decision.label is not None
+            result = None if teach else "labeled" if labelled else "declined"
+            label = decision.label if labelled else None
+            # One copy of the turn with every decision field (dataclasses.replace per field
+            # was a visible share of a flagged batch's CPU).
+            turn = replace(
+                turn,
+                flagged=True,
+                flag_reason=flag.reason,
+                tier=decision.tier,
+                result=result,
+                label=label,
+            )
+            if decision.escalate and tuner is not None:
+                tuner.escalated()
+            if teach:
+                escalations.append((turn, vector))
             else:
-                turn = replace(turn, result="declined")
                 self._decided(turn)
+                if decision.escalate:
+                    self._log_finished(turn, "teacher off")
+                elif label is not None and decision.tier == "ranker":
+                    saves.append((turn, vector, label, "ranker", probability))
             turns.append(turn)
         await self._store.record_turns(turns)
         saved = await self._save(saves)
