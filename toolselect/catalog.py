@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from toolselect.errors import InvalidInput
@@ -99,6 +98,9 @@ def load_demo_catalog() -> list[Tool]:
 
 @cache
 def _demo_tools() -> tuple[Tool, ...]:
+    # Imported here: importlib.resources costs ~15 ms, paid by every exec-selector spawn.
+    from importlib import resources
+
     text = resources.files("toolselect").joinpath(_DEMO_FILE).read_text(encoding="utf-8")
     tools, _ = parse_tools(json.loads(text))
     return tuple(tools)
