@@ -146,7 +146,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines += ["", "### Learning intake (in-process `Service`, 1,000 tools, hashing)", "",
                   "`observe()` is timed over 10,000 calls (2,000 quick); throughput is turns "
                   "recorded in the store per second, from the first `observe()` to a drained "
-                  "queue. The intake worker takes what is queued, up to 512 turns a batch, and "
+                  f"queue, the median of {results['intake'][0].get('rounds', 1)} interleaved "
+                  "rounds (each round's figure in perf.json). The intake worker takes what is queued, up to 512 turns a batch, and "
                   "per batch ranks them on one snapshot and makes one ratchet lookup, one "
                   "`record_turns` and one `save_exemplars` call (one transaction each). Flagged turns use `shell_exec` on a request the ranker is confident "
                   "about (a unique suffix each, so every one is labelled by the free tier and "
