@@ -301,3 +301,18 @@ def test_analytics_cli_prints_the_learning_fit(catalog_env: dict[str, str]) -> N
     assert payload["fold"]["source"] in ("prior", "validated")
     assert payload["free_tier"]["target_precision"] == 0.95
     assert payload["teacher"]["depth"] == 30
+
+
+def test_analytics_format_choices_are_the_renderers() -> None:
+    """`analytics --format` lists its choices by hand (to keep the render module out of every
+    command's start); they must be exactly the formats the renderer knows."""
+    import argparse
+
+    from toolselect.analytics.render import FORMATS
+    from toolselect.cmd.main import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    analytics = commands.choices["analytics"]
+    choices = next(a.choices for a in analytics._actions if a.dest == "format")
+    assert tuple(choices or ()) == FORMATS

@@ -391,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     an = with_store(sub.add_parser("analytics", help="run named analyses (all when no NAME)"))
     an.add_argument("name", nargs="?")
     an.add_argument("--since", help="ISO-8601 date or time; only data at or after it")
+    # analytics.render.FORMATS, spelled out: importing it (and the store records it renders)
+    # would cost every command's start, `select` included (tests/cli pins the two equal).
     an.add_argument("--format", choices=["table", "csv", "json"], default="table")
     an.add_argument("--plot", help="PNG file (a folder when NAME is omitted); needs matplotlib")
     an.set_defaults(func=cmd_analytics)
