@@ -121,9 +121,9 @@ class Labeller:
                 teacher_worth=tuner is None or tuner.worth_teaching(probability),
             )
             teach = decision.escalate and self._oracle.active
-            # Without a possible paid call (kill switch, or no teacher) the teacher tier's
-            # answer is known now: the turn is recorded once, finished, with its batch.
             labelled = not decision.escalate and decision.label is not None
+            # An escalation no paid call can answer (kill switch, or no teacher) is declined
+            # now, so its turn is recorded once, finished, with its batch.
             result = None if teach else "labeled" if labelled else "declined"
             label = decision.label if labelled else None
             # One copy of the turn with every decision field (dataclasses.replace per field
