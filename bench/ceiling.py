@@ -1,0 +1,125 @@
+"""How far learning can lift held-out top-1 at all: `python -m bench.ceiling`.
+
+Run on demand (not part of `make bench`). Every learn-half query is folded with its true label
+(a perfect teacher that labels every turn), so no labeller can do better than these figures with
+the same fold; a change to the ranker family is worth trying only if it raises them. For the
+`hybrid` embedder, per hybrid weight and description weight:
+
+  centroid       the service's fold: `dw * description + sum of exemplars`, normalised
+  + nearest      plus `beta * max(0, max cosine to the tool's exemplars - centroid cosine)`
+                 (a nearest-exemplar term that only ever lifts a tool)
+  + prior        plus `gamma * log(1 + labels of the tool)` (a frequency prior)
+
+Each row gives the best of its grid. Prints one JSON object; needs the bench extra and bfcl-eval
+(see bench/README.md). The hybrid weight moves the two parts of stored vectors, so the grid
+re-weights the cached 0.5 vectors instead of embedding again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from bench.cache import Encoders
+from bench.data import load
+from toolselect.catalog import tool_text
+
+Matrix = npt.NDArray[np.float32]
+
+HYBRID_WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7)
+DESCRIPTION_WEIGHTS = (2.0, 4.0, 8.0, 16.0, 32.0)
+BETAS = (0.05, 0.1, 0.25, 0.5)
+GAMMAS = (0.005, 0.01, 0.02, 0.04)
+
+
+def _unit_rows(matrix: Matrix) -> Matrix:
+    out: Matrix = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    return out
+
+
+def _top1(scores: npt.NDArray[np.floating], labels: npt.NDArray[np.intp]) -> float:
+    return round(100.0 * float(np.mean(scores.argmax(axis=1) == labels)), 1)
+
+
+def ceiling_rows(
+    catalog: Matrix,
+    learn: Matrix,
+    learn_labels: npt.NDArray[np.intp],
+    held: Matrix,
+    held_labels: npt.NDArray[np.intp],
+) -> dict[str, Any]:
+    """Held-out top-1 before learning and, per description weight, with every label folded:
+    the centroid fold alone and its best nearest-exemplar and prior variants."""
+    tools = catalog.shape[0]
+    summed = np.zeros_like(catalog)
+    np.add.at(summed, learn_labels, learn)
+    counts = np.bincount(learn_labels, minlength=tools)
+    labelled = counts > 0
+    nearest = np.full((held.shape[0], tools), -np.inf, dtype=np.float32)
+    similarity = held @ learn.T
+    for tool in np.flatnonzero(labelled):
+        nearest[:, tool] = similarity[:, learn_labels == tool].max(axis=1)
+    prior = np.log1p(counts).astype(np.float32)[None, :]
+    rows = []
+    for dw in DESCRIPTION_WEIGHTS:
+        base = held @ _unit_rows(dw * catalog + summed).T
+        gap = np.where(labelled[None, :], np.maximum(nearest - base, 0.0), 0.0)
+        with_nearest = {b: _top1(base + b * gap, held_labels) for b in BETAS}
+        with_prior = {g: _top1(base + g * prior, held_labels) for g in GAMMAS}
+        best_b = max(with_nearest, key=lambda b: with_nearest[b])
+        best_g = max(with_prior, key=lambda g: with_prior[g])
+        rows.append(
+            {
+                "description_weight": dw,
+                "centroid": _top1(base, held_labels),
+                "nearest": {"beta": best_b, "top1": with_nearest[best_b]},
+                "prior": {"gamma": best_g, "top1": with_prior[best_g]},
+            }
+        )
+    before = _top1(held @ _unit_rows(catalog).T, held_labels)
+    return {"before": before, "after": rows}
+
+
+async def main() -> dict[str, Any]:
+    data = load()
+    encoders = Encoders()
+    embedder = encoders.get("hybrid", 0.5)
+    dense_dim = encoders.minilm.dim
+    half = np.float32(np.sqrt(0.5))
+
+    async def parts(texts: list[str]) -> tuple[Matrix, Matrix]:
+        vectors = np.asarray(await embedder.embed(texts), dtype=np.float32) / half
+        return vectors[:, :dense_dim], vectors[:, dense_dim:]
+
+    catalog = await parts([tool_text(t) for t in data.tools])
+    learn = await parts([q.text for q in data.learn])
+    held = await parts([q.text for q in data.held])
+    encoders.save()
+    index = {name: i for i, name in enumerate(data.names)}
+    learn_labels = np.array([index[q.label] for q in data.learn], dtype=np.intp)
+    held_labels = np.array([index[q.label] for q in data.held], dtype=np.intp)
+    by_weight = {}
+    for w in HYBRID_WEIGHTS:
+        scale = (np.float32(np.sqrt(w)), np.float32(np.sqrt(1.0 - w)))
+
+        def mix(
+            pair: tuple[Matrix, Matrix], scale: tuple[np.float32, np.float32] = scale
+        ) -> Matrix:
+            return np.hstack((pair[0] * scale[0], pair[1] * scale[1])).astype(np.float32)
+
+        by_weight[f"{w:g}"] = ceiling_rows(
+            mix(catalog), mix(learn), learn_labels, mix(held), held_labels
+        )
+    return {
+        "queries": {"learn": len(data.learn), "held": len(data.held)},
+        "tools": len(data.tools),
+        "hybrid": by_weight,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main()), indent=1))
