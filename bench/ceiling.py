@@ -27,6 +27,7 @@ import numpy.typing as npt
 from bench.cache import Encoders
 from bench.data import load
 from toolselect.catalog import tool_text
+from toolselect.embed.base import normalise_rows
 
 Matrix = npt.NDArray[np.float32]
 
@@ -34,11 +35,6 @@ HYBRID_WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7)
 DESCRIPTION_WEIGHTS = (2.0, 4.0, 8.0, 16.0, 32.0)
 BETAS = (0.05, 0.1, 0.25, 0.5)
 GAMMAS = (0.005, 0.01, 0.02, 0.04)
-
-
-def _unit_rows(matrix: Matrix) -> Matrix:
-    out: Matrix = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-    return out
 
 
 def _top1(scores: npt.NDArray[np.floating], labels: npt.NDArray[np.intp]) -> float:
@@ -66,7 +62,7 @@ def ceiling_rows(
     prior = np.log1p(counts).astype(np.float32)[None, :]
     rows = []
     for dw in DESCRIPTION_WEIGHTS:
-        base = held @ _unit_rows(dw * catalog + summed).T
+        base = held @ normalise_rows(dw * catalog + summed).T
         gap = np.where(labelled[None, :], np.maximum(nearest - base, 0.0), 0.0)
         with_nearest = {b: _top1(base + b * gap, held_labels) for b in BETAS}
         with_prior = {g: _top1(base + g * prior, held_labels) for g in GAMMAS}
@@ -80,7 +76,7 @@ def ceiling_rows(
                 "prior": {"gamma": best_g, "top1": with_prior[best_g]},
             }
         )
-    before = _top1(held @ _unit_rows(catalog).T, held_labels)
+    before = _top1(held @ normalise_rows(catalog).T, held_labels)
     return {"before": before, "after": rows}
 
 
