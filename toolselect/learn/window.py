@@ -1,8 +1,8 @@
 """A sliding window of numbers that answers a quantile without sorting it again.
 
 The tuner asks for a quantile of the recent flagged turns' probabilities once per flagged turn;
-`numpy.quantile` over a 1,000-value window cost ~0.2 ms a call, most of the learner's own CPU
-time in a flagged batch. Kept sorted beside the window, a quantile is two reads.
+`numpy.quantile` over a 1,000-value window cost ~0.2 ms a call, nearly half of the labeller's
+own CPU time in a flagged batch. Kept sorted beside the window, a quantile is two reads.
 """
 
 from __future__ import annotations
