@@ -27,7 +27,10 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line: off a terminal, stderr passes each write straight to the file,
+        # and `print` writes a line's text and its newline separately, so lines of processes
+        # sharing the stream (`serve --workers`, a container's log) could splice together.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(

@@ -4,6 +4,7 @@ one embedded store, metrics aggregated across them, and the supervisor's exit co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ CATALOG = {
         {"name": "shell_exec", "description": "Run a shell command on the host."},
     ]
 }
+STARTUP_S = 120.0
 WORKER_SERIES = re.compile(r'^toolselect_worker_requests\{pid="(\d+)"\} (\S+)$', re.MULTILINE)
 
 
@@ -61,15 +63,19 @@ async def workers(tmp_path: Path) -> AsyncIterator[Workers]:
     )
     assert imported.returncode == 0, imported.stderr
     port = free_port()
+    # A session of its own, so that a failed test can kill the workers with the supervisor:
+    # an orphaned worker would hold the stderr pipe open and the reader would wait forever.
     proc = await asyncio.create_subprocess_exec(
         *EXE, "serve", "--workers", "2", "--port", str(port), env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     running = Workers(proc, f"http://127.0.0.1:{port}", [])
     reader = asyncio.create_task(read_events(proc, running.log))
+    deadline = asyncio.get_running_loop().time() + STARTUP_S
     try:
         while not running.pids:  # the supervisor logs once every worker is bound
             assert proc.returncode is None and not reader.done(), "".join(running.log)
+            assert asyncio.get_running_loop().time() < deadline, "".join(running.log)
             for line in running.log:
                 event = json.loads(line)
                 if event.get("event") == "workers_serving":
@@ -77,10 +83,10 @@ async def workers(tmp_path: Path) -> AsyncIterator[Workers]:
             await asyncio.sleep(0.1)
         yield running
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        await reader
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the group is gone when the test stopped it
+        await proc.wait()
+        await asyncio.wait_for(reader, 30)
 
 
 def alive(pid: int) -> bool:
