@@ -9,11 +9,16 @@ arms compared interleaved in the same run because this machine is shared and noi
            it was) and the current one (`mmh3`, per-word memo, sparse sums)
   dense    the `minilm` ONNX embedder, one query per call, one intra-op thread (p50, p90)
   spawn    `toolselect select` (in-process, default `hybrid` embedder) with 20 candidates
-           (17 from the demo catalog in the store, 3 unknown): cold (no vector cache), warm
-           (cached candidates, a new query each spawn: the model loads for the query) and
-           warm with a repeated query (no model load at all)
+           (17 from the demo catalog in the store, 3 unknown): cold (no vector cache, no kept
+           model graph), warm (cached candidates, a new query each spawn: the model loads
+           from the graph an earlier spawn kept), the same with the kept graph unavailable
+           (the model loads from the packaged file) and warm with a repeated query (no model
+           load at all)
 
-Options: --quick (fewer repetitions), --only lexical,dense,spawn. Prints one JSON object.
+Options: --quick (fewer repetitions), --only lexical,dense,spawn, --python PATH (the
+interpreter the spawns run: e.g. a virtualenv with a plain `pip install toolselect`, which
+lacks the dev tools' extra imports). Prints one JSON object and writes it to
+`bench/results/embed_speed.json`; `python -m bench report` puts it in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import RESULTS
 from toolselect.catalog import load_demo_catalog
 from toolselect.embed import HashingEmbedder, MiniLMEmbedder, normalise_rows
 from toolselect.embed.hashing import prepare
@@ -174,8 +180,14 @@ def _request(query: str) -> str:
     return json.dumps({"query": {"Text": query, "Kind": "tool", "K": 5}, "candidates": candidates})
 
 
-def spawn(reps: int) -> dict[str, Any]:
-    """Wall time of `toolselect select` processes: cold, warm, warm with a repeated query."""
+def _has(python: str, module: str) -> bool:
+    """Whether `python` can import `module` (without importing it)."""
+    code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    return subprocess.run([python, "-c", code], check=False).returncode == 0
+
+
+def spawn(reps: int, python: str = sys.executable) -> dict[str, Any]:
+    """Wall time of `toolselect select` processes, the arms interleaved spawn by spawn."""
     folder = Path(tempfile.mkdtemp(prefix="toolselect-embed-speed-"))
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLSELECT_", "NEO4J_"))}
     env = {
@@ -185,8 +197,8 @@ def spawn(reps: int) -> dict[str, Any]:
         "TOOLSELECT_LOAD_DEMO": "true",
         "TOOLSELECT_LOG_FORMAT": "json",
     }
-    command = [sys.executable, "-m", "toolselect.cmd.main", "select"]
-    cache = folder / "vectors.db"
+    command = [python, "-m", "toolselect.cmd.main", "select"]
+    cache, models = folder / "vectors.db", folder / "models"
 
     def once(query: str) -> float:
         started = time.perf_counter()
@@ -201,18 +213,29 @@ def spawn(reps: int) -> dict[str, Any]:
     try:
         once("load the demo catalog into the store")  # the store exists in every arm
         texts = queries(3 * reps, random.Random(SEED + 2))
-        cold, warm, repeated = [], [], []
+        cold, warm, packaged, repeated = [], [], [], []
         for i in range(reps):
             cache.unlink(missing_ok=True)
             for suffix in ("-wal", "-shm"):
                 Path(f"{cache}{suffix}").unlink(missing_ok=True)
+            shutil.rmtree(models, ignore_errors=True)
             cold.append(once(texts[3 * i]))
             warm.append(once(texts[3 * i + 1]))
             repeated.append(once(texts[3 * i + 1]))
+            # A file where the models folder goes: nothing kept can be read or written.
+            models.rename(folder / "models.kept")
+            models.write_text("")
+            packaged.append(once(texts[3 * i + 2]))
+            models.unlink()
+            (folder / "models.kept").rename(models)
         return {
             "unit": "ms",
+            # Described, not named: the path is this machine's.
+            "interpreter": "the bench's own" if python == sys.executable else "given by --python",
+            "dev_extras_installed": _has(python, "pytest"),
             "cold_no_cache": _summary(cold),
             "warm_new_query": _summary(warm),
+            "warm_new_query_packaged_graph": _summary(packaged),
             "warm_repeated_query": _summary(repeated),
             "candidates": 20,
             "embedder": "hybrid",
@@ -225,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.embed_speed", description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     only = [s for s in args.only.split(",") if s]
@@ -237,9 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     if "dense" in only:
         result["dense"] = dense(50 if args.quick else 300)
     if "spawn" in only:
-        result["spawn"] = spawn(5 if args.quick else 20)
+        result["spawn"] = spawn(5 if args.quick else 20, args.python)
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    print(json.dumps(result, indent=1))
+    shown = ["PYTHON" if a == args.python else a for a in (argv or sys.argv[1:])]
+    result["command"] = " ".join(["python -m bench.embed_speed", *shown])
+    text = json.dumps(result, indent=1)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "embed_speed.json").write_text(text + "\n")
     return 0
 
 

@@ -167,6 +167,9 @@ def render() -> str:
     wrk = load("throughput.json")
     if wrk is not None:
         parts += ["", _throughput(wrk)]
+    speed = load("embed_speed.json")
+    if speed is not None:
+        parts += ["", _embed_speed(speed)]
     parts += ["", _defaults(acc, learn, d)]
     parts += ["", "## Commands", "", COMMANDS]
     return "\n".join(parts).rstrip() + "\n"
@@ -209,6 +212,80 @@ def _throughput(wrk: dict[str, Any]) -> str:
             ),
         ]
     )
+
+
+# Issue targets for the dense embedder and the exec selector, in milliseconds (p50).
+DENSE_QUERY_MS = 5.0
+WARM_SPAWN_MS = 300.0
+
+
+def _embed_speed(speed: dict[str, Any]) -> str:
+    """`bench.embed_speed`: per-query embedding and `toolselect select` spawn times."""
+    out = [
+        "### Per-query embedding and `toolselect select` spawns",
+        "",
+        f"`{speed['command']}`; medians (p50) and p90 over interleaved calls, load average "
+        f"{' / '.join(f'{x:.2f}' for x in speed['loadavg_start'])} at the start and "
+        f"{' / '.join(f'{x:.2f}' for x in speed['loadavg_end'])} at the end.",
+    ]
+    rows: list[list[str]] = []
+
+    def row(what: str, cell: dict[str, float], unit: str, limit: float | None = None) -> None:
+        met = "" if limit is None else ("yes" if cell["p50"] <= limit else "**no**")
+        target = "" if limit is None else f"<= {limit:g} {unit}"
+        rows.append(
+            [
+                what,
+                str(cell["n"]),
+                f"{cell['p50']:.2f} {unit}",
+                f"{cell['p90']:.2f} {unit}",
+                target,
+                met,
+            ]
+        )
+
+    if "lexical" in speed:
+        lex = speed["lexical"]
+        row("hashing, scikit-learn's `HashingVectorizer.transform`", lex["sklearn_transform"], "µs")
+        row("hashing, the single-query path", lex["current_inline"], "µs")
+    if "dense" in speed:
+        row(
+            "MiniLM (int8 ONNX), one query, one thread",
+            speed["dense"]["minilm_1_thread_ms"],
+            "ms",
+            DENSE_QUERY_MS,
+        )
+    if "spawn" in speed:
+        sp = speed["spawn"]
+        row("`select` spawn, cold (no vector cache, no kept graph)", sp["cold_no_cache"], "ms")
+        row(
+            "`select` spawn, warm, new query (model from the kept graph)",
+            sp["warm_new_query"],
+            "ms",
+            WARM_SPAWN_MS,
+        )
+        row(
+            "`select` spawn, warm, new query, packaged graph",
+            sp["warm_new_query_packaged_graph"],
+            "ms",
+        )
+        row("`select` spawn, warm, repeated query (no model load)", sp["warm_repeated_query"], "ms")
+    out += ["", table(["what", "calls", "p50", "p90", "target", "met"], rows)]
+    if "spawn" in speed:
+        interpreter = (
+            "a virtualenv without the dev extras: a plain `pip install toolselect`"
+            if not sp["dev_extras_installed"]
+            else "a virtualenv with the dev extras, whose imports add to each spawn"
+        )
+        out += [
+            "",
+            f"Spawns run `python -m toolselect.cmd.main select` ({interpreter}) with "
+            f"{sp['candidates']} candidates (17 in the store, 3 unknown), the "
+            f"`{sp['embedder']}` embedder and the embedded store. The kept graph is MiniLM's "
+            "graph as onnxruntime optimises it, written by the first spawn that loads the "
+            "model to `TOOLSELECT_DATA_DIR/models` (~90 MB, weights in a file of their own).",
+        ]
+    return "\n".join(out)
 
 
 def _target(name: str, measured: float, limit: float) -> list[str]:

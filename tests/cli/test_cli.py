@@ -154,7 +154,8 @@ def test_select_bad_input_fails_loudly(
 
 def test_select_keeps_dense_vectors_between_spawns(env: dict[str, str], tmp_path: Path) -> None:
     """A second `select` spawn reads the query's and candidates' MiniLM vectors from the data
-    folder's cache; a changed description or vectors stored under another embedder id miss."""
+    folder's cache; a changed description or vectors stored under another embedder id miss.
+    The first spawn that loads the model keeps its optimised graph there for the next."""
     data = tmp_path / "data"
     env = {**env, "TOOLSELECT_EMBEDDER": "hybrid", "TOOLSELECT_DATA_DIR": str(data)}
     path = data / "vectors.db"
@@ -162,6 +163,7 @@ def test_select_keeps_dense_vectors_between_spawns(env: dict[str, str], tmp_path
     first = run(["select"], env, stdin=json.dumps(SELECT))
     assert first.returncode == 0, first.stderr
     assert VectorCache(path).count(MODEL_ID) == 4  # the query and three candidates
+    assert [p.name.startswith(f"{MODEL_ID}-ort") for p in (data / "models").iterdir()] == [True]
 
     second = run(["select"], env, stdin=json.dumps(SELECT))
     assert second.stdout == first.stdout

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import mmh3
 import numpy as np
+import onnxruntime
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -363,6 +364,40 @@ async def test_minilm_threads_setting_reaches_the_embedder() -> None:
     one, two = MiniLMEmbedder(threads=1), MiniLMEmbedder(threads=2)
     assert two.threads == 2
     np.testing.assert_allclose(one.encode(TEXTS), await two.embed(TEXTS), atol=1e-5)
+
+
+def test_minilm_keeps_its_optimised_graph_for_the_next_process(tmp_path: Path) -> None:
+    """The first session writes the optimised graph to `optimized_dir`; the next opens that and
+    embeds exactly as the packaged model does. A damaged kept graph is replaced; a folder that
+    cannot be created only means nothing is kept."""
+    kept_dir = tmp_path / "models"
+    packaged = MiniLMEmbedder()
+    first = MiniLMEmbedder(optimized_dir=kept_dir)
+    expected = packaged.encode(TEXTS)
+    np.testing.assert_array_equal(first.encode(TEXTS), expected)
+    (kept,) = kept_dir.iterdir()  # no temporary folder is left beside it
+    assert kept.name == f"{first.id}-ort{onnxruntime.__version__}"
+    assert first.opened_from == packaged.opened_from
+
+    second = MiniLMEmbedder(optimized_dir=kept_dir)
+    np.testing.assert_array_equal(second.encode(TEXTS), expected)
+    assert second.opened_from is not None and second.opened_from.parent == kept
+
+    weights = [p for p in kept.iterdir() if p.stat().st_size > 1_000_000]
+    assert len(weights) == 1  # the weights, beside a small graph file
+    weights[0].write_bytes(weights[0].read_bytes()[:1000])  # cut short, as by a full disk
+    third = MiniLMEmbedder(optimized_dir=kept_dir)
+    np.testing.assert_array_equal(third.encode(TEXTS), expected)
+    assert third.opened_from == packaged.opened_from
+    again = MiniLMEmbedder(optimized_dir=kept_dir)
+    np.testing.assert_array_equal(again.encode(TEXTS), expected)
+    assert again.opened_from is not None and again.opened_from.parent == kept
+
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the folder would go")
+    fourth = MiniLMEmbedder(optimized_dir=blocked / "models")
+    np.testing.assert_array_equal(fourth.encode(TEXTS), expected)
+    assert fourth.opened_from == packaged.opened_from
 
 
 def test_minilm_missing_model_file_is_an_embedder_error(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolselect.embed.base import Embedder, LocalEmbedder, Vectors, normalise_rows
@@ -58,6 +59,7 @@ def build_embedder(
     api_key: str = "",
     threads: int = 1,
     cache: VectorCache | None = None,
+    optimized_dir: Path | None = None,
 ) -> Embedder:
     """The embedder a setting names; `hybrid` is MiniLM (dense) fused with hashing (lexical).
 
@@ -66,7 +68,8 @@ def build_embedder(
     `EmbedderError` now, naming the reinstall command; an unknown kind or an `http` embedder
     without URL or model raises `ConfigError`. With a `cache`, the model's (or endpoint's)
     vectors go through it (`CachedEmbedder`); hashing is never cached, computing it is cheaper
-    than reading it.
+    than reading it. `optimized_dir` keeps MiniLM's optimised graph between processes
+    (`OnnxEmbedder`).
     """
 
     def cached(embedder: Embedder) -> Embedder:
@@ -75,7 +78,7 @@ def build_embedder(
     if kind == "hashing":
         return HashingEmbedder()
     if kind in ("minilm", "hybrid"):
-        minilm = MiniLMEmbedder(threads=threads)
+        minilm = MiniLMEmbedder(threads=threads, optimized_dir=optimized_dir)
         minilm.check()
         dense = cached(minilm)
         if kind == "minilm":
@@ -95,7 +98,9 @@ def build_embedder(
     raise ConfigError(f"expected an embedder kind in {', '.join(EMBEDDER_KINDS)}, got {kind!r}")
 
 
-def embedder_for(settings: Settings, *, cache: VectorCache | None = None) -> Embedder:
+def embedder_for(
+    settings: Settings, *, cache: VectorCache | None = None, optimized_dir: Path | None = None
+) -> Embedder:
     """The embedder `settings` configure (`build_embedder` with their values)."""
     return build_embedder(
         settings.embedder_kind,
@@ -105,4 +110,5 @@ def embedder_for(settings: Settings, *, cache: VectorCache | None = None) -> Emb
         api_key=settings.embed_api_key,
         threads=settings.embed_threads,
         cache=cache,
+        optimized_dir=optimized_dir,
     )

@@ -55,6 +55,7 @@ class MiniLMEmbedder(OnnxEmbedder):
         batch_size: int = DEFAULT_BATCH,
         model_path: str | Path | None = None,
         tokenizer_path: str | Path | None = None,
+        optimized_dir: str | Path | None = None,
     ) -> None:
         super().__init__(
             MINILM,
@@ -62,6 +63,7 @@ class MiniLMEmbedder(OnnxEmbedder):
             batch_size=batch_size,
             model_path=model_path,
             tokenizer_path=tokenizer_path,
+            optimized_dir=optimized_dir,
         )
 
 
