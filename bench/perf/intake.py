@@ -61,13 +61,13 @@ async def _intake(
         scenarios: dict[str, tuple[int, Callable[[int], tuple[str, str]]]] = {
             # used tool = the ranker's top-1: recorded, not flagged
             "unflagged": (
-                2_000 if quick else 20_000,
+                2_000 if quick else 60_000,
                 lambda i: plain[i % len(plain)],
             ),
             # a fallback tool with a confident ranker: the free tier labels it and an exemplar
             # is saved and folded (a unique suffix, so the ratchet never short-cuts it)
             "flagged_ranker_tier": (
-                500 if quick else 2_000,
+                500 if quick else 8_000,
                 lambda i: (f"{confident[i % len(confident)]} ref {i}", "shell_exec"),
             ),
         }
@@ -123,8 +123,10 @@ def bench_intake(
     stores: list[str], quick: bool, catalog: list[dict[str, Any]], rounds: int = ROUNDS
 ) -> list[Any]:
     """Every store and query-cache setting, `rounds` times interleaved; each scenario's
-    turns/s is the median of its rounds (one run of 2,000 flagged turns lasts ~2 s and a
-    freshly started Neo4j JVM runs its first round at a fraction of its warm speed)."""
+    turns/s is the median of its rounds (a freshly started Neo4j JVM runs its first round at a
+    fraction of its warm speed). Each run is long enough to span many intake batches: 60,000
+    unflagged and 8,000 flagged turns, a few seconds each here (2,000 flagged turns took well
+    under a second on a quiet machine, too short to tell a change from the noise)."""
     queries = synth_queries(catalog, 400, seed=SEED + 3)
     # With the default query cache the requests ranked before they are observed (every one
     # here, as an agent runtime ranks a request before reporting its turn) are not embedded
