@@ -81,30 +81,22 @@ def train_head(
 
 
 def head_rows(
-    catalog: Matrix,
-    learn: Matrix,
-    learn_labels: npt.NDArray[np.intp],
+    start: Matrix,
+    examples: Matrix,
+    labels: npt.NDArray[np.intp],
     held: Matrix,
     held_labels: npt.NDArray[np.intp],
-    description_weight: float,
 ) -> dict[str, Any]:
-    """Held-out top-1 of a linear head started at the centroid fold, per (scale, pull)."""
-    summed = np.zeros_like(catalog)
-    np.add.at(summed, learn_labels, learn)
-    start = normalise_rows(description_weight * catalog + summed)
-    examples = np.vstack((learn, catalog))
-    labels = np.concatenate((learn_labels, np.arange(catalog.shape[0], dtype=np.intp)))
-    grid = {}
-    for scale in HEAD_SCALES:
-        for pull in HEAD_PULLS:
-            weights = train_head(start, examples, labels, scale=scale, pull=pull)
-            grid[f"scale {scale:g}, pull {pull:g}"] = _top1(held @ weights.T, held_labels)
-    best = max(grid, key=lambda k: grid[k])
-    return {
-        "description_weight": description_weight,
-        "centroid": _top1(held @ start.T, held_labels),
-        "head": {"best": best, "top1": grid[best], "grid": grid},
+    """Held-out top-1 of a linear head trained from `start` on `examples`, per (scale, pull)."""
+    grid = {
+        f"scale {scale:g}, pull {pull:g}": _top1(
+            held @ train_head(start, examples, labels, scale=scale, pull=pull).T, held_labels
+        )
+        for scale in HEAD_SCALES
+        for pull in HEAD_PULLS
     }
+    best = max(grid, key=lambda k: grid[k])
+    return {"best": best, "top1": grid[best], "grid": grid}
 
 
 def ceiling_rows(
@@ -129,7 +121,7 @@ def ceiling_rows(
     for tool in np.flatnonzero(labelled):
         nearest[:, tool] = similarity[:, learn_labels == tool].max(axis=1)
     prior = np.log1p(counts).astype(np.float32)[None, :]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for dw in DESCRIPTION_WEIGHTS:
         base = held @ normalise_rows(dw * catalog + summed).T
         gap = np.where(labelled[None, :], np.maximum(nearest - base, 0.0), 0.0)
@@ -148,12 +140,13 @@ def ceiling_rows(
     before = _top1(held @ normalise_rows(catalog).T, held_labels)
     if not with_head:
         return {"before": before, "after": rows}
-    best_dw = max(
-        DESCRIPTION_WEIGHTS,
-        key=lambda dw: _top1(held @ normalise_rows(dw * catalog + summed).T, held_labels),
-    )
-    head = head_rows(catalog, learn, learn_labels, held, held_labels, best_dw)
-    return {"before": before, "after": rows, "linear_head": head}
+    best_dw = float(max(rows, key=lambda row: float(row["centroid"]))["description_weight"])
+    start = normalise_rows(best_dw * catalog + summed)
+    # The descriptions are examples of their tools too, as they are in the centroids.
+    examples = np.vstack((learn, catalog))
+    labels = np.concatenate((learn_labels, np.arange(tools, dtype=np.intp)))
+    head = head_rows(start, examples, labels, held, held_labels)
+    return {"before": before, "after": rows, "linear_head": {"description_weight": best_dw, **head}}
 
 
 async def main() -> dict[str, Any]:
