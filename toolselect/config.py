@@ -274,7 +274,7 @@ FIELDS: tuple[Field, ...] = (
     Field("oracle_tiers", "TOOLSELECT_ORACLE_TIERS", _names, "oracle tiers in order"),
     Field("teacher", "TOOLSELECT_TEACHER", _choice("anthropic", "openai", "none"), "LLM teacher; unset: `anthropic` when `ANTHROPIC_API_KEY` is set, else `none`"),
     Field("teacher_model", "TOOLSELECT_TEACHER_MODEL", _str, "teacher model (default `claude-haiku-4-5` for Anthropic)"),
-    Field("teacher_candidates", "TOOLSELECT_TEACHER_CANDIDATES", _auto_or(_int(2, 1000)), "ranked candidates shown to the teacher; `auto`: 30 until its answers measure how many contain the true tool for `TOOLSELECT_TEACHER_RECALL` of the calls; a number pins it"),
+    Field("teacher_candidates", "TOOLSELECT_TEACHER_CANDIDATES", _auto_or(_int(2, 1000)), "ranked candidates shown to the teacher; `auto`: as many as `TOOLSELECT_TEACHER_MAX_INPUT_TOKENS` buy until its answers measure how many contain the true tool for `TOOLSELECT_TEACHER_RECALL` of the calls; a number pins it"),
     Field("teacher_recall", "TOOLSELECT_TEACHER_RECALL", _float(0.5, 1.0), "share of escalated turns whose true tool the teacher's candidates should contain (sizes the candidates from the labels)"),
     Field("teacher_share", "TOOLSELECT_TEACHER_SHARE", _float(0.0, 1.0), "share of flagged turns the teacher may be asked about: only the most uncertain (lowest calibrated probability) that share of recent flagged turns escalate, the rest are declined; 1: every turn the free tier cannot label"),
     Field("teacher_full_catalog", "TOOLSELECT_TEACHER_FULL_CATALOG", _int(0, 10_000), "show the teacher every tool when the catalog (or pack) has at most this many"),

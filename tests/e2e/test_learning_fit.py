@@ -98,11 +98,13 @@ async def test_a_small_catalog_is_shown_whole_to_the_teacher(
 async def test_a_large_catalog_is_cut_to_the_depth_and_the_token_budget(
     services: ServiceFactory, anthropic_stub: Stub, aiohttp_client: ClientFactory
 ) -> None:
-    """Past the full-catalog size the teacher sees the prior depth (30) of ranked tools, and a
-    tight token budget cuts that further, best first."""
+    """Past the full-catalog size, before its answers size the depth, the teacher sees all the
+    ranked tools the token budget buys: a tight budget shortens the descriptions after the
+    first ten, and a tighter one also drops candidates, best kept first."""
     anthropic_stub.responder = lambda body: Reply(body=anthropic_message("none"))
     catalog = large_catalog(80)
-    for max_tokens, turn_id in ((6000, "l1"), (300, "l2")):
+    descriptions = {t["name"]: t["description"] for t in catalog["tools"]}
+    for max_tokens, turn_id in ((6000, "l1"), (1000, "l2"), (300, "l3")):
         client, _service = await services.serve(
             aiohttp_client,
             teacher="anthropic",
@@ -113,17 +115,24 @@ async def test_a_large_catalog_is_cut_to_the_depth_and_the_token_budget(
         assert (await client.put("/v1/tools", json=catalog)).status == 200
         query = "please sort out my parcel and the meeting"
         turn = {"request": query, "used_tool": "shell_exec", "turn_id": turn_id}
-        ranked = await client.post("/v1/rank", json={"query": query, "k": 30})
+        ranked = await client.post("/v1/rank", json={"query": query, "k": 80})
         top = [r["tool"] for r in (await ranked.json())["results"]]
         seen = len(anthropic_stub.received)
         assert (await client.post("/v1/observe", json=turn)).status == 202
         await eventually(asked(anthropic_stub, seen))
         shown = offered(anthropic_stub)[-1]
+        prompt = anthropic_stub.received[-1].body["messages"][0]["content"]
+        described = [name for name in shown if f"- {name}: {descriptions[name]}" in prompt]
         if max_tokens == 6000:
             assert shown == top
+            assert described == shown
+        elif max_tokens == 1000:
+            assert shown == top
+            assert described == shown[:10]
         else:
-            assert 2 <= len(shown) < 30
+            assert 10 <= len(shown) < 80
             assert shown == top[: len(shown)]
+            assert described == shown[:10]
 
 
 async def test_the_fit_follows_the_labels_and_is_exposed(

@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from toolselect.graph.store import Tool
 from toolselect.learn import fit as F
-from toolselect.oracle.base import Candidate, estimated_tokens
+from toolselect.oracle.base import (
+    FULL_DESCRIPTIONS,
+    Candidate,
+    estimated_tokens,
+    shortened,
+    within_budget,
+)
 from toolselect.ranker import CentroidRanker, LearnedVector
 
 
@@ -202,11 +208,49 @@ def test_teacher_depth_counts_declines_as_misses() -> None:
 
 
 def test_token_budget_cuts_candidates_but_keeps_two() -> None:
-    """Candidates are kept best first while they fit; never fewer than two."""
-    assert F.within_budget([10, 10, 10, 10], 25) == 2
-    assert F.within_budget([10, 10, 10, 10], 30) == 3
-    assert F.within_budget([100, 100, 100], 50) == 2
-    assert F.within_budget([5], 50) == 1
+    """Past what shortening saves, candidates are kept best first while they fit; never fewer
+    than two."""
+    named = [Candidate(f"tool_{i}", "word " * 30) for i in range(4)]
+    each = estimated_tokens(named[0])
+    assert within_budget(named, 2 * each + 1) == named[:2]
+    assert within_budget(named, 3 * each) == named[:3]
+    assert within_budget(named, 1) == named[:2]
+    assert within_budget(named[:1], 1) == named[:1]
+    assert within_budget(named, 4 * each) == named
+
+
+def test_token_budget_shortens_the_tail_before_dropping_any() -> None:
+    """Over budget, the first FULL_DESCRIPTIONS keep their descriptions and the rest are cut,
+    at a word boundary, just enough to fit; only names alone that still do not fit are dropped."""
+    ranked = [Candidate(f"tool_{i:02d}", f"Tool {i} " + "does things " * 30) for i in range(40)]
+    head = ranked[:FULL_DESCRIPTIONS]
+    full = sum(map(estimated_tokens, ranked))
+    head_cost = sum(map(estimated_tokens, head))
+    names_only = [Candidate(c.name) for c in ranked[FULL_DESCRIPTIONS:]]
+    floor = head_cost + sum(map(estimated_tokens, names_only))
+
+    assert within_budget(ranked, full) == ranked
+    for budget in (full - 1, (full + floor) // 2, floor):
+        shown = within_budget(ranked, budget)
+        assert [c.name for c in shown] == [c.name for c in ranked]
+        assert shown[:FULL_DESCRIPTIONS] == head
+        assert sum(map(estimated_tokens, shown)) <= budget
+        for cut, whole in zip(shown[FULL_DESCRIPTIONS:], ranked[FULL_DESCRIPTIONS:], strict=True):
+            assert len(cut.description) < len(whole.description)
+            assert whole.description.startswith(cut.description.removesuffix("..."))
+    assert all(not c.description for c in within_budget(ranked, floor)[FULL_DESCRIPTIONS:])
+
+    dropped = within_budget(ranked, floor - 1)
+    assert [c.name for c in dropped] == [c.name for c in ranked[: len(dropped)]]
+    assert FULL_DESCRIPTIONS <= len(dropped) < len(ranked)
+
+
+def test_shortened_cuts_at_a_word_and_keeps_short_descriptions() -> None:
+    whole = Candidate("t", "alpha beta   gamma delta")
+    assert shortened(whole, 100) == whole
+    assert shortened(whole, 15) == Candidate("t", "alpha beta...")
+    assert shortened(whole, 0) == Candidate("t", "")
+    assert shortened(Candidate("t", "unbreakable"), 5) == Candidate("t", "un...")
 
 
 def test_estimated_tokens_grow_with_the_description() -> None:

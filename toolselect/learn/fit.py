@@ -51,8 +51,11 @@ SELF_WEIGHTS: tuple[float, ...] = (0.0, 0.5, 1.0)
 # only above a margin of 0.15 (where 96-98% of free labels were right on the dev data) and
 # real labels outweigh the prior after a few dozen.
 PRIOR_LABELS = 30.0
-# Candidates the teacher is shown before its answers can size them.
-DEFAULT_TEACHER_DEPTH = 30
+# Candidates the teacher is shown before its answers can size them: all the token budget buys
+# (the teacher setting's maximum). Until the answers say where the true tool ranks, a short
+# listing would waste the first calls on declines, and answers from a wide one measure recall
+# at every depth at once, so the depth can shrink to what the ranker needs.
+DEFAULT_TEACHER_DEPTH = 1000
 _PRIOR_MARGINS = np.linspace(0.0, 0.5, 21)
 _PRIOR_RIGHT = np.minimum(0.5 + 3.0 * _PRIOR_MARGINS, 0.99)
 
@@ -411,16 +414,3 @@ def fit(
         fitted_at=at,
         scores=scores,
     )
-
-
-def within_budget(costs: Sequence[int], max_tokens: int) -> int:
-    """How many of the ranked candidates (best first, `costs` in tokens each) fit in
-    `max_tokens`; never fewer than two (a choice needs two) when two are offered."""
-    spent = 0
-    fits = 0
-    for cost in costs:
-        if spent + cost > max_tokens and fits >= 2:
-            break
-        spent += cost
-        fits += 1
-    return fits

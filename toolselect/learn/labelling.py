@@ -26,12 +26,11 @@ from toolselect.embed import Embedder
 from toolselect.errors import StoreUnavailable, ToolselectError
 from toolselect.graph.store import Exemplar, SaveResult, Store, Tier, Turn
 from toolselect.learn.batch import Prepared
-from toolselect.learn.fit import within_budget
 from toolselect.learn.records import LearnerConfig, LearnerStats
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.names import normalise_query
-from toolselect.oracle.base import Candidate, estimated_tokens
+from toolselect.oracle.base import Candidate, within_budget
 from toolselect.oracle.oracle import InFlight, Oracle
 from toolselect.oracle.tiers import plan
 from toolselect.ranker import CentroidRanker, Ranking
@@ -237,7 +236,7 @@ class Labeller:
 
     def _teacher_candidates(self, vector: np.ndarray, pack: str | None) -> list[Candidate]:
         """The whole catalog (or pack) when small, else the ranked top `teacher_depth` (sized
-        from the labels so it contains the true tool), cut to the token budget."""
+        from the labels so it contains the true tool), fitted to the token budget."""
         snapshot = self._ranker.snapshot
         in_pack = snapshot.packs.get(pack) if pack else None
         size = in_pack.size if in_pack is not None and in_pack.size else snapshot.size
@@ -247,8 +246,7 @@ class Labeller:
         k = size if size <= self._config.teacher_full_catalog else min(depth, size)
         ranked = self._rank(vector, pack, k)
         candidates = [Candidate(r.tool, self._describe(r.tool)) for r in ranked.results]
-        costs = [estimated_tokens(c) for c in candidates]
-        return candidates[: within_budget(costs, self._config.teacher_max_input_tokens)]
+        return within_budget(candidates, self._config.teacher_max_input_tokens)
 
     async def _finish(self, turn: Turn, why: str | None) -> None:
         self._decided(turn)

@@ -26,6 +26,10 @@ NONE_CHOICE = "none"
 MAX_OUTPUT_TOKENS = 64
 # Descriptions beyond this are cut: the teacher needs the gist, and input tokens cost money.
 MAX_DESCRIPTION_CHARS = 400
+# Over the token budget, candidates after the first FULL_DESCRIPTIONS are shown with their
+# descriptions cut to each of these lengths in turn (0: the name alone) before any is dropped.
+FULL_DESCRIPTIONS = 10
+SHORTENED_DESCRIPTION_CHARS = (200, 120, 80, 40, 0)
 
 SYSTEM_PROMPT = (
     "You review the tool choices of an AI agent. You are given a user's request, the tool the "
@@ -175,6 +179,40 @@ def estimated_tokens(candidate: Candidate) -> int:
     """Input tokens a candidate costs: its prompt line and its enum entry, ~4 characters a
     token (an estimate for budgeting, not a tokenizer)."""
     return (len(prompt_line(candidate)) + len(candidate.name) + 8) // 4 + 1
+
+
+def within_budget(candidates: Sequence[Candidate], max_tokens: int) -> list[Candidate]:
+    """The ranked candidates (best first) that `max_tokens` buy, in order.
+
+    The first `FULL_DESCRIPTIONS` keep their description; when the listing is over budget the
+    others' descriptions are shortened step by step, down to the name alone, before any
+    candidate is dropped from the end: when the ranker is weak the true tool is often far down
+    the list, and a teacher that is not shown it can only decline. Never fewer than two
+    candidates (a choice needs two) when two are offered.
+    """
+    head = list(candidates[:FULL_DESCRIPTIONS])
+    tail = candidates[FULL_DESCRIPTIONS:]
+    listing = [*head, *tail]
+    for chars in SHORTENED_DESCRIPTION_CHARS:
+        if sum(map(estimated_tokens, listing)) <= max_tokens:
+            return listing
+        listing = [*head, *(shortened(c, chars) for c in tail)]
+    spent = 0
+    for fits, cost in enumerate(map(estimated_tokens, listing)):
+        if spent + cost > max_tokens and fits >= 2:
+            return listing[:fits]
+        spent += cost
+    return listing
+
+
+def shortened(candidate: Candidate, chars: int) -> Candidate:
+    """`candidate` with its description cut to about `chars` characters at a word boundary
+    (none at all for 0)."""
+    description = " ".join(candidate.description.split())
+    if len(description) <= chars:
+        return candidate
+    cut = description[: max(chars - 3, 0)].rsplit(" ", 1)[0]
+    return Candidate(candidate.name, f"{cut}..." if cut else "")
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
