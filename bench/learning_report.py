@@ -139,11 +139,10 @@ def section(learn: dict[str, Any]) -> str:
                         f["labels"],
                         f"{f['fold']['description_weight']:g} / {f['fold']['shrink']:g} ({f['fold']['source']})",
                         _floor(f),
-                        f"{f['teacher']['depth']}"
-                        + (
-                            f" (recall {pct(f['teacher']['measured_recall'])}%)"
+                        (
+                            f"{f['teacher']['depth']} (recall {pct(f['teacher']['measured_recall'])}%)"
                             if f["teacher"].get("measured_recall") is not None
-                            else " (prior)"
+                            else "what the token budget buys (prior)"
                         ),
                     ]
                 )
@@ -163,7 +162,9 @@ def section(learn: dict[str, Any]) -> str:
         "held-out half is ranked by the service's own ranker. **v1** pins the first loop's "
         "constants (margin floor 0.05, description weight 16, or 8 for `hashing`, the teacher "
         "shown the top 10); **v2** is the default, fitted from the teacher's labels at run "
-        "time. Arms: **teacher on** (ratchet > ranker > teacher), **teacher off** "
+        "time (the teacher is shown as many ranked candidates as its answers say hold the true "
+        "tool, all that the 6,000-token budget buys until they do, the first ten with their "
+        "descriptions and the rest shortened to fit before any is dropped). Arms: **teacher on** (ratchet > ranker > teacher), **teacher off** "
         "(`TOOLSELECT_ORACLE=off`: free tiers only), **teacher only** (ratchet > teacher). "
         "Lowest = the curve's lowest point against its start; free labels = ranker-tier labels "
         "and the share equal to the ground truth; to teacher = flagged turns escalated; "
