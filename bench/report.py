@@ -552,7 +552,7 @@ def _defaults(acc: dict[str, Any], learn: dict[str, Any] | None, d: dict[str, An
         "description weight, the free tier's margin floor and the teacher's candidates are "
         "fitted at run time from the deployment's own labels (`toolselect.learn.fit`), starting "
         "from a prior (description weight 16, or 8 with `hashing`; floor where a conservative "
-        "prior reaches 95% precision; 30 candidates). The evidence:"
+        "prior reaches 95% precision; as many candidates as the token budget buys). The evidence:"
     )
     lines.append("")
     lines.append(
