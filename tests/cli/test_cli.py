@@ -20,6 +20,7 @@ from toolselect.catalog import candidates_to_tools, tool_text
 from toolselect.embed import VectorCache
 from toolselect.embed.cache import text_digest
 from toolselect.embed.minilm import MODEL_ID
+from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH
 
 EXE = [sys.executable, "-m", "toolselect.cmd.main"]
 
@@ -302,7 +303,7 @@ def test_analytics_cli_prints_the_learning_fit(catalog_env: dict[str, str]) -> N
     payload = json.loads(fit.stdout)
     assert payload["fold"]["source"] in ("prior", "validated")
     assert payload["free_tier"]["target_precision"] == 0.95
-    assert payload["teacher"]["depth"] == 30
+    assert payload["teacher"]["depth"] == DEFAULT_TEACHER_DEPTH
 
 
 def test_analytics_format_choices_are_the_renderers() -> None:

@@ -87,7 +87,12 @@ async def test_teacher_answers_size_the_depth_unless_pinned() -> None:
     ranker = CentroidRanker(16.0)
     ranker.set_catalog(tools, descriptions)
     free = Tuner(ranker, FitPolicy(prior=FoldWeights(16.0)), embedder="e")
-    pinned = Tuner(ranker, FitPolicy(prior=FoldWeights(16.0)), embedder="e", pinned_depth=True)
+    pinned = Tuner(
+        ranker,
+        FitPolicy(prior=FoldWeights(16.0), prior_teacher_depth=30),
+        embedder="e",
+        pinned_depth=True,
+    )
     for i in range(200):
         free.teacher_answered(30, i % 2)
         pinned.teacher_answered(30, i % 2)
