@@ -7,7 +7,8 @@ arms compared interleaved in the same run because this machine is shared and noi
            `HashingVectorizer.transform` (`reference_vectors`), the previous inline path
            (scikit-learn's murmurhash per n-gram, memoised, then `bincount`; copied below as
            it was) and the current one (`mmh3`, per-word memo, sparse sums)
-  dense    the `minilm` ONNX embedder, one query per call, one intra-op thread (p50, p90)
+  dense    the `minilm` ONNX embedder, one query per call, one intra-op thread (p50, p90), on
+           agent-like requests and on BFCL's held-out queries (when the bench data is there)
   spawn    `toolselect select` (in-process, default `hybrid` embedder) with 20 candidates
            (17 from the demo catalog in the store, 3 unknown): cold (no vector cache, no kept
            model graph), warm (cached candidates, a new query each spawn: the model loads
@@ -39,11 +40,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from bench import RESULTS
+from bench.perf.machine import machine_facts
 from toolselect.catalog import load_demo_catalog
 from toolselect.embed import HashingEmbedder, MiniLMEmbedder, normalise_rows
 from toolselect.embed.hashing import prepare
+from toolselect.embed.minilm import MINILM
 
 SECTIONS = ("lexical", "dense", "spawn")
 SEED = 20261123
@@ -153,18 +157,46 @@ def lexical(reps: int) -> dict[str, Any]:
     return out
 
 
+def bfcl_queries(n: int) -> list[str] | None:
+    """The first `n` held-out queries of the accuracy stage's BFCL data (None when the bench
+    extra's data is not installed): user requests about twice as long as `queries`."""
+    try:
+        from bench.data import load
+    except ImportError:
+        return None
+    try:
+        return [q.text for q in load().held[:n]]
+    except (ImportError, OSError):
+        return None
+
+
 def dense(reps: int) -> dict[str, Any]:
-    """The ONNX MiniLM embedder, one query per call, one intra-op thread."""
+    """The ONNX MiniLM embedder, one query per call, one intra-op thread: agent-like requests
+    and, interleaved with them, BFCL's held-out queries."""
     embedder = MiniLMEmbedder(threads=1)
     started = time.perf_counter()
     embedder.encode(["warm up"])
     load = time.perf_counter() - started
-    times = []
-    for text in queries(reps, random.Random(SEED + 1)):
-        started = time.perf_counter()
-        embedder.encode([text])
-        times.append(time.perf_counter() - started)
-    return {"minilm_1_thread_ms": _summary(times), "load_and_first_ms": round(load * 1e3, 1)}
+    arms = {"minilm_1_thread_ms": queries(reps, random.Random(SEED + 1))}
+    bfcl = bfcl_queries(reps)
+    if bfcl:
+        arms["minilm_1_thread_bfcl_ms"] = bfcl
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    for i in range(reps):
+        for name, texts in arms.items():
+            if i < len(texts):
+                started = time.perf_counter()
+                embedder.encode([texts[i]])
+                times[name].append(time.perf_counter() - started)
+    tokenizer = Tokenizer.from_file(str(MINILM.tokenizer_file()))
+    tokenizer.no_padding()  # the file pads to 128; the embedder pads a batch to its longest
+    out: dict[str, Any] = {name: _summary(ts) for name, ts in times.items()}
+    out["median_tokens"] = {
+        name: statistics.median(len(tokenizer.encode(t).ids) for t in texts)
+        for name, texts in arms.items()
+    }
+    out["load_and_first_ms"] = round(load * 1e3, 1)
+    return out
 
 
 def _request(query: str) -> str:
@@ -213,8 +245,13 @@ def spawn(reps: int, python: str = sys.executable) -> dict[str, Any]:
     try:
         once("load the demo catalog into the store")  # the store exists in every arm
         texts = queries(3 * reps, random.Random(SEED + 2))
-        cold, warm, packaged, repeated = [], [], [], []
+        cold, warm, packaged, repeated, bare = [], [], [], [], []
         for i in range(reps):
+            # The interpreter's own start: the floor of any spawn, and a gauge of the machine
+            # when figures from different runs are compared.
+            started = time.perf_counter()
+            subprocess.run([python, "-c", "pass"], env=env, check=True)
+            bare.append(time.perf_counter() - started)
             cache.unlink(missing_ok=True)
             for suffix in ("-wal", "-shm"):
                 Path(f"{cache}{suffix}").unlink(missing_ok=True)
@@ -233,6 +270,7 @@ def spawn(reps: int, python: str = sys.executable) -> dict[str, Any]:
             # Described, not named: the path is this machine's.
             "interpreter": "the bench's own" if python == sys.executable else "given by --python",
             "dev_extras_installed": _has(python, "pytest"),
+            "python_startup": _summary(bare),
             "cold_no_cache": _summary(cold),
             "warm_new_query": _summary(warm),
             "warm_new_query_packaged_graph": _summary(packaged),
@@ -255,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(only) - set(SECTIONS))
     if unknown:
         parser.error(f"expected sections among {', '.join(SECTIONS)}, got {', '.join(unknown)}")
-    result: dict[str, Any] = {"loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+    result: dict[str, Any] = {
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "machine": machine_facts(),
+    }
     if "lexical" in only:
         result["lexical"] = lexical(500 if args.quick else 3000)
     if "dense" in only:

@@ -226,7 +226,7 @@ def _embed_speed(speed: dict[str, Any]) -> str:
         "",
         f"`{speed['command']}`; medians (p50) and p90 over interleaved calls, load average "
         f"{' / '.join(f'{x:.2f}' for x in speed['loadavg_start'])} at the start and "
-        f"{' / '.join(f'{x:.2f}' for x in speed['loadavg_end'])} at the end.",
+        f"{' / '.join(f'{x:.2f}' for x in speed['loadavg_end'])} at the end{_cpu(speed)}.",
     ]
     rows: list[list[str]] = []
 
@@ -249,14 +249,24 @@ def _embed_speed(speed: dict[str, Any]) -> str:
         row("hashing, scikit-learn's `HashingVectorizer.transform`", lex["sklearn_transform"], "µs")
         row("hashing, the single-query path", lex["current_inline"], "µs")
     if "dense" in speed:
-        row(
-            "MiniLM (int8 ONNX), one query, one thread",
-            speed["dense"]["minilm_1_thread_ms"],
-            "ms",
-            DENSE_QUERY_MS,
-        )
+        dense = speed["dense"]
+        tokens = dense.get("median_tokens", {})
+        for key, what in (
+            ("minilm_1_thread_ms", "agent-like requests of 4-12 words"),
+            ("minilm_1_thread_bfcl_ms", "BFCL's held-out queries"),
+        ):
+            if key in dense:
+                size = f", median {tokens[key]:g} tokens" if key in tokens else ""
+                row(
+                    f"MiniLM (int8 ONNX), one query, one thread: {what}{size}",
+                    dense[key],
+                    "ms",
+                    DENSE_QUERY_MS,
+                )
     if "spawn" in speed:
         sp = speed["spawn"]
+        if "python_startup" in sp:
+            row("`python -c pass` (the floor of a spawn)", sp["python_startup"], "ms")
         row("`select` spawn, cold (no vector cache, no kept graph)", sp["cold_no_cache"], "ms")
         row(
             "`select` spawn, warm, new query (model from the kept graph)",
@@ -286,6 +296,17 @@ def _embed_speed(speed: dict[str, Any]) -> str:
             "model to `TOOLSELECT_DATA_DIR/models` (~90 MB, weights in a file of their own).",
         ]
     return "\n".join(out)
+
+
+def _cpu(speed: dict[str, Any]) -> str:
+    """`; CPU, cores (BLAS kernels)` from a result's machine facts, when it has them: the same
+    code ran 1.5-3x apart on the VMs these benchmarks have seen."""
+    facts = speed.get("machine")
+    if not facts:
+        return ""
+    kernels = sorted({b["architecture"] for b in facts.get("blas", []) if b.get("architecture")})
+    suffix = f" ({', '.join(kernels)} kernels)" if kernels else ""
+    return f"; {facts['cpu']}, {facts['cores']} cores{suffix}"
 
 
 def _target(name: str, measured: float, limit: float) -> list[str]:
