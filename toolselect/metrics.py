@@ -206,7 +206,7 @@ class Metrics:
         self.teacher_candidates = Histogram(
             "toolselect_teacher_candidates",
             "Candidates shown per teacher call",
-            buckets=(2, 5, 10, 20, 30, 50, 75, 100, 150, 200),
+            buckets=(2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000),
             registry=r,
         )
         self.last_refit = Gauge(
