@@ -47,7 +47,9 @@ def _row(name: str, measured: float | None, limit: float, *, lower: bool, unit: 
 
 
 def _fmt(value: float, unit: str) -> str:
-    return f"{100 * value:.1f} points" if unit == "points" else f"{100 * value:.1f}%"
+    # Two decimals where one would round a real miss (5.03% against 5%) to nothing.
+    digits = 2 if 0 < abs(100 * value) < 0.1 else 1
+    return f"{100 * value:.{digits}f} points" if unit == "points" else f"{100 * value:.{digits}f}%"
 
 
 def targets(learn: dict[str, Any], method: str) -> list[list[str]]:
