@@ -183,6 +183,22 @@ async def test_teacher_error_saves_nothing_and_records_error(harness: Harness) -
     assert await harness.store.exemplar_for_query(LOW_MARGIN) is None
 
 
+async def test_spent_budget_builds_no_candidates_and_records_limit_reached(
+    harness: Harness,
+) -> None:
+    """With the hourly budget spent an escalated turn is `limit_reached` at once: no request,
+    and no candidate listing is ranked and costed for a call that cannot be made."""
+    while harness.oracle.budget.reserve() is not None:
+        pass
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="t5")
+    assert await harness.learner.drain(30.0)
+    turn = await harness.store.get_turn("t5")
+    assert turn is not None and (turn.tier, turn.result) == ("teacher", "limit_reached")
+    assert harness.stub.received == []
+    shown = harness.metrics.registry.get_sample_value("toolselect_teacher_candidates_count")
+    assert shown == 0.0
+
+
 async def test_same_query_is_not_labelled_twice_at_once(harness: Harness) -> None:
     """Two turns of one normalised query in flight make one teacher call, not two."""
     harness.stub.reply(Reply(hang=True))

@@ -280,14 +280,18 @@ async def test_exhausted_budget_is_limit_reached_with_zero_requests(h: Harness) 
     """With the hourly budget spent no request is sent; an hour later calls resume."""
     h.budget = Budget(1, clock=h.clock.timestamp)
     h.stub.reply(Reply(body=message("web_search")))
-    assert (await h.teach()).result == "labeled"
-    answer = await h.teach()
+    oracle = h.oracle()
+    assert oracle.refusal() is None
+    assert (await h.teach(oracle)).result == "labeled"
+    answer = await h.teach(oracle)
     assert answer.result == "limit_reached"
     assert answer.reason == "hourly budget of 1 calls spent"
+    assert oracle.refusal() == answer  # what teach answers, known before any candidate is built
     assert len(h.stub.received) == 1
     assert h.calls.results == ["labeled"]
     h.clock.advance(hours=1)
-    assert (await h.teach()).result == "labeled"
+    assert oracle.refusal() is None
+    assert (await h.teach(oracle)).result == "labeled"
     assert len(h.stub.received) == 2
 
 
@@ -304,8 +308,10 @@ async def test_failed_calls_do_not_consume_budget(h: Harness) -> None:
 async def test_kill_switch_sends_zero_requests(h: Harness) -> None:
     """With the oracle switched off, teach declines at once: no request, no trace, no budget."""
     h.stub.reply(Reply(body=message("web_search")))
-    answer = await h.teach(h.oracle(enabled=False))
+    switched_off = h.oracle(enabled=False)
+    answer = await h.teach(switched_off)
     assert (answer.result, answer.reason, answer.attempts) == ("declined", "teacher off", 0)
+    assert switched_off.refusal() == answer
     assert h.stub.received == []
     assert h.calls.calls == []
     assert h.budget.remaining() == 60

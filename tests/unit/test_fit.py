@@ -13,9 +13,11 @@ from toolselect.graph.store import Tool
 from toolselect.learn import fit as F
 from toolselect.oracle.base import (
     FULL_DESCRIPTIONS,
+    MAX_DESCRIPTION_CHARS,
     Candidate,
+    cut_description,
     estimated_tokens,
-    shortened,
+    prompt_line,
     within_budget,
 )
 from toolselect.ranker import CentroidRanker, LearnedVector
@@ -210,7 +212,7 @@ def test_teacher_depth_counts_declines_as_misses() -> None:
 def test_token_budget_cuts_candidates_but_keeps_two() -> None:
     """Past what shortening saves, candidates are kept best first while they fit; never fewer
     than two."""
-    named = [Candidate(f"tool_{i}", "word " * 30) for i in range(4)]
+    named = [Candidate(f"tool_{i}", " ".join(["word"] * 30)) for i in range(4)]
     each = estimated_tokens(named[0])
     assert within_budget(named, 2 * each + 1) == named[:2]
     assert within_budget(named, 3 * each) == named[:3]
@@ -222,7 +224,8 @@ def test_token_budget_cuts_candidates_but_keeps_two() -> None:
 def test_token_budget_shortens_the_tail_before_dropping_any() -> None:
     """Over budget, the first FULL_DESCRIPTIONS keep their descriptions and the rest are cut,
     at a word boundary, just enough to fit; only names alone that still do not fit are dropped."""
-    ranked = [Candidate(f"tool_{i:02d}", f"Tool {i} " + "does things " * 30) for i in range(40)]
+    words = " ".join(["does things"] * 30)
+    ranked = [Candidate(f"tool_{i:02d}", f"Tool {i} {words}") for i in range(40)]
     head = ranked[:FULL_DESCRIPTIONS]
     full = sum(map(estimated_tokens, ranked))
     head_cost = sum(map(estimated_tokens, head))
@@ -245,12 +248,16 @@ def test_token_budget_shortens_the_tail_before_dropping_any() -> None:
     assert FULL_DESCRIPTIONS <= len(dropped) < len(ranked)
 
 
-def test_shortened_cuts_at_a_word_and_keeps_short_descriptions() -> None:
-    whole = Candidate("t", "alpha beta   gamma delta")
-    assert shortened(whole, 100) == whole
-    assert shortened(whole, 15) == Candidate("t", "alpha beta...")
-    assert shortened(whole, 0) == Candidate("t", "")
-    assert shortened(Candidate("t", "unbreakable"), 5) == Candidate("t", "un...")
+def test_descriptions_are_cut_at_a_word_and_short_ones_kept() -> None:
+    assert cut_description("alpha beta gamma delta", 100) == "alpha beta gamma delta"
+    assert cut_description("alpha beta gamma delta", 15) == "alpha beta..."
+    assert cut_description("alpha beta gamma delta", 0) == ""
+    assert cut_description("unbreakable", 5) == "un..."
+    # The teacher's line collapses whitespace and cuts the same way at MAX_DESCRIPTION_CHARS.
+    long = Candidate("t", "alpha   beta\n" + "word " * 200)
+    line = prompt_line(long)
+    assert line.startswith("- t: alpha beta word") and line.endswith(" word...")
+    assert len(line) <= len("- t: ") + MAX_DESCRIPTION_CHARS
 
 
 def test_estimated_tokens_grow_with_the_description() -> None:
@@ -258,3 +265,12 @@ def test_estimated_tokens_grow_with_the_description() -> None:
     short = estimated_tokens(Candidate("a", "x"))
     long = estimated_tokens(Candidate("a", "word " * 80))
     assert 0 < short < long
+    # The estimate counts exactly the line the teacher is sent, plus the enum entry.
+    for candidate in (
+        Candidate("a"),
+        Candidate("send_email", "x"),
+        Candidate("tool", "  spaced   out\ttext "),
+        Candidate("tool", "word " * 200),
+    ):
+        line = prompt_line(candidate)
+        assert estimated_tokens(candidate) == (len(line) + len(candidate.name) + 8) // 4 + 1

@@ -213,11 +213,16 @@ class Labeller:
             return
         try:
             async with self._teacher_slots:
-                candidates = self._teacher_candidates(vector, turn.pack)
-                self._metrics.teacher_candidates.observe(len(candidates))
-                answer = await self._oracle.teach(
-                    turn.request, turn.used_tool, candidates, turn_id=turn.id
-                )
+                # A listing can hold a thousand candidates, built on the loop that serves
+                # rankings: not for a call the kill switch or the budget refuses anyway.
+                answer = self._oracle.refusal(turn.id)
+                candidates: list[Candidate] = []
+                if answer is None:
+                    candidates = self._teacher_candidates(vector, turn.pack)
+                    self._metrics.teacher_candidates.observe(len(candidates))
+                    answer = await self._oracle.teach(
+                        turn.request, turn.used_tool, candidates, turn_id=turn.id
+                    )
             done = replace(turn, result=answer.result, label=answer.label)
             called = answer.attempts > 0  # not the kill switch, the budget or an error
             if self._tuner is not None and called and answer.result in ("labeled", "declined"):

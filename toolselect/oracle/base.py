@@ -169,20 +169,18 @@ def user_prompt(request: str, used_tool: str, candidates: Sequence[Candidate]) -
 
 def prompt_line(candidate: Candidate) -> str:
     """A candidate as the teacher sees it: name and (shortened) description."""
-    description = " ".join(candidate.description.split())
-    if len(description) > MAX_DESCRIPTION_CHARS:
-        description = description[: MAX_DESCRIPTION_CHARS - 3] + "..."
-    return f"- {candidate.name}: {description}" if description else f"- {candidate.name}"
+    return _line(candidate.name, _shown(candidate.description))
 
 
 def estimated_tokens(candidate: Candidate) -> int:
     """Input tokens a candidate costs: its prompt line and its enum entry, ~4 characters a
     token (an estimate for budgeting, not a tokenizer)."""
-    return (len(prompt_line(candidate)) + len(candidate.name) + 8) // 4 + 1
+    return _cost(candidate.name, _shown(candidate.description))
 
 
 def within_budget(candidates: Sequence[Candidate], max_tokens: int) -> list[Candidate]:
-    """The ranked candidates (best first) that `max_tokens` buy, in order.
+    """The ranked candidates (best first) that `max_tokens` buy, in order, with their
+    descriptions as the teacher will see them.
 
     The first `FULL_DESCRIPTIONS` keep their description; when the listing is over budget the
     others' descriptions are shortened step by step, down to the name alone, before any
@@ -190,29 +188,49 @@ def within_budget(candidates: Sequence[Candidate], max_tokens: int) -> list[Cand
     the list, and a teacher that is not shown it can only decline. Never fewer than two
     candidates (a choice needs two) when two are offered.
     """
-    head = list(candidates[:FULL_DESCRIPTIONS])
-    tail = candidates[FULL_DESCRIPTIONS:]
-    listing = [*head, *tail]
+    # Collapsed once and costed from lengths: a listing can hold a thousand candidates, and
+    # this runs on the event loop that also serves rankings.
+    texts = [_shown(c.description) for c in candidates]
+    shown, costs = texts, [_cost(c.name, t) for c, t in zip(candidates, texts, strict=True)]
     for chars in SHORTENED_DESCRIPTION_CHARS:
-        if sum(map(estimated_tokens, listing)) <= max_tokens:
-            return listing
-        listing = [*head, *(shortened(c, chars) for c in tail)]
+        if sum(costs) <= max_tokens:
+            break
+        shown = texts[:FULL_DESCRIPTIONS] + [
+            cut_description(t, chars) for t in texts[FULL_DESCRIPTIONS:]
+        ]
+        costs = [_cost(c.name, t) for c, t in zip(candidates, shown, strict=True)]
+    listing = [Candidate(c.name, t) for c, t in zip(candidates, shown, strict=True)]
     spent = 0
-    for fits, cost in enumerate(map(estimated_tokens, listing)):
+    for fits, cost in enumerate(costs):
         if spent + cost > max_tokens and fits >= 2:
             return listing[:fits]
         spent += cost
     return listing
 
 
-def shortened(candidate: Candidate, chars: int) -> Candidate:
-    """`candidate` with its description cut to about `chars` characters at a word boundary
-    (none at all for 0)."""
-    description = " ".join(candidate.description.split())
-    if len(description) <= chars:
-        return candidate
-    cut = description[: max(chars - 3, 0)].rsplit(" ", 1)[0]
-    return Candidate(candidate.name, f"{cut}..." if cut else "")
+def cut_description(text: str, chars: int) -> str:
+    """`text` (whitespace collapsed) cut to at most `chars` characters at a word boundary,
+    "..." marking the cut; "" when not even part of a word fits."""
+    if len(text) <= chars:
+        return text
+    keep = max(chars - 3, 0)
+    space = text.rfind(" ", 0, keep)
+    cut = text[:space] if space >= 0 else text[:keep]
+    return f"{cut}..." if cut else ""
+
+
+def _shown(description: str) -> str:
+    return cut_description(" ".join(description.split()), MAX_DESCRIPTION_CHARS)
+
+
+def _line(name: str, description: str) -> str:
+    return f"- {name}: {description}" if description else f"- {name}"
+
+
+def _cost(name: str, description: str) -> int:
+    # The length of `_line(name, description)`, counted without building it.
+    line = 2 + len(name) + (2 + len(description) if description else 0)
+    return (line + len(name) + 8) // 4 + 1
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:

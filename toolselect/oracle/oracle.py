@@ -165,8 +165,7 @@ class Oracle:
         slot = self.budget.reserve()
         if slot is None:
             log.warning("teacher_budget_spent", turn_id=turn_id, per_hour=self.budget.per_hour)
-            reason = f"hourly budget of {self.budget.per_hour} calls spent"
-            return TeacherAnswer("limit_reached", reason=reason)
+            return self._spent()
         try:
             answer = await self._attempts(teacher, request, used_tool, candidates, turn_id)
         except BaseException:
@@ -175,6 +174,21 @@ class Oracle:
         if answer.result == "error":
             self.budget.refund(slot)
         return answer
+
+    def refusal(self, turn_id: str | None = None) -> TeacherAnswer | None:
+        """The answer `teach` would give now without calling the teacher (it is off, or the
+        hourly budget is spent), or None when it would call: lets a caller skip preparing
+        candidates that no call will use."""
+        if not self._enabled or self._teacher is None:
+            return TeacherAnswer("declined", reason="teacher off")
+        if self.budget.remaining() == 0:
+            log.warning("teacher_budget_spent", turn_id=turn_id, per_hour=self.budget.per_hour)
+            return self._spent()
+        return None
+
+    def _spent(self) -> TeacherAnswer:
+        reason = f"hourly budget of {self.budget.per_hour} calls spent"
+        return TeacherAnswer("limit_reached", reason=reason)
 
     async def _attempts(
         self,
