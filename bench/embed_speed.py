@@ -43,6 +43,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from bench import RESULTS
+from bench.data import load as load_bfcl
 from bench.perf.machine import machine_facts
 from toolselect.catalog import load_demo_catalog
 from toolselect.embed import HashingEmbedder, MiniLMEmbedder, normalise_rows
@@ -158,15 +159,11 @@ def lexical(reps: int) -> dict[str, Any]:
 
 
 def bfcl_queries(n: int) -> list[str] | None:
-    """The first `n` held-out queries of the accuracy stage's BFCL data (None when the bench
-    extra's data is not installed): user requests about twice as long as `queries`."""
+    """The first `n` held-out queries of the accuracy stage's BFCL data (None when bfcl-eval
+    is not installed): user requests about twice as long as `queries`."""
     try:
-        from bench.data import load
-    except ImportError:
-        return None
-    try:
-        return [q.text for q in load().held[:n]]
-    except (ImportError, OSError):
+        return [q.text for q in load_bfcl().held[:n]]
+    except SystemExit:  # how bench.data says its data is missing, with the install hint
         return None
 
 
