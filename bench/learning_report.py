@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from bench.report_table import pct, table
+from bench.report_table import hand_written, pct, table
+
+# What was tried on the loop and measured by hand (A/B runs of patched copies): prose that the
+# generated tables cannot carry, put after them verbatim.
+FINDINGS = Path(__file__).with_name("LEARNING_FINDINGS.md")
 
 FREE_PRECISION = 0.95
 GAIN = 0.10
@@ -191,6 +196,7 @@ def section(learn: dict[str, Any]) -> str:
         ),
     ]  # fmt: skip
     parts += ["", _splits(learn), "", _sensitivity(learn), "", _knobs(learn)]
+    parts += ["", hand_written(FINDINGS)]
     return "\n".join(parts)
 
 

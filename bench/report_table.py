@@ -1,8 +1,18 @@
-"""Markdown table cells and tables for the generated pages."""
+"""Markdown table cells and tables for the generated pages, and the hand-written parts."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+
+def hand_written(path: Path) -> str:
+    """A hand-written Markdown file to put in a generated page, without the comment at its top
+    that tells its editors how it is used."""
+    text = path.read_text(encoding="utf-8").strip()
+    if text.startswith("<!--"):
+        text = text.split("-->", 1)[1]
+    return text.strip()
 
 
 def pct(x: float | None) -> str:

@@ -12,17 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.perf.targets import targets
+from bench.report_table import hand_written
 
 FINDINGS = Path(__file__).with_name("FINDINGS.md")
 
 
 def findings() -> str:
-    """The hand-written findings (Markdown) to follow the generated tables, without the comment
-    at the top of the file that tells its editors how it is used."""
-    text = FINDINGS.read_text(encoding="utf-8").strip()
-    if text.startswith("<!--"):
-        text = text.split("-->", 1)[1]
-    return text.strip()
+    """The hand-written findings (Markdown) to follow the generated tables."""
+    return hand_written(FINDINGS)
 
 
 def write(results: dict[str, Any], results_dir: Path) -> Path:
