@@ -400,6 +400,22 @@ def test_minilm_keeps_its_optimised_graph_for_the_next_process(tmp_path: Path) -
     assert fourth.opened_from == packaged.opened_from
 
 
+def test_short_lived_minilm_skips_prepacking_for_the_same_vectors(tmp_path: Path) -> None:
+    """A short-lived embedder (the exec selector's) opens its session without repacking the
+    weights, from the packaged model or a kept graph alike, and embeds as a server's does to
+    float32 rounding (other kernels, same arithmetic)."""
+    expected = MiniLMEmbedder().encode(TEXTS)
+    kept_dir = tmp_path / "models"
+    for _ in ("packaged, keeping the graph", "the kept graph"):
+        short = MiniLMEmbedder(optimized_dir=kept_dir, short_lived=True)
+        np.testing.assert_allclose(short.encode(TEXTS), expected, rtol=0, atol=1e-5)
+        options = short._session.get_session_options()
+        assert options.get_session_config_entry("session.disable_prepacking") == "1"
+    assert short.opened_from is not None and short.opened_from.parent.parent == kept_dir
+    # The graph a short-lived process kept serves a long-lived one exactly as the packaged file.
+    np.testing.assert_array_equal(MiniLMEmbedder(optimized_dir=kept_dir).encode(TEXTS), expected)
+
+
 def test_minilm_missing_model_file_is_an_embedder_error(tmp_path: Path) -> None:
     """A model path that holds no ONNX model fails with EmbedderError naming the file."""
     bogus = tmp_path / "model.onnx"

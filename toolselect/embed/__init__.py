@@ -60,6 +60,7 @@ def build_embedder(
     threads: int = 1,
     cache: VectorCache | None = None,
     optimized_dir: Path | None = None,
+    short_lived: bool = False,
 ) -> Embedder:
     """The embedder a setting names; `hybrid` is MiniLM (dense) fused with hashing (lexical).
 
@@ -68,8 +69,8 @@ def build_embedder(
     `EmbedderError` now, naming the reinstall command; an unknown kind or an `http` embedder
     without URL or model raises `ConfigError`. With a `cache`, the model's (or endpoint's)
     vectors go through it (`CachedEmbedder`); hashing is never cached, computing it is cheaper
-    than reading it. `optimized_dir` keeps MiniLM's optimised graph between processes
-    (`OnnxEmbedder`).
+    than reading it. `optimized_dir` keeps MiniLM's optimised graph between processes and
+    `short_lived` opens it for a process that embeds little and exits (`OnnxEmbedder`).
     """
 
     def cached(embedder: Embedder) -> Embedder:
@@ -78,7 +79,9 @@ def build_embedder(
     if kind == "hashing":
         return HashingEmbedder()
     if kind in ("minilm", "hybrid"):
-        minilm = MiniLMEmbedder(threads=threads, optimized_dir=optimized_dir)
+        minilm = MiniLMEmbedder(
+            threads=threads, optimized_dir=optimized_dir, short_lived=short_lived
+        )
         minilm.check()
         dense = cached(minilm)
         if kind == "minilm":
@@ -99,7 +102,11 @@ def build_embedder(
 
 
 def embedder_for(
-    settings: Settings, *, cache: VectorCache | None = None, optimized_dir: Path | None = None
+    settings: Settings,
+    *,
+    cache: VectorCache | None = None,
+    optimized_dir: Path | None = None,
+    short_lived: bool = False,
 ) -> Embedder:
     """The embedder `settings` configure (`build_embedder` with their values)."""
     return build_embedder(
@@ -111,4 +118,5 @@ def embedder_for(
         threads=settings.embed_threads,
         cache=cache,
         optimized_dir=optimized_dir,
+        short_lived=short_lived,
     )

@@ -56,6 +56,7 @@ class MiniLMEmbedder(OnnxEmbedder):
         model_path: str | Path | None = None,
         tokenizer_path: str | Path | None = None,
         optimized_dir: str | Path | None = None,
+        short_lived: bool = False,
     ) -> None:
         super().__init__(
             MINILM,
@@ -64,6 +65,7 @@ class MiniLMEmbedder(OnnxEmbedder):
             model_path=model_path,
             tokenizer_path=tokenizer_path,
             optimized_dir=optimized_dir,
+            short_lived=short_lived,
         )
 
 

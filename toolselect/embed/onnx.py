@@ -82,6 +82,12 @@ class OnnxEmbedder:
     selector's case, one process per turn; a server opens the model once and needs none. The
     kept graph is optimised only to the portable level (no CPU-specific layouts), and one that
     cannot be opened is replaced.
+
+    `short_lived` is for a process that embeds a few texts and exits (the exec selector again):
+    onnxruntime then leaves the weights as stored instead of repacking them for its fastest
+    kernels, which opens a session ~40 ms sooner and costs ~4 ms more per query (measured on
+    MiniLM: 54 -> 13 ms to open, first query 8 -> 15 ms). The vectors agree to ~1e-6, as they
+    do across batch sizes.
     """
 
     def __init__(
@@ -93,6 +99,7 @@ class OnnxEmbedder:
         model_path: str | Path | None = None,
         tokenizer_path: str | Path | None = None,
         optimized_dir: str | Path | None = None,
+        short_lived: bool = False,
     ) -> None:
         if threads < 1:
             raise ValueError(f"expected threads >= 1, got {threads}")
@@ -104,6 +111,7 @@ class OnnxEmbedder:
         self._model_path = Path(model_path) if model_path is not None else None
         self._tokenizer_path = Path(tokenizer_path) if tokenizer_path is not None else None
         self._optimized_dir = Path(optimized_dir) if optimized_dir is not None else None
+        self._short_lived = short_lived
         # The file the open session was read from: the packaged model or the kept graph.
         self.opened_from: Path | None = None
         self._session: Any = None
@@ -254,6 +262,8 @@ class OnnxEmbedder:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
+        if self._short_lived:
+            options.add_session_config_entry("session.disable_prepacking", "1")
         partial = None
         if keep is not None:
             keep.parent.mkdir(parents=True, exist_ok=True)
