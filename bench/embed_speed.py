@@ -218,7 +218,13 @@ def _has(python: str, module: str) -> bool:
 def spawn(reps: int, python: str = sys.executable) -> dict[str, Any]:
     """Wall time of `toolselect select` processes, the arms interleaved spawn by spawn."""
     folder = Path(tempfile.mkdtemp(prefix="toolselect-embed-speed-"))
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLSELECT_", "NEO4J_"))}
+    # Without PYTHONPATH: the spawns must import the toolselect installed for `python`, not a
+    # checkout the caller's path points at (which made two installs measure the same code).
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TOOLSELECT_", "NEO4J_")) and k != "PYTHONPATH"
+    }
     env = {
         **keep,
         "TOOLSELECT_DATA_DIR": str(folder),
