@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,6 +59,37 @@ def _top1(scores: npt.NDArray[np.floating], labels: npt.NDArray[np.intp]) -> flo
     return round(100.0 * float(np.mean(scores.argmax(axis=1) == labels)), 1)
 
 
+def _softmax_residual(logits: npt.NDArray[np.floating], onehot: Matrix) -> npt.NDArray[np.floating]:
+    """`softmax(logits) - onehot`, row by row (the cross-entropy's gradient in the logits)."""
+    logits = logits - logits.max(axis=1, keepdims=True)
+    probs = np.exp(logits)
+    probs /= probs.sum(axis=1, keepdims=True)
+    residual: npt.NDArray[np.floating] = probs - onehot
+    return residual
+
+
+def _adam(
+    weights: Matrix, gradient: Callable[[Matrix], npt.NDArray[np.floating]], steps: int, rate: float
+) -> Matrix:
+    """`weights` after `steps` of full-batch Adam on `gradient` (updated in place)."""
+    moment: npt.NDArray[np.floating] = np.zeros_like(weights)
+    velocity: npt.NDArray[np.floating] = np.zeros_like(weights)
+    for step in range(1, steps + 1):
+        grad = gradient(weights)
+        moment = 0.9 * moment + 0.1 * grad
+        velocity = 0.999 * velocity + 0.001 * grad * grad
+        m_hat = moment / (1.0 - 0.9**step)
+        v_hat = velocity / (1.0 - 0.999**step)
+        weights -= (rate * m_hat / (np.sqrt(v_hat) + 1e-8)).astype(np.float32)
+    return weights
+
+
+def _onehot(labels: npt.NDArray[np.intp], width: int) -> Matrix:
+    onehot = np.zeros((labels.size, width), dtype=np.float32)
+    onehot[np.arange(labels.size), labels] = 1.0
+    return onehot
+
+
 def train_head(
     start: Matrix,
     examples: Matrix,
@@ -70,23 +102,14 @@ def train_head(
 ) -> Matrix:
     """Weights from `start` by full-batch Adam on mean softmax cross-entropy of
     `scale * examples @ W.T` plus `pull * ||W - start||^2` (numpy only, a few seconds)."""
-    weights = start.copy()
-    moment, velocity = np.zeros_like(weights), np.zeros_like(weights)
-    onehot = np.zeros((examples.shape[0], start.shape[0]), dtype=np.float32)
-    onehot[np.arange(examples.shape[0]), labels] = 1.0
-    for step in range(1, steps + 1):
-        logits = scale * (examples @ weights.T)
-        logits -= logits.max(axis=1, keepdims=True)
-        probs = np.exp(logits)
-        probs /= probs.sum(axis=1, keepdims=True)
-        grad = scale * ((probs - onehot).T @ examples) / examples.shape[0]
-        grad += 2.0 * pull * (weights - start)
-        moment = 0.9 * moment + 0.1 * grad
-        velocity = 0.999 * velocity + 0.001 * grad * grad
-        m_hat = moment / (1.0 - 0.9**step)
-        v_hat = velocity / (1.0 - 0.999**step)
-        weights -= (rate * m_hat / (np.sqrt(v_hat) + 1e-8)).astype(np.float32)
-    return weights
+    onehot = _onehot(labels, start.shape[0])
+
+    def gradient(weights: Matrix) -> npt.NDArray[np.floating]:
+        residual = _softmax_residual(scale * (examples @ weights.T), onehot)
+        grad: npt.NDArray[np.floating] = scale * (residual.T @ examples) / examples.shape[0]
+        return grad + 2.0 * pull * (weights - start)
+
+    return _adam(start.copy(), gradient, steps, rate)
 
 
 def train_adapter(
@@ -98,24 +121,15 @@ def train_adapter(
     width = dense.shape[1]
     identity = np.eye(width, dtype=np.float32)
     targets, rest = catalog[:, :width], lexical @ catalog[:, width:].T
-    onehot = np.zeros(rest.shape, dtype=np.float32)
-    onehot[np.arange(labels.size), labels] = 1.0
-    weights = identity.copy()
-    moment: npt.NDArray[np.floating] = np.zeros_like(weights)
-    velocity: npt.NDArray[np.floating] = np.zeros_like(weights)
-    for step in range(1, ADAPTER_STEPS + 1):
+    onehot = _onehot(labels, catalog.shape[0])
+
+    def gradient(weights: Matrix) -> npt.NDArray[np.floating]:
         logits = ADAPTER_SCALE * ((dense @ weights) @ targets.T + rest)
-        logits -= logits.max(axis=1, keepdims=True)
-        probs = np.exp(logits)
-        probs /= probs.sum(axis=1, keepdims=True)
-        grad = ADAPTER_SCALE * (dense.T @ ((probs - onehot) @ targets)) / labels.size
-        grad += 2.0 * pull * (weights - identity)
-        moment = 0.9 * moment + 0.1 * grad
-        velocity = 0.999 * velocity + 0.001 * grad * grad
-        m_hat = moment / (1.0 - 0.9**step)
-        v_hat = velocity / (1.0 - 0.999**step)
-        weights -= (0.003 * m_hat / (np.sqrt(v_hat) + 1e-8)).astype(np.float32)
-    return weights
+        residual = _softmax_residual(logits, onehot)
+        grad = ADAPTER_SCALE * (dense.T @ (residual @ targets)) / labels.size
+        return grad + 2.0 * pull * (weights - identity)
+
+    return _adam(identity.copy(), gradient, ADAPTER_STEPS, 0.003)
 
 
 def adapter_rows(
