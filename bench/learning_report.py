@@ -234,7 +234,10 @@ def _splits(learn: dict[str, Any]) -> str:
             "fitted fold is chosen on the learn half's labels, and the best description weight "
             "of one half is not always the other's (on split 0, leave-one-out over the learn "
             "half's true labels peaks at 4, the held-out half at 16; swapped, both peak at 8), "
-            "which is why v2 leaves its prior only for a paired gain over two standard errors.",
+            "which is why v2 leaves its prior only for a paired gain over two standard errors. "
+            "On the loop's own labels the gap is also a bias, not only sampling: they are the "
+            "turns the ranker was surest and least sure of (see 'Tried on the loop and not "
+            "adopted' below).",
             "",
             table(
                 ["embedder", "split", "loop", "top-1 % before", "top-1 % after", "gain", "to teacher", "free labels / right %", "declines"],
