@@ -19,7 +19,8 @@ arms compared interleaved in the same run because this machine is shared and noi
 Options: --quick (fewer repetitions), --only lexical,dense,spawn, --python PATH (the
 interpreter the spawns run: e.g. a virtualenv with a plain `pip install toolselect`, which
 lacks the dev tools' extra imports). Prints one JSON object and writes it to
-`bench/results/embed_speed.json`; `python -m bench report` puts it in BENCHMARKS.md.
+`bench/results/embed_speed.json` (`bench/out/` for a run with --only or --quick, so a partial
+run never replaces the published figures); `python -m bench report` puts it in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from bench import RESULTS
+from bench import OUT, RESULTS
 from bench.data import load as load_bfcl
 from bench.perf.machine import machine_facts
 from toolselect.catalog import load_demo_catalog
@@ -311,8 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     result["command"] = " ".join(["python -m bench.embed_speed", *shown])
     text = json.dumps(result, indent=1)
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "embed_speed.json").write_text(text + "\n")
+    # Only a run of every section replaces the published figures: a partial one (--only) or a
+    # short one (--quick) would drop or thin what BENCHMARKS.md shows.
+    folder = RESULTS if set(only) == set(SECTIONS) and not args.quick else OUT
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "embed_speed.json").write_text(text + "\n")
     return 0
 
 
