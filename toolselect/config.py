@@ -115,6 +115,10 @@ class Settings:
     description_weight: float | None = None  # None: chosen for the embedder, see below
     exemplar_weight: float = 1.0
     self_label_weight: float | None = None  # None: 0 until trusted labels validate more
+    usage_label_weight: float | None = None  # None: 1 until the labels validate less
+    usage_without_outcome: str = "shown"
+    search_ttl_s: float = 3600.0
+    searches_kept: int = 100_000
     margin_floor: float | None = None  # None: calibrated from the store's labels
     free_tier_precision: float = 0.95
     fallback_tools: tuple[str, ...] = DEFAULT_FALLBACK_TOOLS
@@ -264,6 +268,10 @@ FIELDS: tuple[Field, ...] = (
     Field("hybrid_weight", "TOOLSELECT_HYBRID_WEIGHT", _float(0.0, 1.0), "weight of the dense scores in `hybrid` (lexical gets the rest)"),
     Field("description_weight", "TOOLSELECT_DESCRIPTION_WEIGHT", _auto_or(_float(0.0, 1000.0)), "weight of a tool's description vector in its centroid, against 1 per exemplar; `auto`: chosen with the exemplar shrink by leave-one-out on the teacher's and humans' labels, starting from 16 for `hybrid`/`minilm` and 8 for `hashing` (BENCHMARKS.md); a number pins it"),
     Field("self_label_weight", "TOOLSELECT_SELF_LABEL_WEIGHT", _auto_or(_float(0.0, 1.0)), "weight of the ranker's own (free-tier) labels in the centroids against 1 for a teacher's or human's; `auto`: 0 (kept for the ratchet, not folded) until leave-one-out on trusted labels shows 0.5 or 1 does better; a number pins the fold"),
+    Field("usage_label_weight", "TOOLSELECT_USAGE_LABEL_WEIGHT", _auto_or(_float(0.0, 1.0)), "weight of a usage label (a tool an agent used on a turn reported `ok`) in the centroids against 1 for a teacher's or human's; `auto`: 1 until leave-one-out on the labels (the teacher's and humans', else the usage labels themselves) shows 0.25 or 0.5 does better; a number pins the fold"),
+    Field("usage_without_outcome", "TOOLSELECT_USAGE_WITHOUT_OUTCOME", _choice("shown", "never", "always"), "whether a turn reported without an outcome labels the tool it used (tier `usage`): `shown` only when its `search_id` shows the tool was among those ranked for it, `never`, or `always` (BENCHMARKS.md, agent simulation)"),
+    Field("search_ttl_s", "TOOLSELECT_SEARCH_TTL", _float(1.0, 7 * 86400.0), "seconds a `search_id` is remembered, so a turn reported with it is linked to what was shown"),
+    Field("searches_kept", "TOOLSELECT_SEARCHES_KEPT", _int(0, 10_000_000), "search ids remembered at once (oldest forgotten first; about 200 bytes each plus the shown names); 0 turns the linking off"),
     Field("exemplar_weight", "TOOLSELECT_EXEMPLAR_WEIGHT", _float(0.0, 1000.0), "weight of each learned exemplar vector in its tool's centroid"),
     Field("margin_floor", "TOOLSELECT_MARGIN_FLOOR", _auto_or(_float(0.0, 2.0)), "top-1/top-2 margin at which the ranker's own label is trusted; `auto`: where the probability that the ranker's top-1 is right, calibrated on the teacher's and humans' labels, reaches `TOOLSELECT_FREE_TIER_PRECISION`"),
     Field("free_tier_precision", "TOOLSELECT_FREE_TIER_PRECISION", _float(0.5, 1.0), "calibrated probability of being right the free (ranker) tier needs before it labels a turn"),

@@ -197,6 +197,20 @@ class Metrics:
             multiprocess_mode="mostrecent",
             registry=r,
         )
+        self.searched_turns = Counter(
+            "toolselect_searched_turns",
+            "Observed turns that reported a search id, by where the used tool stood: `shown`"
+            " (online recall's numerator), `not_shown`, `unknown` (expired, or from another"
+            " replica), `other_pack`",
+            ["status"],
+            registry=r,
+        )
+        self.fold_usage_weight = Gauge(
+            "toolselect_fold_usage_weight",
+            "Weight of the agents' usage labels (successful choices) in the centroids",
+            multiprocess_mode="mostrecent",
+            registry=r,
+        )
         self.teacher_depth = Gauge(
             "toolselect_teacher_depth",
             "Ranked candidates the teacher is shown",

@@ -23,6 +23,7 @@ DEFAULT_K = 5
 class Selection:
     selected: list[str]
     reason: str
+    search_id: str | None = None
 
 
 def check_text(text: str, field: str, max_bytes: int) -> None:

@@ -99,7 +99,7 @@ def test_fold_moves_off_a_misleading_description_weight() -> None:
     fold, source, scores, loo = F.choose_fold(F.Products(view), prior)
     assert source == "validated"
     assert fold.description_weight < 64.0
-    by_point = {(dw, p, w): top1 for dw, p, w, top1 in scores}
+    by_point = {(dw, p, w): top1 for dw, p, w, _, top1 in scores}
     chosen = by_point[(fold.description_weight, fold.shrink, fold.self_weight)]
     assert loo.top1 == chosen > by_point[(64.0, 0.0, 0.0)]
 
@@ -116,7 +116,7 @@ def test_the_rankers_own_labels_count_only_when_validated() -> None:
     prior = F.FoldWeights(64.0, 0.0, 1.0)
     view, _ = _ranker(prior, descriptions, [*learned[1::2], *wrong]).label_view(1000)
     fold, source, scores, _ = F.choose_fold(F.Products(view), prior)
-    assert {w for _, _, w, _ in scores} == set(F.SELF_WEIGHTS)
+    assert {w for _, _, w, _, _ in scores} == set(F.SELF_WEIGHTS)
     assert (source, fold.self_weight) == ("validated", 0.0)
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 import subprocess
 import sys
 
 import pytest
 
-from toolselect.learn.detect import Flag, RankSignal
+from toolselect.learn.detect import Flag, FlagReason, RankSignal
 from toolselect.oracle.tiers import DEFAULT_TIERS, Plan, outcome_class, plan
 
 FLOOR = 0.05
@@ -189,11 +190,12 @@ def test_ranker_never_confirms_the_fallback_that_flagged_the_turn() -> None:
     assert (other.tier, other.label) == ("ranker", "send_email")
 
 
-def test_a_turn_not_worth_a_teacher_call_is_declined() -> None:
-    """Below the floor but outside the teacher's share, the turn is declined, saying why."""
+def test_a_disagreement_not_worth_a_teacher_call_is_declined() -> None:
+    """Below the floor but outside the teacher's share, a disagreement on a turn that worked is
+    declined, saying why."""
     decision = plan(
-        Flag("fallback"),
-        None,
+        Flag("disagreement"),
+        "ok",
         RankSignal("send_email", 0.01),
         margin_floor=0.05,
         ratchet_label=None,
@@ -201,3 +203,61 @@ def test_a_turn_not_worth_a_teacher_call_is_declined() -> None:
     )
     assert (decision.tier, decision.escalate, decision.label) == ("declined", False, None)
     assert decision.reason is not None and "not worth a teacher call" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("reason", "outcome"), [("fallback", None), ("fallback", "ok"), ("failed", "error")]
+)
+def test_turns_where_the_agent_could_not_find_its_tool_are_always_worth_a_call(
+    reason: FlagReason, outcome: str | None
+) -> None:
+    """Fallback and failed turns go to the teacher whatever the share says."""
+    decision = plan(
+        Flag(reason),
+        outcome,
+        RankSignal("send_email", 0.01),
+        margin_floor=0.05,
+        ratchet_label=None,
+        teacher_worth=False,
+    )
+    assert (decision.tier, decision.escalate) == ("teacher", True)
+
+
+def test_the_ranker_never_labels_a_failed_turn_with_the_tool_that_failed() -> None:
+    decision = plan(
+        Flag("failed"),
+        "error",
+        RankSignal("send_email", 0.9),
+        margin_floor=0.05,
+        ratchet_label=None,
+        used_tool="send_email",
+    )
+    assert (decision.tier, decision.escalate) == ("teacher", True)
+    assert decision.reason == "ranker top-1 is the tool that failed"
+    other = plan(
+        Flag("failed"),
+        "error",
+        RankSignal("send_slack_message", 0.9),
+        margin_floor=0.05,
+        ratchet_label=None,
+        used_tool="send_email",
+    )
+    assert (other.tier, other.label) == ("ranker", "send_slack_message")
+
+
+def test_the_ranker_never_labels_a_fallback_with_a_tool_the_agent_was_shown() -> None:
+    """The agent saw the ranker's top-1 and improvised instead: not a free label."""
+    kwargs: dict[str, Any] = {
+        "margin_floor": 0.05,
+        "ratchet_label": None,
+        "used_tool": "shell_exec",
+    }
+    shown = plan(
+        Flag("fallback"), "ok", RankSignal("send_email", 0.9), shown=("send_email",), **kwargs
+    )
+    assert (shown.tier, shown.escalate) == ("teacher", True)
+    assert shown.reason == "ranker top-1 was shown to the agent, which did not use it"
+    unseen = plan(
+        Flag("fallback"), "ok", RankSignal("send_email", 0.9), shown=("crypto_price",), **kwargs
+    )
+    assert (unseen.tier, unseen.label) == ("ranker", "send_email")

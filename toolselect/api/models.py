@@ -49,6 +49,9 @@ class RankResponse(_Strict):
     margin: float = Field(description="Top-1 minus top-2 score (top-1 alone: its score).")
     embedder: str
     took_ms: float
+    search_id: str = Field(
+        description="Report it with the turn (`/v1/observe`) so toolselect knows what was shown."
+    )
 
 
 class PromptKitQuery(BaseModel):
@@ -84,15 +87,37 @@ class SelectRequest(BaseModel):
 class SelectResponse(_Strict):
     selected: list[str]
     reason: str
+    search_id: str | None = None
+
+
+# Tools one observed turn may list in `used_tools`.
+MAX_USED_TOOLS = 64
 
 
 class ObserveRequest(_Strict):
     request: str
-    used_tool: str = Field(max_length=256)
+    used_tool: str | None = Field(
+        default=None,
+        max_length=256,
+        description="The tool the turn used; required unless `used_tools` is given, and then "
+        "one of them.",
+    )
+    used_tools: list[Annotated[str, Field(max_length=256)]] | None = Field(
+        default=None,
+        max_length=MAX_USED_TOOLS,
+        description="Every tool the turn used, in order (the first labels the request).",
+    )
     turn_id: str | None = Field(default=None, max_length=256)
     agent_id: str | None = Field(default=None, max_length=256)
     pack: str | None = Field(default=None, max_length=256)
     outcome: Literal["ok", "error", "corrected"] | None = None
+    search_id: str | None = Field(
+        default=None,
+        max_length=256,
+        description="The `search_id` of the ranking the agent was shown; unknown or expired "
+        "ids are accepted and counted.",
+    )
+    session_id: str | None = Field(default=None, max_length=256)
 
 
 class ObserveResponse(_Strict):
@@ -159,6 +184,7 @@ class FoldPoint(_Strict):
     description_weight: float
     shrink: float
     self_weight: float
+    usage_weight: float
     top1: float
 
 
@@ -166,6 +192,7 @@ class FoldOut(_Strict):
     description_weight: float
     shrink: float
     self_weight: float
+    usage_weight: float
     source: str = Field(description="`prior`, `validated` (chosen by leave-one-out) or `pinned`")
     validation: list[FoldPoint]
 

@@ -42,13 +42,15 @@ async def rank(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_model(request, m.RankRequest)
     started = time.perf_counter()
-    ranking = await service.ranking.rank(body.query, body.k, tools=body.tools, pack=body.pack)
+    search = await service.ranking.search(body.query, body.k, tools=body.tools, pack=body.pack)
+    ranking = search.ranking
     return json_response(
         m.RankResponse(
             results=[m.RankedTool(tool=r.tool, score=r.score) for r in ranking.results],
             margin=ranking.margin,
             embedder=service.ranking.embedder_id,
             took_ms=round((time.perf_counter() - started) * 1e3, 3),
+            search_id=search.search_id,
         )
     )
 
@@ -60,7 +62,11 @@ async def select(request: web.Request) -> web.Response:
     selection = await service.ranking.select(
         body.query.Text, candidates, body.query.K, pack=body.query.PackID or None
     )
-    return json_response(m.SelectResponse(selected=selection.selected, reason=selection.reason))
+    return json_response(
+        m.SelectResponse(
+            selected=selection.selected, reason=selection.reason, search_id=selection.search_id
+        )
+    )
 
 
 async def put_tools(request: web.Request) -> web.Response:
@@ -155,17 +161,35 @@ async def observe_batch(request: web.Request) -> web.Response:
 def _observe(service: Service, turn: m.ObserveRequest) -> bool:
     return service.learning.observe(
         turn.request,
-        turn.used_tool,
+        turn.used_tool or "",
         turn_id=turn.turn_id,
         agent_id=turn.agent_id,
         pack=turn.pack,
         outcome=turn.outcome,
+        session_id=turn.session_id,
+        used_tools=turn.used_tools or (),
+        search_id=turn.search_id,
     )
 
 
 def _check_turn(service: Service, turn: m.ObserveRequest, prefix: str) -> None:
-    """Text limits of a turn; an empty request or used tool is allowed (never flagged)."""
-    for field, value in (("request", turn.request), ("used_tool", turn.used_tool)):
+    """Text limits of a turn, and its used tools; an empty request or used tool is allowed
+    (never flagged)."""
+    if turn.used_tool is None and not turn.used_tools:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"expected {prefix}used_tool or a non-empty {prefix}used_tools",
+            f"{prefix}used_tool",
+        )
+    if turn.used_tool is not None and turn.used_tools and turn.used_tool not in turn.used_tools:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"expected {prefix}used_tool to be one of {prefix}used_tools",
+            f"{prefix}used_tool",
+        )
+    for field, value in (("request", turn.request), ("used_tool", turn.used_tool or "")):
         size = len(value.encode("utf-8", "surrogatepass"))
         if size > service.settings.max_query_bytes:
             raise ApiError(

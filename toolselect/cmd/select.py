@@ -157,6 +157,7 @@ async def _select(
                 tool=e.tool,
                 vector=fresh[e.id] if e.id in fresh else np.asarray(e.embedding, np.float32),
                 trusted=e.tier in TRUSTED_TIERS,
+                usage=e.tier == "usage",
             )
             for e in exemplars
         ]
@@ -179,9 +180,11 @@ async def _read(
 
 def _ranker(settings: Settings) -> CentroidRanker:
     """The ranker a service starts with: its description weight, exemplar weight and the
-    self-label weight before any refit."""
+    self-label and usage-label weights before any refit."""
+    usage = settings.usage_label_weight
     return CentroidRanker(
         description_weight=settings.centroid_description_weight,
         exemplar_weight=settings.exemplar_weight,
         self_weight=settings.self_label_weight or 0.0,
+        usage_weight=1.0 if usage is None else usage,
     )

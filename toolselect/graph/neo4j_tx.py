@@ -91,7 +91,9 @@ async def save_exemplars(
     keys = {e.query_norm: query_key(e.query_norm) for e in exemplars}
     guard = {"tools": sorted({e.tool for e in exemplars}), "keys": sorted(keys.values())}
     found = await one(tx, "exemplars_guard", guard)
-    stored = {s["query_norm"]: StoredLabel(s["tool"], s["tier"]) for s in found["stored"]}
+    stored = {
+        s["query_norm"]: StoredLabel(s["tool"], s["tier"], s["count"] or 1) for s in found["stored"]
+    }
     plan = plan_saves(exemplars, stored, set(found["known"]))
     if not plan.changing:
         return plan.result()

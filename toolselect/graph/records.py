@@ -17,11 +17,17 @@ from typing import Any, Literal
 
 from toolselect.names import bare_name, namespace, normalise_query
 
-Tier = Literal["ranker", "teacher", "feedback"]
-TIER_STRENGTH: Mapping[str, int] = {"ranker": 1, "teacher": 2, "feedback": 3}
+Tier = Literal["ranker", "usage", "teacher", "feedback"]
+# `usage` is an agent's own successful choice: stronger than the ranker's confident top-1 (the
+# agent saw the result), weaker than a teacher's or a human's label (agents make mistakes).
+TIER_STRENGTH: Mapping[str, int] = {"ranker": 1, "usage": 2, "teacher": 3, "feedback": 4}
 # Labels whose truth does not come from the ranker: they calibrate and validate the loop.
 TRUSTED_TIERS = frozenset({"teacher", "feedback"})
 Outcome = Literal["ok", "error", "corrected"]
+# Where a turn's used tool stood in the search it reports (`search_id`): among the tools shown,
+# not among them, or the search is not known here (unknown, expired, forgotten, or from another
+# replica or pack).
+SearchStatus = Literal["shown", "not_shown", "unknown", "other_pack"]
 OracleResult = Literal["labeled", "declined", "limit_reached", "error"]
 
 
@@ -92,11 +98,22 @@ class Turn:
     tier: str | None = None
     label: str | None = None
     result: str | None = None
+    session_id: str | None = None
+    # Every tool the turn used, in order, when it used more than one (`used_tool` is the first).
+    used_tools: tuple[str, ...] = ()
+    search_id: str | None = None
+    search_status: str | None = None
+    shown_position: int | None = None  # 1-based, among the tools the search showed
+    shown_k: int | None = None  # how many tools the search showed
 
 
 @dataclass(frozen=True, slots=True)
 class Exemplar:
-    """A confirmed (query -> tool) label; the store keeps one per normalised query."""
+    """A confirmed (query -> tool) label; the store keeps one per normalised query.
+
+    `count` is how many times the label was seen: a usage label confirmed again (the same
+    query used with the same tool) is counted on the one exemplar, whose `created_at` then
+    moves to the latest sighting (retention keeps what is seen recently)."""
 
     id: str
     query: str
@@ -108,6 +125,7 @@ class Exemplar:
     confidence: float = 1.0
     turn_id: str | None = None
     version: int = 0  # assigned by the store on every write
+    count: int = 1
 
     @property
     def query_norm(self) -> str:

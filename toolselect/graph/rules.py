@@ -73,9 +73,10 @@ def tool_from_row(row: Mapping[str, Any], packs: Iterable[str]) -> Tool:
 
 
 def turn_row(turn: Turn, write_time: WriteTime) -> dict[str, Any]:
-    """A turn's stored properties, one per field."""
+    """A turn's stored properties, one per field (the used tools as a JSON list, or None)."""
     row = {name: getattr(turn, name) for name in _TURN_FIELDS}
     row["at"] = write_time(turn.at)
+    row["used_tools"] = canonical_json(list(turn.used_tools)) if turn.used_tools else None
     return row
 
 
@@ -83,6 +84,7 @@ def turn_from_row(row: Mapping[str, Any], read_time: ReadTime) -> Turn:
     values: dict[str, Any] = {name: row.get(name) for name in _TURN_FIELDS}
     values["at"] = read_time(values["at"])
     values["flagged"] = bool(values["flagged"])
+    values["used_tools"] = tuple(json.loads(values["used_tools"] or "[]"))
     return Turn(**values)
 
 
@@ -111,6 +113,7 @@ def exemplar_from_row(row: Mapping[str, Any], read_time: ReadTime) -> Exemplar:
         confidence=float(row["confidence"]),
         turn_id=row.get("turn_id"),
         version=int(row["version"]),
+        count=int(row.get("count") or 1),
     )
 
 
@@ -143,6 +146,7 @@ class StoredLabel:
 
     tool: str
     tier: str
+    count: int = 1
 
 
 def last_per_name(tools: Sequence[Tool]) -> list[Tool]:
@@ -166,12 +170,23 @@ def check_tiers(exemplars: Iterable[Exemplar]) -> None:
 
 def supersedes(new: Exemplar, stored: StoredLabel | None) -> bool:
     """Whether `new` takes the place of the stored label of its query: never a downgrade
-    (feedback > teacher > ranker), and the same tool and tier again is no change."""
+    (feedback > teacher > usage > ranker), and the same tool and tier again is no change,
+    except for usage labels, which count sightings (`counted`). A usage label for another tool
+    replaces a stored usage label only when it has been seen at least as often."""
     if stored is None:
         return True
     if TIER_STRENGTH.get(stored.tier, 0) > TIER_STRENGTH[new.tier]:
         return False
+    if new.tier == "usage" and stored.tier == "usage":
+        return stored.tool == new.tool or new.count >= stored.count
     return not (stored.tool == new.tool and stored.tier == new.tier)
+
+
+def counted(new: Exemplar, stored: StoredLabel | None) -> Exemplar:
+    """`new` as written over `stored`: a usage label seen again carries the sightings so far."""
+    if stored is not None and new.tier == "usage" == stored.tier and new.tool == stored.tool:
+        return replace(new, count=stored.count + new.count)
+    return new
 
 
 def last_per_query(exemplars: Sequence[Exemplar]) -> list[Exemplar]:
@@ -223,8 +238,10 @@ def plan_saves(
             unknown.append(exemplar)
             continue
         key = exemplar.query_norm
-        if supersedes(exemplar, labels.get(key)):
-            labels[key] = StoredLabel(exemplar.tool, exemplar.tier)
+        stored_label = labels.get(key)
+        if supersedes(exemplar, stored_label):
+            exemplar = counted(exemplar, stored_label)
+            labels[key] = StoredLabel(exemplar.tool, exemplar.tier, exemplar.count)
             changing.append(exemplar)
     return SavePlan(tuple(changing), tuple(unknown))
 

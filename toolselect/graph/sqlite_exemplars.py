@@ -26,16 +26,16 @@ from toolselect.graph.sqlite_schema import BUMP_EXEMPLAR, NO_STATE, bump, dt, tr
 
 _INSERT = """
     INSERT INTO exemplars (id, query, query_norm, tool, tier, embedder, embedding, confidence,
-        created_at, turn_id, version)
+        created_at, turn_id, version, count)
     VALUES (:id, :query, :query_norm, :tool, :tier, :embedder, :embedding, :confidence,
-        :created_at, :turn_id, :version)"""
+        :created_at, :turn_id, :version, :count)"""
 _TOMBSTONE = """
     INSERT INTO exemplar_tombstones (query_norm, version) VALUES (?, ?)
     ON CONFLICT(query_norm) DO UPDATE SET version = excluded.version"""
 # Batches look keys up one by one (a cached statement, an index seek each): `IN (...)` lists
 # would need SQL built from the batch size, and `json_each` arrays cut text at NUL characters.
 _TOOL_EXISTS = "SELECT 1 FROM tools WHERE name = ?"
-_LABEL_OF_QUERY = "SELECT tool, tier FROM exemplars WHERE query_norm = ?"
+_LABEL_OF_QUERY = "SELECT tool, tier, count FROM exemplars WHERE query_norm = ?"
 _EXEMPLAR_OF_QUERY = "SELECT * FROM exemplars WHERE query_norm = ?"
 # The three steps of a `RetentionPlan`, newest first as `newest_first` orders; the exempt tiers
 # come as a JSON array (tier names hold no NUL).
@@ -76,7 +76,7 @@ def save(
     with transaction(conn):
         known = {name for name in names if _row(conn, _TOOL_EXISTS, name) is not None}
         stored = {
-            key: StoredLabel(row["tool"], row["tier"])
+            key: StoredLabel(row["tool"], row["tier"], row["count"])
             for key in keys
             if (row := _row(conn, _LABEL_OF_QUERY, key)) is not None
         }

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from toolselect.errors import StoreError
 from toolselect.graph.records import utc
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS tools (
@@ -29,6 +29,7 @@ _SCHEMA = (
         id TEXT PRIMARY KEY, request TEXT NOT NULL, used_tool TEXT NOT NULL, at TEXT NOT NULL,
         agent_id TEXT, pack TEXT, outcome TEXT, top1 TEXT, margin REAL, flagged INTEGER NOT NULL,
         flag_reason TEXT, tier TEXT, label TEXT, result TEXT)""",
+    # Version 2 columns are added by `_ADDED` (so files of version 1 get them too).
     "CREATE INDEX IF NOT EXISTS turns_at ON turns(at)",
     """CREATE TABLE IF NOT EXISTS exemplars (
         id TEXT NOT NULL UNIQUE, query TEXT NOT NULL, query_norm TEXT NOT NULL UNIQUE,
@@ -53,6 +54,17 @@ _SCHEMA = (
         ON CONFLICT(id) DO NOTHING""",
 )
 
+# Columns added after version 1: (table, column, type), added where missing.
+_ADDED = (
+    ("turns", "session_id", "TEXT"),
+    ("turns", "used_tools", "TEXT"),
+    ("turns", "search_id", "TEXT"),
+    ("turns", "search_status", "TEXT"),
+    ("turns", "shown_position", "INTEGER"),
+    ("turns", "shown_k", "INTEGER"),
+    ("exemplars", "count", "INTEGER NOT NULL DEFAULT 1"),
+)
+
 BUMP_CATALOG = "UPDATE meta SET catalog_version = catalog_version + 1 RETURNING catalog_version"
 BUMP_EXEMPLAR = "UPDATE meta SET exemplar_version = exemplar_version + 1 RETURNING exemplar_version"
 NO_STATE = "sqlite store has no state record; run migrate() first"
@@ -63,6 +75,10 @@ def create(conn: sqlite3.Connection) -> None:
     with transaction(conn):
         for statement in _SCHEMA:
             conn.execute(statement)
+        for table, column, kind in _ADDED:
+            present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
 
 

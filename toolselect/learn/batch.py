@@ -51,6 +51,7 @@ def prepare(
             signal,
             fallback_tools=fallback_tools,
             margin_floor=floor,
+            outcome=obs.outcome,
         )
         for obs, signal in zip(batch, signals, strict=True)
     ]

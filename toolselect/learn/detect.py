@@ -1,9 +1,10 @@
 """The mis-route detector: pure rules that say whether an observed turn looks mis-routed.
 
-Two signals, both cheap and embedding-free once the ranker has spoken:
+Three signals, all cheap and embedding-free once the ranker has spoken:
 - `fallback`: the agent used a tool it improvises with when it missed the right one
   (`shell_exec`, `fs_grep`, ...);
-- `disagreement`: the ranker was confident about another tool than the one the agent used.
+- `disagreement`: the ranker was confident about another tool than the one the agent used;
+- `failed`: the agent reported the turn `error` or `corrected` (the tool it used may be wrong).
 
 Names are compared by bare name (`mcp__shell_exec` is `shell_exec`), never by suffix
 (`my_shell_exec` is not `shell_exec`), so namespaced catalogs work without configuration.
@@ -17,7 +18,7 @@ from typing import Literal
 
 from toolselect.names import same_tool
 
-FlagReason = Literal["fallback", "disagreement"]
+FlagReason = Literal["fallback", "disagreement", "failed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +48,14 @@ def detect(
     *,
     fallback_tools: Collection[str],
     margin_floor: float,
+    outcome: str | None = None,
 ) -> Flag | None:
     """Flag a turn as mis-routed, or return None.
 
     `signal` is None when the ranker is not wired or its catalog is empty; then only the
     fallback rule applies. A fallback flag wins over a disagreement flag: it is the stronger
-    evidence (the agent improvised) and its policy row does not depend on the outcome.
+    evidence (the agent improvised) and its policy row does not depend on the outcome; a
+    disagreement wins over a failure (the ranker's confident top-1 is a candidate label).
     """
     if not request.strip() or not used_tool.strip():
         return None
@@ -66,4 +69,6 @@ def detect(
         and not same_tool(signal.top1, used_tool)
     ):
         return Flag("disagreement")
+    if outcome is not None and outcome.strip().lower() in ("error", "corrected"):
+        return Flag("failed")
     return None

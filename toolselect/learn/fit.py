@@ -1,11 +1,12 @@
 """Fitting the learning loop to the store's own labels (pure: numpy and scikit-learn, no I/O).
 
 Three choices that used to be constants are made here at run time, from the labels whose truth
-does not come from the ranker itself (tiers `teacher` and `feedback`), by leave-one-out:
+does not come from the ranker itself (tiers `teacher` and `feedback`; where there is none yet,
+the agents' own successful choices, tier `usage`), by leave-one-out:
 
 - **the fold** (`FoldWeights`): how much a tool's description weighs against its exemplars, how
   strongly many exemplars are shrunk towards their mean, and how much the ranker's own labels
-  count. The grid point with the best leave-one-out top-1 wins, unless it beats the prior by no
+  and the agents' usage labels count. The grid point with the best leave-one-out top-1 wins, unless it beats the prior by no
   more than two standard errors of the paired difference (then the prior stays: a choice must
   be backed by the labels, not by noise);
 - **the free tier** (`Calibration`): the probability that the ranker's top-1 is right, as an
@@ -17,8 +18,8 @@ does not come from the ranker itself (tiers `teacher` and `feedback`), by leave-
   candidates to contain the answer.
 
 Leave-one-out is exact and cheap. A centroid is the normalised `dw * d + S / n**p` (description
-`d`, exemplar sum `S` of `n` exemplars, the ranker's own labels weighted `self_weight`, shrink
-power `p`); with the products of the validation vectors with every `d` and sum computed once,
+`d`, exemplar sum `S` of `n` exemplars, the ranker's own labels weighted `self_weight`, usage
+labels `usage_weight`, shrink power `p`); with the products of the validation vectors with every `d` and sum computed once,
 each grid point is a few element-wise operations, and removing an exemplar from its own tool's
 centroid is a rank-one correction of one score.
 """
@@ -36,7 +37,7 @@ import numpy.typing as npt
 from toolselect.ranker import LabelView
 
 Matrix = npt.NDArray[np.float64]
-Scores = tuple[tuple[float, float, float, float], ...]
+Scores = tuple[tuple[float, float, float, float, float], ...]
 
 # Description weights tried (against exemplar weight 1) and shrink powers: 0 adds exemplars as a
 # sum (each one counts fully), 1 as their mean (a tool's many labels weigh like one), 0.5 between.
@@ -45,6 +46,10 @@ SHRINK_POWERS: tuple[float, ...] = (0.0, 0.5, 1.0)
 # How much the ranker's own labels count. They only ever agree with the ranker, so they start at
 # 0 (stored, used by the ratchet, but not moving centroids) until trusted labels show they help.
 SELF_WEIGHTS: tuple[float, ...] = (0.0, 0.5, 1.0)
+# How much an agent's successful choice counts against a teacher's or human's label. An agent
+# sometimes uses a wrong tool and still reports `ok`, so a usage label may count for less.
+USAGE_WEIGHTS: tuple[float, ...] = (0.25, 0.5, 1.0)
+DEFAULT_USAGE_WEIGHT = 1.0
 
 # The prior of the free tier: `PRIOR_LABELS` pseudo-labels spread evenly over margins 0..0.5,
 # right with probability 0.5 + 3 * margin (capped at 0.99), so the free tier starts labelling
@@ -63,11 +68,13 @@ _PRIOR_RIGHT = np.minimum(0.5 + 3.0 * _PRIOR_MARGINS, 0.99)
 @dataclass(frozen=True, slots=True)
 class FoldWeights:
     """How centroids are folded: `dw * description + exemplar_sum / count ** shrink`, where
-    the ranker's own (free-tier) labels count `self_weight` each and trusted ones 1."""
+    the ranker's own (free-tier) labels count `self_weight` each, the agents' usage labels
+    `usage_weight` each and trusted ones 1."""
 
     description_weight: float
     shrink: float = 0.0
     self_weight: float = 0.0
+    usage_weight: float = DEFAULT_USAGE_WEIGHT
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +122,7 @@ class Fit:
     labels: int
     embedder: str = ""
     fitted_at: datetime | None = None
-    # (description weight, shrink, self weight, leave-one-out top-1) per grid point
+    # (description weight, shrink, self weight, usage weight, leave-one-out top-1) per grid point
     scores: Scores = field(default=())
 
 
@@ -134,9 +141,10 @@ class FitPolicy:
 class Products:
     """The products of the validation vectors with every description and exemplar sum.
 
-    A tool's exemplar sum is `S = T + w * U` (trusted sum `T`, the ranker's own `U`, self
-    weight `w`), so every product with `S` is a combination of products with `T` and `U`,
-    computed once here for all the weights a grid tries.
+    A tool's exemplar sum is `S = T + w * U + a * G` (trusted sum `T`, the ranker's own `U` with
+    self weight `w`, the agents' usage labels `G` with usage weight `a`), so every product with
+    `S` is a combination of products with `T`, `U` and `G`, computed once here for all the
+    weights a grid tries.
     """
 
     def __init__(self, view: LabelView) -> None:
@@ -145,44 +153,54 @@ class Products:
         x = view.vectors
         x64 = x.astype(np.float64)
         rows = view.sum_rows
+        d = view.descriptions.astype(np.float64)
         # float32 products (the ranker's own precision), float64 from there on.
         self.xd: Matrix = (x @ view.descriptions.T).astype(np.float64)  # (V, n)
-        self.xt: Matrix = np.zeros_like(self.xd)
-        self.xu: Matrix = np.zeros_like(self.xd)
-        d = view.descriptions.astype(np.float64)
         self.dd: Matrix = np.einsum("ij,ij->i", d, d)
-        self.dt, self.du = np.zeros(n), np.zeros(n)
-        self.tt, self.uu, self.tu = np.zeros(n), np.zeros(n), np.zeros(n)
-        self.nt, self.nu = np.zeros(n), np.zeros(n)
-        if rows.size:
-            t, u, own = view.sums, view.own_sums, d[rows]
-            self.xt[:, rows] = x64 @ t.T
-            self.xu[:, rows] = x64 @ u.T
-            self.dt[rows] = np.einsum("ij,ij->i", own, t)
-            self.du[rows] = np.einsum("ij,ij->i", own, u)
-            self.tt[rows] = np.einsum("ij,ij->i", t, t)
-            self.uu[rows] = np.einsum("ij,ij->i", u, u)
-            self.tu[rows] = np.einsum("ij,ij->i", t, u)
-            self.nt[rows] = view.counts
-            self.nu[rows] = view.own_counts
         self.xx: Matrix = np.einsum("ij,ij->i", x64, x64)
+        groups = (
+            (view.sums, view.counts),
+            (view.own_sums, view.own_counts),
+            (view.usage_sums, view.usage_counts),
+        )
+        # Per group: products with the validation vectors, with the own description, counts;
+        # and the Gram of the groups' sums per tool.
+        self.xg = [np.zeros_like(self.xd) for _ in groups]
+        self.dg = [np.zeros(n) for _ in groups]
+        self.ng = [np.zeros(n) for _ in groups]
+        self.gg = [[np.zeros(n) for _ in groups] for _ in groups]
+        if rows.size:
+            own = d[rows]
+            for i, (sums, counts) in enumerate(groups):
+                self.xg[i][:, rows] = x64 @ sums.T
+                self.dg[i][rows] = np.einsum("ij,ij->i", own, sums)
+                self.ng[i][rows] = counts
+                for j in range(i + 1):
+                    gram = np.zeros(n)
+                    gram[rows] = np.einsum("ij,ij->i", sums, groups[j][0])
+                    self.gg[i][j] = self.gg[j][i] = gram
+        self.has_own = bool(view.own_counts.any())
+        self.has_usage = bool(view.usage_counts.any())
 
     def scores(self, weights: FoldWeights) -> Matrix:
         """Cosine of every validation vector with every centroid, its own vector left out."""
-        dw, p, w = weights.description_weight, weights.shrink, weights.self_weight
+        dw, p = weights.description_weight, weights.shrink
+        mix = (1.0, weights.self_weight, weights.usage_weight)
         owners = self.view.owners
         at = np.arange(owners.size)
-        xs = self.xt + w * self.xu
-        ds = self.dt + w * self.du
-        ss = self.tt + 2.0 * w * self.tu + w * w * self.uu
-        count = self.nt + w * self.nu
+        xs = sum(m * xg for m, xg in zip(mix, self.xg, strict=True))
+        ds = sum(m * dg for m, dg in zip(mix, self.dg, strict=True))
+        count = sum(m * ng for m, ng in zip(mix, self.ng, strict=True))
+        ss = sum(mix[i] * mix[j] * self.gg[i][j] for i in range(len(mix)) for j in range(len(mix)))
+        assert isinstance(xs, np.ndarray) and isinstance(ds, np.ndarray)
+        assert isinstance(count, np.ndarray) and isinstance(ss, np.ndarray)
         scale = _scale(count, p)
         num = dw * self.xd + scale[None, :] * xs
         norm2 = dw * dw * self.dd + 2.0 * dw * scale * ds + scale * scale * ss
         scores = num / _safe_sqrt(norm2)[None, :]
-        # The own tool's centroid without this vector, which counts c (1 when trusted, else w):
-        # S - c x over count - c.
-        c = np.where(self.view.trusted, 1.0, w)
+        # The own tool's centroid without this vector, which counts c (1 when trusted, the
+        # usage weight for a usage label, else the self weight): S - c x over count - c.
+        c = np.where(self.view.trusted, 1.0, np.where(self.view.usage, mix[2], mix[1]))
         own_xd, own_xs = self.xd[at, owners], xs[at, owners]
         own_scale = _scale(count[owners] - c, p)
         own_num = dw * own_xd + own_scale * (own_xs - c * self.xx)
@@ -235,21 +253,23 @@ def choose_fold(
     (weights 1/4, 1/2, 1/4): top-1 varies smoothly with the weight while single-label noise
     does not, so the smoothed maximum moves less from one sample of labels to the next.
     """
-    selfs = SELF_WEIGHTS if products.nu.any() else (prior.self_weight,)
-    lines = [(p, w) for p in SHRINK_POWERS for w in selfs]
-    grid = [FoldWeights(dw, p, w) for p, w in lines for dw in DESCRIPTION_WEIGHTS]
+    selfs = SELF_WEIGHTS if products.has_own else (prior.self_weight,)
+    usages = USAGE_WEIGHTS if products.has_usage else (prior.usage_weight,)
+    lines = [(p, w, a) for p in SHRINK_POWERS for w in selfs for a in usages]
+    grid = [FoldWeights(dw, p, w, a) for p, w, a in lines for dw in DESCRIPTION_WEIGHTS]
     results = {point: products.leave_one_out(point) for point in grid}
     if prior not in results:
         results[prior] = products.leave_one_out(prior)
     scores = tuple(
-        (f.description_weight, f.shrink, f.self_weight, r.top1) for f, r in results.items()
+        (f.description_weight, f.shrink, f.self_weight, f.usage_weight, r.top1)
+        for f, r in results.items()
     )
     smoothed: dict[FoldWeights, float] = {}
-    for p, w in lines:
-        row = [results[FoldWeights(dw, p, w)].top1 for dw in DESCRIPTION_WEIGHTS]
+    for p, w, a in lines:
+        row = [results[FoldWeights(dw, p, w, a)].top1 for dw in DESCRIPTION_WEIGHTS]
         padded = [row[0], *row, row[-1]]
         for i, dw in enumerate(DESCRIPTION_WEIGHTS):
-            smoothed[FoldWeights(dw, p, w)] = (
+            smoothed[FoldWeights(dw, p, w, a)] = (
                 0.25 * padded[i] + 0.5 * padded[i + 1] + 0.25 * padded[i + 2]
             )
     # Ties go to the grid point nearest the prior (the smallest change).
@@ -268,6 +288,7 @@ def _distance(a: FoldWeights, b: FoldWeights) -> float:
         abs(math.log2(a.description_weight / b.description_weight))
         + abs(a.shrink - b.shrink)
         + abs(a.self_weight - b.self_weight)
+        + abs(a.usage_weight - b.usage_weight)
     )
 
 
@@ -390,7 +411,8 @@ def fit(
     The fold is validated on every label, the ranker's own included: the teacher's labels are
     the turns the ranker was unsure of, and alone they favour whatever helps hard queries at
     the expense of the easy ones the free tier labelled. The calibration uses the trusted
-    labels only (the ranker's own are right by its own account, which would flatter it).
+    labels only (the ranker's own are right by its own account, which would flatter it), or,
+    while there is none, the agents' usage labels (`LabelView.validating`).
     """
     if view.size == 0 or view.descriptions.shape[0] < 2:
         return replace(prior_fit(policy, embedder), fitted_at=at)
@@ -401,8 +423,8 @@ def fit(
         loo = products.leave_one_out(fold)
     else:
         fold, source, scores, loo = choose_fold(products, policy.prior)
-    trusted = view.trusted
-    calibration = calibrate(loo.margins[trusted], loo.right[trusted], policy.target_precision)
+    truth = view.validating
+    calibration = calibrate(loo.margins[truth], loo.right[truth], policy.target_precision)
     return Fit(
         fold=fold,
         fold_source=source,

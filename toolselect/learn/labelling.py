@@ -1,7 +1,11 @@
-"""The labelling of flagged turns: the ratchet and the ranker inline, the teacher as tasks.
+"""The labelling of turns: the agent's own successful choice, the ratchet and the ranker inline,
+the teacher as tasks.
 
-`commit` takes a prepared batch and, for its flagged turns, looks up the ratchet labels in one
-store call and plans each turn's tier (`oracle.tiers.plan`). Ratchet and ranker labels are
+The agent is the first oracle: a turn whose used tool is in the catalog (not a fallback tool)
+and that worked (`outcome: ok`; without an outcome, as `usage_without_outcome` says) labels its
+request with that tool, tier `usage`, weaker than a teacher's or a human's label. `commit` takes
+a prepared batch and, for its flagged turns, looks up the ratchet labels in one store call and
+plans each turn's tier (`oracle.tiers.plan`). Ratchet and ranker labels are
 decided inline; every turn is recorded in one call (flagged or not, so analytics have
 denominators), the batch's labels are saved in one call and folded once. Teacher escalations run
 as separate tasks (bounded by `teacher_concurrency`) so a slow teacher never stalls intake; the
@@ -26,14 +30,15 @@ from toolselect.embed import Embedder
 from toolselect.errors import StoreUnavailable, ToolselectError
 from toolselect.graph.store import Exemplar, SaveResult, Store, Tier, Turn
 from toolselect.learn.batch import Prepared
-from toolselect.learn.records import LearnerConfig, LearnerStats
+from toolselect.learn.detect import is_fallback
+from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
-from toolselect.names import normalise_query
+from toolselect.names import bare_name, normalise_query
 from toolselect.oracle.base import Candidate, within_budget
 from toolselect.oracle.oracle import InFlight, Oracle
 from toolselect.oracle.tiers import plan
-from toolselect.ranker import CentroidRanker, Ranking
+from toolselect.ranker import CentroidRanker, Ranking, Snapshot
 
 log = structlog.get_logger("toolselect.learn")
 
@@ -76,6 +81,8 @@ class Labeller:
         # Turns the teacher tier finished, waiting for the write in flight to end.
         self._finished: list[Turn] = []
         self._finish_lock = asyncio.Lock()
+        # For the snapshot of that version: catalog names by bare name, and packs' members.
+        self._names: tuple[int, dict[str, list[str]], dict[str, frozenset[str]]] = (-1, {}, {})
 
     async def commit(self, prepared: Prepared) -> None:
         """Label the flagged turns of a prepared batch, record every turn, save and fold."""
@@ -100,14 +107,29 @@ class Labeller:
                 outcome=obs.outcome,
                 top1=signal.top1 if signal else None,
                 margin=signal.margin if signal else None,
+                session_id=obs.session_id,
+                used_tools=obs.used_tools,
+                search_id=obs.search_id,
+                search_status=obs.search_status,
+                shown_position=obs.shown_position,
+                shown_k=len(obs.shown) or None,
             )
+            used = self._usage_label(obs, prepared.snapshot)
+            if used is not None:
+                saves.append((turn, vector, used, "usage", 1.0))
             if flag is None:
+                if used is not None:
+                    turn = replace(turn, tier="usage", label=used, result="labeled")
+                    self._decided(turn)
                 turns.append(turn)
                 continue
             self._metrics.flags.labels(flag.reason).inc()
             existing = labels.get(normalise_query(obs.request))
             probability = self._confidence(ranking) if signal is not None else 0.0
-            if tuner is not None and signal is not None:
+            # The teacher share rations disagreements on turns that worked; turns where the
+            # agent could not find its tool (fallback, failed) are always worth a call.
+            rationed = flag.reason == "disagreement"
+            if tuner is not None and signal is not None and rationed:
                 tuner.flagged(probability)
             decision = plan(
                 flag,
@@ -117,7 +139,8 @@ class Labeller:
                 ratchet_label=existing.tool if existing else None,
                 tiers=self._config.tiers,
                 used_tool=obs.used_tool,
-                teacher_worth=tuner is None or tuner.worth_teaching(probability),
+                teacher_worth=tuner is None or not rationed or tuner.worth_teaching(probability),
+                shown=obs.shown if obs.search_status == "not_shown" else (),
             )
             teach = decision.escalate and self._oracle.active
             labelled = not decision.escalate and decision.label is not None
@@ -135,7 +158,7 @@ class Labeller:
                 result=result,
                 label=label,
             )
-            if decision.escalate and tuner is not None:
+            if decision.escalate and tuner is not None and rationed:
                 tuner.escalated()
             if teach:
                 escalations.append((turn, vector))
@@ -152,6 +175,42 @@ class Labeller:
             await self._on_saved(saved)
         for turn, vector in escalations:
             self._escalate(turn, vector)
+
+    def _usage_label(self, obs: Observation, snapshot: Snapshot) -> str | None:
+        """The catalog tool the agent's turn labels (tier `usage`), or None.
+
+        Only a turn that worked labels: `ok`, or no outcome as `usage_without_outcome` says
+        (`shown`: only when its search showed the tool). `error` and `corrected` never do."""
+        outcome = (obs.outcome or "").strip().lower()
+        if outcome != "ok":
+            rule = self._config.usage_without_outcome
+            if outcome or rule == "never" or (rule == "shown" and obs.search_status != "shown"):
+                return None
+        used = obs.used_tool
+        if not used.strip() or is_fallback(used, self._config.fallback_tools):
+            return None
+        return self._catalog_tool(used, obs.pack, snapshot)
+
+    def _catalog_tool(self, name: str, pack: str | None, snapshot: Snapshot) -> str | None:
+        """The catalog tool a used name denotes: the exact name, else the one tool of that bare
+        name (`mcp__fs__read` is `read`); within the turn's pack when that pack has tools."""
+        version, by_bare, packs = self._names
+        if version != snapshot.version:
+            by_bare, packs = {}, {}
+            for tool in snapshot.names:
+                by_bare.setdefault(bare_name(tool), []).append(tool)
+            self._names = (snapshot.version, by_bare, packs)
+        members: frozenset[str] | None = None
+        if pack and pack in snapshot.packs:
+            members = packs.get(pack)
+            if members is None:
+                members = packs[pack] = frozenset(
+                    snapshot.names[i] for i in snapshot.packs[pack].tolist()
+                )
+        found = [name] if name in snapshot.rows else by_bare.get(bare_name(name), [])
+        if members:
+            found = [tool for tool in found if tool in members]
+        return found[0] if len(found) == 1 else None
 
     def _decided(self, turn: Turn) -> None:
         self._metrics.decisions.labels(turn.tier or "none", turn.result or "none").inc()

@@ -91,18 +91,23 @@ class Learner:
         outcome: str | None = None,
     ) -> bool:
         """Queue a turn for the worker and return at once: True when queued, False when dropped."""
+        return self.offer(
+            Observation(
+                request=request,
+                used_tool=used_tool,
+                turn_id=turn_id or uuid.uuid4().hex,
+                at=self._clock(),
+                agent_id=agent_id,
+                pack=pack,
+                outcome=outcome,
+            )
+        )
+
+    def offer(self, observation: Observation) -> bool:
+        """`observe` for a turn already made into an `Observation` (stamped by the caller)."""
         if not self._accepting:
             self._metrics.dropped.labels("closed").inc()
             return False
-        observation = Observation(
-            request=request,
-            used_tool=used_tool,
-            turn_id=turn_id or uuid.uuid4().hex,
-            at=self._clock(),
-            agent_id=agent_id,
-            pack=pack,
-            outcome=outcome,
-        )
         return self._intake.offer(observation)
 
     @property

@@ -13,7 +13,8 @@ from datetime import datetime
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """One reported turn, as handed to `observe()`."""
+    """One reported turn, as handed to `observe()`, with where its used tool stood in the search
+    it reports (`search_status`, the tools `shown` and the used one's `shown_position`)."""
 
     request: str
     used_tool: str
@@ -22,6 +23,12 @@ class Observation:
     agent_id: str | None = None
     pack: str | None = None
     outcome: str | None = None
+    session_id: str | None = None
+    used_tools: tuple[str, ...] = ()
+    search_id: str | None = None
+    search_status: str | None = None
+    shown: tuple[str, ...] = ()
+    shown_position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +39,9 @@ class LearnerConfig:
 
     fallback_tools: Collection[str]
     margin_floor: float = 0.05
+    # Whether a turn reported without an outcome labels its used tool: `shown` (only when its
+    # search showed the tool), `never` or `always`.
+    usage_without_outcome: str = "shown"
     tiers: Sequence[str] = ("ratchet", "ranker", "teacher")
     queue_size: int = 1024
     # A burst is recorded in few store transactions: the worker takes what is queued, up to this.

@@ -1,8 +1,8 @@
 """The tuner: refits the fold, the free-tier calibration and the teacher's depth as labels grow.
 
 It keeps the current `Fit` (read by the learner on every flagged turn: one attribute read) and
-refits in a worker thread when the trusted labels (teacher and human) folded into the ranker have
-grown by `REFIT_GROWTH` since the last fit (and by at least `REFIT_MIN_NEW`), one refit at a time.
+refits in a worker thread when the labels it validates on (teacher and human; the agents' usage
+labels while there is none of those) folded into the ranker have grown by `REFIT_GROWTH` since the last fit (and by at least `REFIT_MIN_NEW`), one refit at a time.
 A refit that picks other fold weights re-folds every centroid (`CentroidRanker.reweight`).
 Settings may pin the fold (`TOOLSELECT_DESCRIPTION_WEIGHT=<number>`), the free tier
 (`TOOLSELECT_MARGIN_FLOOR=<number>`) and the teacher's depth (`TOOLSELECT_TEACHER_CANDIDATES`);
@@ -115,8 +115,8 @@ class Tuner:
             self._metrics.teacher_depth.set(depth)
 
     def labels_changed(self) -> None:
-        """Schedule a refit when enough trusted labels arrived since the last one."""
-        trusted = self._ranker.trusted_total
+        """Schedule a refit when enough validating labels arrived since the last one."""
+        trusted = self._ranker.validating_total
         grown = trusted - self._fitted_on
         if abs(grown) < max(REFIT_MIN_NEW, REFIT_GROWTH * self._fitted_on):
             return
@@ -139,7 +139,7 @@ class Tuner:
     async def refit(self) -> Fit:
         """Fit now (in a worker thread) and apply the result."""
         started = asyncio.get_running_loop().time()
-        trusted = self._ranker.trusted_total
+        trusted = self._ranker.validating_total
         at = self._clock()
 
         def run() -> Fit:
@@ -160,6 +160,7 @@ class Tuner:
                 fitted.fold.description_weight * exemplar_weight,
                 fitted.fold.shrink,
                 fitted.fold.self_weight,
+                fitted.fold.usage_weight,
             )
         self.current = fitted
         self._metrics.refits.inc()
@@ -170,6 +171,7 @@ class Tuner:
             description_weight=fitted.fold.description_weight,
             shrink=fitted.fold.shrink,
             self_weight=fitted.fold.self_weight,
+            usage_weight=fitted.fold.usage_weight,
             fold_source=fitted.fold_source,
             free_floor=fitted.calibration.floor,
             teacher_depth=fitted.teacher_depth,
@@ -204,6 +206,7 @@ class Tuner:
         self._metrics.fold_description_weight.set(fitted.fold.description_weight)
         self._metrics.fold_shrink.set(fitted.fold.shrink)
         self._metrics.fold_self_weight.set(fitted.fold.self_weight)
+        self._metrics.fold_usage_weight.set(fitted.fold.usage_weight)
         self._metrics.teacher_depth.set(fitted.teacher_depth)
         if fitted.fitted_at is not None:
             self._metrics.last_refit.set(fitted.fitted_at.timestamp())
@@ -220,10 +223,17 @@ def fit_payload(fitted: Fit, pinned_floor: bool = False) -> dict[str, object]:
             "description_weight": fitted.fold.description_weight,
             "shrink": fitted.fold.shrink,
             "self_weight": fitted.fold.self_weight,
+            "usage_weight": fitted.fold.usage_weight,
             "source": fitted.fold_source,
             "validation": [
-                {"description_weight": dw, "shrink": p, "self_weight": w, "top1": round(top1, 4)}
-                for dw, p, w, top1 in fitted.scores
+                {
+                    "description_weight": dw,
+                    "shrink": p,
+                    "self_weight": w,
+                    "usage_weight": a,
+                    "top1": round(top1, 4),
+                }
+                for dw, p, w, a, top1 in fitted.scores
             ],
         },
         "free_tier": {

@@ -8,21 +8,25 @@ The default policy of ARCHITECTURE.md ("Oracle policy"), row by row:
 | used != confident top-1 | none (unknown)   | ranker top-1         | teacher        |
 | used != confident top-1 | error/corrected  | ranker top-1         | teacher        |
 | used != confident top-1 | ok               | teacher              | teacher        |
+| used tool failed        | error/corrected  | ranker top-1         | teacher        |
 
-The last row escalates even when the ranker is confident: the agent's choice worked, so the
+The fourth row escalates even when the ranker is confident: the agent's choice worked, so the
 ranker's disagreement is not evidence the agent was wrong. The ranker never confirms the very
-fallback tool whose use flagged the turn (a turn flagged for `text_response` is not labelled
-`text_response` for free): that would teach the ranker the mis-route it was meant to catch. The floor is the calibrated
-one (`toolselect.learn.fit`) unless a setting pins it. With `teacher_worth` False (the turn is
-not among the most uncertain share the teacher budget is spent on) the teacher row declines. The `ratchet` tier (a label that
-already exists for the normalised query) is free and runs wherever it sits in the tier order;
-by default first. Tiers are tried in the configured order and the first that applies wins; when
+tool whose use flagged the turn (a turn flagged for `text_response`, or for a tool that failed,
+is not labelled with it for free): that would teach the ranker the mis-route it was meant to
+catch. Nor does it confirm a tool the agent was shown for this request and did not use
+(`shown`): the agent looked at it and chose otherwise. The floor is the calibrated one
+(`toolselect.learn.fit`) unless a setting pins it. With `teacher_worth` False (a disagreement
+not among the most uncertain share the teacher budget is spent on) the teacher row declines;
+fallback and failed turns, where the agent could not find its tool, are always worth a call.
+The `ratchet` tier (a label that already exists for the normalised query) is free and runs
+wherever it sits in the tier order; by default first. Tiers are tried in the configured order and the first that applies wins; when
 none applies the turn is `declined` with the reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,6 +51,9 @@ _RANKER_MAY_LABEL: dict[tuple[FlagReason, OutcomeClass], bool] = {
     ("disagreement", "unknown"): True,
     ("disagreement", "failed"): True,
     ("disagreement", "ok"): False,
+    ("failed", "unknown"): True,
+    ("failed", "failed"): True,
+    ("failed", "ok"): True,
 }
 
 
@@ -79,12 +86,17 @@ def ranker_refusal(
     *,
     margin_floor: float,
     used_tool: str = "",
+    shown: Collection[str] = (),
 ) -> str | None:
     """Why the ranker's top-1 is not an acceptable label here, or None when it is."""
     if signal is None or not signal.top1.strip():
         return "no ranker signal"
-    if flag.reason == "fallback" and used_tool and same_tool(signal.top1, used_tool):
-        return "ranker top-1 is the fallback tool that flagged the turn"
+    if flag.reason != "disagreement" and used_tool and same_tool(signal.top1, used_tool):
+        if flag.reason == "fallback":
+            return "ranker top-1 is the fallback tool that flagged the turn"
+        return "ranker top-1 is the tool that failed"
+    if not same_tool(signal.top1, used_tool) and any(same_tool(signal.top1, s) for s in shown):
+        return "ranker top-1 was shown to the agent, which did not use it"
     if not signal.margin >= margin_floor:  # written so that a NaN margin is refused too
         return f"ranker margin {signal.margin:.4f} below floor {margin_floor:.4f}"
     if not _RANKER_MAY_LABEL[(flag.reason, outcome_class(outcome))]:
@@ -102,12 +114,16 @@ def plan(
     tiers: Sequence[str] = DEFAULT_TIERS,
     used_tool: str = "",
     teacher_worth: bool = True,
+    shown: Collection[str] = (),
 ) -> Plan:
     """Decide which tier labels a flagged turn; see the module docstring for the table."""
     unknown = [t for t in tiers if t not in KNOWN_TIERS]
     if unknown:
         raise ValueError(f"expected tiers among {', '.join(KNOWN_TIERS)}, got {unknown[0]!r}")
-    refusal = ranker_refusal(flag, outcome, signal, margin_floor=margin_floor, used_tool=used_tool)
+    refusal = ranker_refusal(
+        flag, outcome, signal, margin_floor=margin_floor, used_tool=used_tool, shown=shown
+    )
+    teacher_worth = teacher_worth or flag.reason != "disagreement"
     for tier in tiers:
         if tier == "ratchet" and ratchet_label:
             return Plan("ratchet", label=ratchet_label)

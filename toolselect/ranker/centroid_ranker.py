@@ -19,6 +19,7 @@ import numpy.typing as npt
 from toolselect.errors import InvalidInput
 from toolselect.graph.store import Tool
 from toolselect.ranker.centroids import (
+    GROUPS,
     CatalogState,
     ExemplarSum,
     centroid_columns,
@@ -42,8 +43,11 @@ class CentroidRanker:
         exemplar_weight: float = 1.0,
         shrink: float = 0.0,
         self_weight: float = 1.0,
+        usage_weight: float = 1.0,
     ) -> None:
-        self._weights = checked_weights(description_weight, exemplar_weight, shrink, self_weight)
+        self._weights = checked_weights(
+            description_weight, exemplar_weight, shrink, self_weight, usage_weight
+        )
         self._snapshot = EMPTY_SNAPSHOT
         self._state = CatalogState()
         self._lock = threading.Lock()
@@ -82,7 +86,7 @@ class CentroidRanker:
 
     def exemplar_count(self, tool: str) -> int:
         """Exemplars naming `tool`, including those waiting for the tool to join the catalog."""
-        return sum(s[tool].count for s in (self._state.sums, self._state.own) if tool in s)
+        return sum(s[tool].count for s in self._state.groups.values() if tool in s)
 
     @property
     def exemplar_total(self) -> int:
@@ -92,6 +96,17 @@ class CentroidRanker:
     def trusted_total(self) -> int:
         """Exemplars whose label is trusted (teacher or human)."""
         return self._state.trusted
+
+    @property
+    def validating_total(self) -> int:
+        """Exemplars a fit validates on: the trusted ones, else the agents' usage labels."""
+        held = self._state.held
+        return held["trusted"] or held["usage"]
+
+    @property
+    def usage_weight(self) -> float:
+        """What one usage label counts in a centroid, against 1 for a trusted one."""
+        return self._weights.usage_weight
 
     @property
     def weights(self) -> tuple[float, float, float, float]:
@@ -198,7 +213,7 @@ class CentroidRanker:
                 touched.update(state.detach(query_norm))
             for lv, vector in zip(upserted, vectors, strict=True):
                 touched.update(state.detach(lv.query_norm))
-                state.attach(lv.query_norm, lv.tool, vector, lv.trusted)
+                state.attach(lv.query_norm, lv.tool, vector, lv.group)
                 touched.add(lv.tool)
             snap = self._snapshot
             changed = [name for name in touched if name in snap.rows]
@@ -208,10 +223,23 @@ class CentroidRanker:
                 self._swap(snap.names, columns, same_tools=True)
             return len(changed)
 
-    def reweight(self, description_weight: float, shrink: float, self_weight: float) -> bool:
-        """Fold every centroid again with new weights (the exemplar weight stays); True when
-        the weights changed."""
-        wanted = checked_weights(description_weight, self._weights.exemplar, shrink, self_weight)
+    def reweight(
+        self,
+        description_weight: float,
+        shrink: float,
+        self_weight: float,
+        usage_weight: float | None = None,
+    ) -> bool:
+        """Fold every centroid again with new weights (the exemplar weight stays, and the usage
+        weight unless given); True when the weights changed."""
+        current = self._weights
+        wanted = checked_weights(
+            description_weight,
+            current.exemplar,
+            shrink,
+            self_weight,
+            current.usage_weight if usage_weight is None else usage_weight,
+        )
         with self._lock:
             if wanted == self._weights:
                 return False
@@ -223,8 +251,8 @@ class CentroidRanker:
 
     def label_view(self, limit: int, seed: int = 0) -> tuple[LabelView, tuple[str, ...]]:
         """A copy of what a fit needs (see `LabelView`): descriptions and exemplar sums of the
-        catalog tools, and up to `limit` trusted exemplars and `limit` of the ranker's own (seeded
-        samples when there are more) whose tool is in the catalog; with the tool names by row."""
+        catalog tools, and up to `limit` exemplars of each label group (seeded samples when there
+        are more) whose tool is in the catalog; with the tool names by row."""
         with self._lock:
             state, snap = self._state, self._snapshot
             names = snap.names
@@ -232,28 +260,28 @@ class CentroidRanker:
             descriptions = np.empty((len(names), state.dim), dtype=np.float32)
             for i, name in enumerate(names):
                 descriptions[i] = state.descriptions[name]
-            held = sorted({name for name in (*state.sums, *state.own) if name in rows})
+            held = sorted({name for sums in state.groups.values() for name in sums if name in rows})
             sum_rows = np.fromiter((rows[name] for name in held), dtype=np.intp)
             zero = ExemplarSum(np.zeros(state.dim, dtype=np.float64))
-            trusted_sums = [state.sums.get(name, zero) for name in held]
-            own_sums = [state.own.get(name, zero) for name in held]
             empty = np.zeros((0, state.dim))
-            sums = np.vstack([t.total for t in trusted_sums]) if held else empty
-            own = np.vstack([t.total for t in own_sums]) if held else empty
-            counts = np.fromiter((t.count for t in trusted_sums), dtype=np.float64)
-            own_counts = np.fromiter((t.count for t in own_sums), dtype=np.float64)
+            totals, counts = {}, {}
+            for group in GROUPS:
+                found = [state.groups[group].get(name, zero) for name in held]
+                totals[group] = np.vstack([t.total for t in found]) if held else empty
+                counts[group] = np.fromiter((t.count for t in found), dtype=np.float64)
             labelled = [
-                (vector, rows[tool], ok)
-                for tool, vector, ok in state.exemplars.values()
+                (vector, rows[tool], group)
+                for tool, vector, group in state.exemplars.values()
                 if tool in rows
             ]
         rng = np.random.default_rng(seed)
-        picked: list[tuple[Vector, int, bool]] = []
-        for trusted in (True, False):
-            group = [item for item in labelled if item[2] is trusted]
-            if len(group) > limit:
-                group = [group[i] for i in sorted(rng.choice(len(group), limit, replace=False))]
-            picked += group
+        picked: list[tuple[Vector, int, str]] = []
+        for group in GROUPS:
+            members = [item for item in labelled if item[2] == group]
+            if len(members) > limit:
+                chosen = sorted(rng.choice(len(members), limit, replace=False))
+                members = [members[i] for i in chosen]
+            picked += members
         vectors = (
             np.vstack([v for v, _, _ in picked]).astype(np.float32)
             if picked
@@ -262,13 +290,16 @@ class CentroidRanker:
         view = LabelView(
             descriptions=descriptions,
             sum_rows=sum_rows,
-            sums=sums.astype(np.float64, copy=False),
-            counts=counts,
-            own_sums=own.astype(np.float64, copy=False),
-            own_counts=own_counts,
+            sums=totals["trusted"].astype(np.float64, copy=False),
+            counts=counts["trusted"],
+            own_sums=totals["own"].astype(np.float64, copy=False),
+            own_counts=counts["own"],
             vectors=vectors,
             owners=np.fromiter((row for _, row, _ in picked), dtype=np.intp),
-            trusted=np.fromiter((ok for _, _, ok in picked), dtype=np.bool_),
+            trusted=np.fromiter((g == "trusted" for _, _, g in picked), dtype=np.bool_),
+            usage_sums=totals["usage"].astype(np.float64, copy=False),
+            usage_counts=counts["usage"],
+            usage=np.fromiter((g == "usage" for _, _, g in picked), dtype=np.bool_),
         )
         return view, names
 
@@ -276,7 +307,7 @@ class CentroidRanker:
         """Forget every exemplar (e.g. before vectors of another embedder are folded)."""
         with self._lock:
             state, snap = self._state, self._snapshot
-            had = [name for name in {*state.sums, *state.own} if name in snap.rows]
+            had = sorted({name for sums in state.groups.values() for name in sums} & set(snap.rows))
             state.clear_exemplars()
             if had:
                 columns = snap.columns.copy()

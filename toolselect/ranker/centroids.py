@@ -3,11 +3,12 @@
 A tool's centroid is the normalised weighted sum of its description vector (weight
 `description`) and its exemplar vectors (each `exemplar / count ** shrink`: with `shrink` 0
 every exemplar counts fully, with 1 a tool's exemplars weigh like their mean; the ranker's own
-free-tier labels count `self_weight` each, trusted ones 1); normalising makes it the same
-direction as the weighted mean.
+free-tier labels count `self_weight` each, the agents' successful choices (`usage` labels)
+`usage_weight` each, trusted ones 1); normalising makes it the same direction as the weighted
+mean.
 
-Exemplars are kept as running sums per tool, apart for trusted labels and the ranker's own, so a
-fold recomputes only the tools it touched. Nothing here locks: `CentroidRanker` owns the one
+Exemplars are kept as running sums per tool, one set per label group (trusted, usage, the
+ranker's own), so a fold recomputes only the tools it touched. Nothing here locks: `CentroidRanker` owns the one
 `CatalogState` and mutates it under its writer lock.
 """
 
@@ -21,11 +22,16 @@ import numpy as np
 import numpy.typing as npt
 
 from toolselect.graph.store import Tool
-from toolselect.ranker.records import Vector
+from toolselect.ranker.records import Group, Vector
+
+# Where a label's truth comes from: a teacher or a human (`trusted`), the agent's own successful
+# choice (`usage`), or the ranker's own confident top-1 (`own`).
+GROUPS: tuple[Group, ...] = ("trusted", "usage", "own")
 
 
 class Weights(NamedTuple):
-    """How much a description, an exemplar and the ranker's own labels weigh in a centroid.
+    """How much a description, an exemplar, the agents' usage labels and the ranker's own labels
+    weigh in a centroid.
 
     A tuple, so that comparing weights (is a reweight a change?) keeps tuple semantics."""
 
@@ -33,10 +39,21 @@ class Weights(NamedTuple):
     exemplar: float
     shrink: float
     self_weight: float
+    usage_weight: float = 1.0
+
+    def of(self, group: Group) -> float:
+        """What one label of `group` counts, against 1 for a trusted one."""
+        return (
+            self.self_weight if group == "own" else self.usage_weight if group == "usage" else 1.0
+        )
 
 
 def checked_weights(
-    description_weight: float, exemplar_weight: float, shrink: float, self_weight: float
+    description_weight: float,
+    exemplar_weight: float,
+    shrink: float,
+    self_weight: float,
+    usage_weight: float = 1.0,
 ) -> Weights:
     """The weights, once they are known to be in range; ValueError otherwise."""
     if (
@@ -44,13 +61,14 @@ def checked_weights(
         or exemplar_weight < 0
         or not 0.0 <= shrink <= 1.0
         or not 0.0 <= self_weight <= 1.0
+        or not 0.0 <= usage_weight <= 1.0
     ):
         raise ValueError(
-            "expected non-negative weights, shrink and self weight in 0..1, got "
+            "expected non-negative weights, shrink, self and usage weights in 0..1, got "
             f"description_weight={description_weight}, exemplar_weight={exemplar_weight}, "
-            f"shrink={shrink}, self_weight={self_weight}"
+            f"shrink={shrink}, self_weight={self_weight}, usage_weight={usage_weight}"
         )
-    return Weights(description_weight, exemplar_weight, shrink, self_weight)
+    return Weights(description_weight, exemplar_weight, shrink, self_weight, usage_weight)
 
 
 @dataclass(slots=True)
@@ -69,22 +87,30 @@ class CatalogState:
     tools: dict[str, Tool] = field(default_factory=dict)
     descriptions: dict[str, Vector] = field(default_factory=dict)
     # Every exemplar, whether its tool is in the catalog or not (then it waits for the tool):
-    # query_norm -> (tool, vector, trusted).
-    exemplars: dict[str, tuple[str, Vector, bool]] = field(default_factory=dict)
-    # Exemplar sums per tool, apart for trusted labels and the ranker's own (free tier).
-    sums: dict[str, ExemplarSum] = field(default_factory=dict)
-    own: dict[str, ExemplarSum] = field(default_factory=dict)
-    trusted: int = 0
+    # query_norm -> (tool, vector, group).
+    exemplars: dict[str, tuple[str, Vector, Group]] = field(default_factory=dict)
+    # Exemplar sums per label group, then per tool.
+    groups: dict[Group, dict[str, ExemplarSum]] = field(
+        default_factory=lambda: {group: {} for group in GROUPS}
+    )
+    # Exemplars held per label group.
+    held: dict[Group, int] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0))
     dim: int = 0
 
-    def sums_of(self, trusted: bool) -> dict[str, ExemplarSum]:
-        return self.sums if trusted else self.own
+    @property
+    def sums(self) -> dict[str, ExemplarSum]:
+        """The trusted labels' sums."""
+        return self.groups["trusted"]
 
-    def attach(self, query_norm: str, tool: str, vector: Vector, trusted: bool) -> None:
+    @property
+    def trusted(self) -> int:
+        return self.held["trusted"]
+
+    def attach(self, query_norm: str, tool: str, vector: Vector, group: Group) -> None:
         """Hold an exemplar and add it to its tool's sum; the query must not be held already."""
-        self.exemplars[query_norm] = (tool, vector, trusted)
-        self.trusted += trusted
-        sums = self.sums_of(trusted)
+        self.exemplars[query_norm] = (tool, vector, group)
+        self.held[group] += 1
+        sums = self.groups[group]
         found = sums.get(tool)
         if found is None:
             found = sums[tool] = ExemplarSum(np.zeros(self.dim, dtype=np.float64))
@@ -96,9 +122,9 @@ class CatalogState:
         held = self.exemplars.pop(query_norm, None)
         if held is None:
             return ()
-        tool, vector, trusted = held
-        self.trusted -= trusted
-        sums = self.sums_of(trusted)
+        tool, vector, group = held
+        self.held[group] -= 1
+        sums = self.groups[group]
         found = sums[tool]
         found.count -= 1
         if found.count == 0:
@@ -110,9 +136,9 @@ class CatalogState:
 
     def clear_exemplars(self) -> None:
         self.exemplars.clear()
-        self.sums.clear()
-        self.own.clear()
-        self.trusted = 0
+        for group in GROUPS:
+            self.groups[group].clear()
+            self.held[group] = 0
 
 
 def centroid_columns(state: CatalogState, names: Sequence[str], weights: Weights) -> Vector:
@@ -122,15 +148,16 @@ def centroid_columns(state: CatalogState, names: Sequence[str], weights: Weights
         mix[i] = state.descriptions[name]
     mix *= weights.description
     for i, name in enumerate(names):
-        trusted, own = state.sums.get(name), state.own.get(name)
-        if trusted is None and (own is None or not weights.self_weight):
-            continue
-        total = np.zeros(state.dim) if trusted is None else trusted.total.copy()
-        count = 0.0 if trusted is None else float(trusted.count)
-        if own is not None and weights.self_weight:
-            total += weights.self_weight * own.total
-            count += weights.self_weight * own.count
-        mix[i] += total * (weights.exemplar / count**weights.shrink)
+        total: npt.NDArray[np.float64] | None = None
+        count = 0.0
+        for group in GROUPS:
+            found, weight = state.groups[group].get(name), weights.of(group)
+            if found is None or not weight:
+                continue
+            total = found.total * weight if total is None else total + found.total * weight
+            count += weight * found.count
+        if total is not None:
+            mix[i] += total * (weights.exemplar / count**weights.shrink)
     norms = np.sqrt(np.einsum("ij,ij->i", mix, mix))[:, None]
     np.divide(mix, norms, out=mix, where=norms > 0.0)
     columns = np.empty((state.dim, len(names)), dtype=np.float32)

@@ -7,11 +7,13 @@ rankings around (the selection endpoint, the learner) need not know how they are
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 Vector = npt.NDArray[np.float32]
+Group = Literal["trusted", "usage", "own"]
 Rows = npt.NDArray[np.intp]
 
 
@@ -47,12 +49,18 @@ EMPTY_RANKING = Ranking((), 0.0)
 @dataclass(frozen=True, slots=True)
 class LearnedVector:
     """An exemplar as the ranker needs it: its normalised query, its tool, its vector, and
-    whether its label is trusted (a teacher's or a human's, not the ranker's own top-1)."""
+    where its label comes from: trusted (a teacher's or a human's), usage (an agent's successful
+    choice), or else the ranker's own top-1."""
 
     query_norm: str
     tool: str
     vector: npt.NDArray[np.floating]
     trusted: bool = False
+    usage: bool = False
+
+    @property
+    def group(self) -> Group:
+        return "trusted" if self.trusted else "usage" if self.usage else "own"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +68,11 @@ class LabelView:
     """What a fit needs from the ranker, copied at one instant.
 
     `descriptions[i]` is tool `i`'s description vector; `sums[j]`/`counts[j]` the sum and count
-    of the trusted exemplars of tool `sum_rows[j]`, `own_sums[j]`/`own_counts[j]` those of the
-    ranker's own labels (only tools with exemplars); `vectors[v]` an exemplar whose tool is row
-    `owners[v]`, already folded into that tool's trusted sum when `trusted[v]`, else its own.
+    of the trusted exemplars of tool `sum_rows[j]`, `usage_sums[j]`/`usage_counts[j]` those of
+    the agents' usage labels, `own_sums[j]`/`own_counts[j]` those of the ranker's own labels
+    (only tools with exemplars); `vectors[v]` an exemplar whose tool is row `owners[v]`, already
+    folded into that tool's trusted sum when `trusted[v]`, its usage sum when `usage[v]`, else
+    its own.
     """
 
     descriptions: npt.NDArray[np.float32]
@@ -74,8 +84,17 @@ class LabelView:
     own_sums: npt.NDArray[np.float64]
     own_counts: npt.NDArray[np.float64]
     trusted: npt.NDArray[np.bool_]
+    usage_sums: npt.NDArray[np.float64]
+    usage_counts: npt.NDArray[np.float64]
+    usage: npt.NDArray[np.bool_]
+
+    @property
+    def validating(self) -> npt.NDArray[np.bool_]:
+        """The labels whose truth does not come from the ranker: trusted ones, and the agents'
+        usage labels (what the ranker should predict) when there is no trusted label."""
+        return self.trusted if self.trusted.any() else self.usage
 
     @property
     def size(self) -> int:
-        """Trusted labels among the exemplars."""
-        return int(self.trusted.sum())
+        """Labels a fit validates on (`validating`)."""
+        return int(self.validating.sum())

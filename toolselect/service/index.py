@@ -191,6 +191,7 @@ class LiveIndex:
                 if e.id in fresh_vectors
                 else np.asarray(e.embedding, dtype=np.float32),
                 trusted=e.tier in TRUSTED_TIERS,
+                usage=e.tier == "usage",
             )
             for e in exemplars
         ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from toolselect.analytics.surfaces import analysis_payload
@@ -12,9 +13,12 @@ from toolselect.errors import NotFound
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.store import Exemplar, Turn
 from toolselect.learn.learner import Learner
+from toolselect.learn.records import Observation
 from toolselect.learn.tuning import Tuner, fit_payload
+from toolselect.metrics import Metrics
 from toolselect.service.index import LiveIndex
 from toolselect.service.ranking import RankingFacade
+from toolselect.service.searches import SearchLog
 
 
 class LearningFacade:
@@ -29,6 +33,8 @@ class LearningFacade:
         queries: Embedder,
         ranking: RankingFacade,
         clock: Clock,
+        searches: SearchLog,
+        metrics: Metrics,
         *,
         pinned_floor: bool,
     ) -> None:
@@ -40,6 +46,8 @@ class LearningFacade:
         self._ranking = ranking
         self._clock = clock
         self._pinned_floor = pinned_floor
+        self._searches = searches
+        self._metrics = metrics
 
     def observe(
         self,
@@ -50,10 +58,36 @@ class LearningFacade:
         agent_id: str | None = None,
         pack: str | None = None,
         outcome: str | None = None,
+        session_id: str | None = None,
+        used_tools: Sequence[str] = (),
+        search_id: str | None = None,
     ) -> bool:
-        """Hand a turn to the learner; never blocks, never raises for a full queue."""
-        return self._learner.observe(
-            request, used_tool, turn_id=turn_id, agent_id=agent_id, pack=pack, outcome=outcome
+        """Hand a turn to the learner; never blocks, never raises for a full queue.
+
+        `used_tools` lists every tool of a turn that used several (`used_tool`, when empty, is
+        the first of them); with `search_id` the turn is linked to what that search showed."""
+        tools = tuple(used_tools)
+        used = used_tool or (tools[0] if tools else "")
+        placement = None
+        if search_id:
+            placement = self._searches.place(search_id, used, pack)
+            self._metrics.searched_turns.labels(placement.status).inc()
+        return self._learner.offer(
+            Observation(
+                request=request,
+                used_tool=used,
+                turn_id=turn_id or uuid.uuid4().hex,
+                at=self._clock(),
+                agent_id=agent_id,
+                pack=pack,
+                outcome=outcome,
+                session_id=session_id,
+                used_tools=tools if len(tools) > 1 else (),
+                search_id=search_id,
+                search_status=placement.status if placement else None,
+                shown=placement.shown if placement else (),
+                shown_position=placement.position if placement else None,
+            )
         )
 
     async def turn_when_done(self, turn_id: str, timeout_s: float) -> Turn | None:

@@ -14,7 +14,12 @@ from toolselect.embed import CachedEmbedder, Embedder, RecentVectors
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.spool import Spool
 from toolselect.graph.store import Store
-from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
+from toolselect.learn.fit import (
+    DEFAULT_TEACHER_DEPTH,
+    DEFAULT_USAGE_WEIGHT,
+    FitPolicy,
+    FoldWeights,
+)
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
@@ -26,6 +31,7 @@ from toolselect.service.catalog import CatalogFacade
 from toolselect.service.index import LiveIndex, Progress
 from toolselect.service.learning import LearningFacade
 from toolselect.service.ranking import RankingFacade
+from toolselect.service.searches import SearchLog
 
 
 def build_teacher(settings: Settings) -> Teacher | None:
@@ -70,6 +76,12 @@ class Parts:
     ranking: RankingFacade
     catalog: CatalogFacade
     learning: LearningFacade
+    searches: SearchLog
+
+
+def _usage_weight(settings: Settings) -> float:
+    pinned = settings.usage_label_weight
+    return DEFAULT_USAGE_WEIGHT if pinned is None else pinned
 
 
 def _tuner(
@@ -79,6 +91,7 @@ def _tuner(
     prior = FoldWeights(
         settings.centroid_description_weight / (ew or 1.0),
         self_weight=settings.self_label_weight or 0.0,
+        usage_weight=_usage_weight(settings),
     )
     return Tuner(
         ranker,
@@ -92,6 +105,7 @@ def _tuner(
         embedder=embedder.id,
         pinned_fold=settings.description_weight is not None
         or settings.self_label_weight is not None
+        or settings.usage_label_weight is not None
         or ew == 0.0,
         pinned_floor=settings.margin_floor,
         pinned_depth=settings.teacher_candidates is not None,
@@ -133,6 +147,7 @@ def compose(
         description_weight=settings.centroid_description_weight,
         exemplar_weight=settings.exemplar_weight,
         self_weight=settings.self_label_weight or 0.0,
+        usage_weight=_usage_weight(settings),
     )
     tuner = _tuner(settings, ranker, embedder, metrics, clock)
     index = LiveIndex(buffered, embedder, ranker, tuner, metrics, load_progress=load_progress)
@@ -158,13 +173,15 @@ def compose(
             queue_size=settings.queue_size,
             teacher_full_catalog=settings.teacher_full_catalog,
             teacher_max_input_tokens=settings.teacher_max_input_tokens,
+            usage_without_outcome=settings.usage_without_outcome,
             overlap_writes=settings.store_kind == "neo4j",
         ),
         tuner=tuner,
         metrics=metrics,
         clock=clock,
     )
-    ranking = RankingFacade(settings, index, queries, metrics)
+    searches = SearchLog(settings.searches_kept, settings.search_ttl_s)
+    ranking = RankingFacade(settings, index, queries, metrics, searches)
     return Parts(
         settings=settings,
         metrics=metrics,
@@ -187,6 +204,9 @@ def compose(
             queries,
             ranking,
             clock,
+            searches,
+            metrics,
             pinned_floor=settings.margin_floor is not None,
         ),
+        searches=searches,
     )

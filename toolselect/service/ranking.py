@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -21,8 +22,17 @@ from toolselect.metrics import Metrics
 from toolselect.ranker import Ranking
 from toolselect.selection import Selection, check_text, choose
 from toolselect.service.index import LiveIndex
+from toolselect.service.searches import SearchLog
 
 _CANDIDATE_CACHE_SIZE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    """A ranking as answered to a caller, with the id a turn reports it by."""
+
+    ranking: Ranking
+    search_id: str
 
 
 class RankingFacade:
@@ -34,6 +44,7 @@ class RankingFacade:
         index: LiveIndex,
         queries: Embedder,
         metrics: Metrics,
+        searches: SearchLog,
     ) -> None:
         self._settings = settings
         self._ranker = index.ranker
@@ -41,6 +52,7 @@ class RankingFacade:
         self._check_ready = index.check_ready
         self._queries = queries
         self._metrics = metrics
+        self._searches = searches
         self._candidate_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @property
@@ -73,19 +85,34 @@ class RankingFacade:
         self._metrics.rank_latency.observe(time.perf_counter() - started)
         return ranking
 
+    async def search(
+        self,
+        query: str,
+        k: int = 5,
+        *,
+        tools: Sequence[str] | None = None,
+        pack: str | None = None,
+    ) -> Search:
+        """`rank`, remembered under a new search id (what an agent is shown)."""
+        ranking = await self.rank(query, k, tools=tools, pack=pack)
+        return Search(ranking, self._searches.record(ranking.tools, pack))
+
     async def select(
         self, text: str, candidates: Sequence[Tool], k: int, *, pack: str | None = None
     ) -> Selection:
-        """PromptKit selection: only candidate names, at most k, unknown ones ranked by text."""
+        """PromptKit selection: only candidate names, at most k, unknown ones ranked by text;
+        remembered under a new search id."""
         self.check_query(text, "query.Text")
         self._check_ready()
         max_k = self._settings.max_k
         if not candidates:
-            return choose(self._ranker, np.zeros(0, np.float32), (), None, k, max_k)
-        vector = (await self._queries.embed([text]))[0]
-        unknown = [c for c in candidates if not self._ranker.has(c.name)]
-        vectors = await self._candidate_matrix(unknown) if unknown else None
-        return choose(self._ranker, vector, candidates, vectors, k, max_k)
+            chosen = choose(self._ranker, np.zeros(0, np.float32), (), None, k, max_k)
+        else:
+            vector = (await self._queries.embed([text]))[0]
+            unknown = [c for c in candidates if not self._ranker.has(c.name)]
+            vectors = await self._candidate_matrix(unknown) if unknown else None
+            chosen = choose(self._ranker, vector, candidates, vectors, k, max_k)
+        return replace(chosen, search_id=self._searches.record(chosen.selected, pack))
 
     async def _candidate_matrix(self, tools: Sequence[Tool]) -> np.ndarray:
         """Vectors of tools not in the catalog, cached by content hash."""
