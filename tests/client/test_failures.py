@@ -25,6 +25,7 @@ RANKED = {
     "margin": 0.7,
     "embedder": "hashing-v1",
     "took_ms": 0.1,
+    "search_id": "5e4c8d0e9f1a2b3c4d5e6f70",
 }
 OVERLOADED = {"error": {"code": "overloaded", "message": "expected at most 256 requests"}}
 

@@ -3,15 +3,21 @@
     from toolselect.client import Client
 
     with Client("http://127.0.0.1:8080", api_key="...") as ts:
-        best = ts.rank("weather in Turin tomorrow?", k=3).results
-        ts.observe("weather in Turin tomorrow?", used_tool="get_weather")
+        ranking = ts.rank("weather in Turin tomorrow?", k=3)
+        ...  # the agent picks from ranking.results and calls get_weather
+        ts.observe(
+            "weather in Turin tomorrow?",
+            used_tool="get_weather",
+            search_id=ranking.search_id,  # links the turn to what it was shown
+            outcome="ok",
+        )
 
 Imports only aiohttp, pydantic and structlog (no numpy, no onnxruntime): an agent process
 pays a few tens of milliseconds for it, not the service's model load.
 """
 
 from toolselect.client.aio import AsyncClient
-from toolselect.client.observer import ObserveStats
+from toolselect.client.observer import ObserveStats, TurnFields
 from toolselect.client.sync import Client
 from toolselect.client.transport import AiohttpTransport, Response, Transport
 from toolselect.errors import ApiError, ClientError, Unreachable
@@ -25,5 +31,6 @@ __all__ = [
     "ObserveStats",
     "Response",
     "Transport",
+    "TurnFields",
     "Unreachable",
 ]

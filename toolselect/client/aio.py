@@ -13,17 +13,16 @@ import builtins
 import json
 import logging
 import random
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, ValidationError
 
 from toolselect.api import models as m
-from toolselect.client.observer import ObserveStats, TurnBuffer
+from toolselect.client.observer import ObserveStats, TurnBuffer, TurnFields, turn_request
 from toolselect.client.transport import AiohttpTransport, Response, Transport
 from toolselect.errors import ApiError, ClientError, InvalidInput, Unreachable
 
@@ -104,7 +103,8 @@ class AsyncClient:
         tools: Sequence[str] | None = None,
         pack: str | None = None,
     ) -> m.RankResponse:
-        """The `k` tools that best fit `query`, best first (`POST /v1/rank`)."""
+        """The `k` tools that best fit `query`, best first (`POST /v1/rank`); report the
+        answer's `search_id` with the turn (`observe`)."""
         body = _build(
             m.RankRequest, query=query, k=k, tools=None if tools is None else list(tools), pack=pack
         )
@@ -113,41 +113,25 @@ class AsyncClient:
     async def select(
         self, query: m.PromptKitQuery, candidates: Sequence[m.PromptKitCandidate]
     ) -> m.SelectResponse:
-        """PromptKit's exec-selector exchange over HTTP (`POST /v1/select`)."""
+        """PromptKit's exec-selector exchange over HTTP (`POST /v1/select`); the answer's
+        `search_id` goes with the turn (`observe`)."""
         body = m.SelectRequest(query=query, candidates=list(candidates))
         return await self.call("POST", "/v1/select", m.SelectResponse, body)
 
     # -- learning --------------------------------------------------------------------------
 
     def observe(
-        self,
-        request: str,
-        used_tool: str,
-        *,
-        turn_id: str | None = None,
-        agent_id: str | None = None,
-        pack: str | None = None,
-        outcome: str | None = None,
+        self, request: str, used_tool: str | None = None, **turn: Unpack[TurnFields]
     ) -> None:
         """Report the tool an agent used for `request`; returns at once and never raises.
 
-        Must be called on the client's event loop. The turn is sent in the background; see
-        `observe_stats` for what became of it.
+        Pass the `search_id` of the ranking the agent chose from, and the `outcome` when known
+        (the other keywords: `TurnFields`). Must be called on the client's event loop. The
+        turn is sent in the background; see `observe_stats` for what became of it; a turn that
+        breaks a rule is counted `invalid` and logged.
         """
         try:
-            turn = m.ObserveRequest.model_validate(
-                {
-                    "request": request,
-                    "used_tool": used_tool,
-                    # Named here, not by the server: a batch re-sent after a lost answer is
-                    # then stored once.
-                    "turn_id": turn_id or uuid.uuid4().hex,
-                    "agent_id": agent_id,
-                    "pack": pack,
-                    "outcome": outcome,
-                }
-            )
-            self._turns.add(turn)
+            self._turns.add(turn_request(request, used_tool, turn))
         except Exception as exc:
             # The agent loop comes first: a malformed turn (or a call off the loop) is
             # counted and logged, not raised into it.

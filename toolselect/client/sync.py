@@ -11,11 +11,11 @@ import builtins
 import functools
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from toolselect.api import models as m
 from toolselect.client.aio import AsyncClient
-from toolselect.client.observer import ObserveStats
+from toolselect.client.observer import ObserveStats, TurnFields
 
 T = TypeVar("T")
 
@@ -67,7 +67,8 @@ class Client:
         tools: Sequence[str] | None = None,
         pack: str | None = None,
     ) -> m.RankResponse:
-        """The `k` tools that best fit `query`, best first (`POST /v1/rank`)."""
+        """The `k` tools that best fit `query`, best first (`POST /v1/rank`); report the
+        answer's `search_id` with the turn (`observe`)."""
         return self._run(self._async.rank(query, k, tools=tools, pack=pack))
 
     def select(
@@ -77,25 +78,11 @@ class Client:
         return self._run(self._async.select(query, candidates))
 
     def observe(
-        self,
-        request: str,
-        used_tool: str,
-        *,
-        turn_id: str | None = None,
-        agent_id: str | None = None,
-        pack: str | None = None,
-        outcome: str | None = None,
+        self, request: str, used_tool: str | None = None, **turn: Unpack[TurnFields]
     ) -> None:
-        """Report the tool an agent used for `request`; returns at once and never raises."""
-        call = functools.partial(
-            self._async.observe,
-            request,
-            used_tool,
-            turn_id=turn_id,
-            agent_id=agent_id,
-            pack=pack,
-            outcome=outcome,
-        )
+        """Report the tool an agent used for `request`, with the `search_id` of the ranking
+        it chose from (keywords: `TurnFields`); returns at once and never raises."""
+        call = functools.partial(self._async.observe, request, used_tool, **turn)
         try:
             self._loop.call_soon_threadsafe(call)
         except RuntimeError:
