@@ -10,9 +10,17 @@ import anthropic
 import pytest
 from anthropic.types import Message, MessageParam, ToolResultBlockParam
 
+from tests.client.conftest import Served
 from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
-from tests.stubs import ANTHROPIC_MODEL, Stub, anthropic_reply, claude_with_tool_search
+from tests.stubs import (
+    ANTHROPIC_MODEL,
+    Reply,
+    Responder,
+    Stub,
+    anthropic_reply,
+    claude_with_tool_search,
+)
 from toolselect.client import AsyncClient
 from toolselect.integrations.anthropic import SEARCH_TOOL, ToolSearch, Turn
 
@@ -36,11 +44,18 @@ CATALOG: list[dict[str, Any]] = [
 QUESTION = "Will it rain in Turin tomorrow?"
 
 
-async def converse(claude: anthropic.AsyncAnthropic, search: ToolSearch, question: str) -> Turn:
+async def converse(
+    claude: anthropic.AsyncAnthropic,
+    search: ToolSearch,
+    question: str,
+    *,
+    outcome: str | None = None,
+    session_id: str | None = None,
+) -> Turn:
     """The host loop an agent would write: search calls answered by toolselect, its own
-    tools run locally, until Claude ends the turn."""
+    tools run locally, until Claude ends the turn (with `outcome`, when the host knows it)."""
     messages: list[MessageParam] = [{"role": "user", "content": question}]
-    with search.turn(question) as turn:
+    with search.turn(question, session_id=session_id) as turn:
         for _ in range(5):
             reply = await claude.messages.create(
                 model=ANTHROPIC_MODEL, max_tokens=512, tools=search.tools(), messages=messages
@@ -54,6 +69,7 @@ async def converse(claude: anthropic.AsyncAnthropic, search: ToolSearch, questio
                 for call in search.tool_calls(reply)
             ]
             messages.append({"role": "user", "content": results})
+        turn.outcome = outcome
     return turn
 
 
@@ -109,6 +125,7 @@ async def test_toolselect_down_reveals_the_catalog_and_logs_once(
     refs = anthropic_stub.received[1].body["messages"][-1]["content"][0]["content"]
     assert [r["tool_name"] for r in refs] == ["get_weather", "send_email"]
     assert turn.used_tool == "get_weather"
+    assert turn.search_id is None  # no search of toolselect's showed it
     degraded = [r for r in caplog.records if r.getMessage() == "toolselect_search_degraded"]
     assert len(degraded) == 1
     assert "Unreachable" in degraded[0].__dict__["error"]
@@ -164,3 +181,95 @@ async def test_a_turn_without_tool_calls_reports_nothing(server: LiveServer) -> 
             assert await turn.answer(message) == []
         assert ts.observe_stats.pending == 0
     assert turn.used_tool is None
+
+
+def claude_searching(searches: list[tuple[str, int]], picks: list[int | str]) -> Responder:
+    """Plays Claude running `searches` (query, k) one after another, then calling `picks` in
+    one message: an int is a place in the last search's references, a str a tool's name."""
+
+    def respond(body: Any) -> Reply:
+        rounds = sum(m["role"] == "user" and not isinstance(m["content"], str)
+                     for m in body["messages"])  # fmt: skip
+        if rounds < len(searches):
+            query, k = searches[rounds]
+            call = {"type": "tool_use", "id": f"toolu_search_{rounds}", "name": SEARCH_TOOL,
+                    "input": {"query": query, "k": k}}  # fmt: skip
+            return Reply(body=anthropic_reply([call]))
+        if rounds == len(searches):
+            refs = referenced(body["messages"][-1]["content"][0])
+            calls = [
+                {"type": "tool_use", "id": f"toolu_call_{i}", "input": {},
+                 "name": refs[pick] if isinstance(pick, int) else pick}
+                for i, pick in enumerate(picks)
+            ]  # fmt: skip
+            return Reply(body=anthropic_reply(calls))
+        return Reply(body=anthropic_reply([{"type": "text", "text": "Done."}], "end_turn"))
+
+    return respond
+
+
+async def test_the_turn_reports_its_search_id_and_every_tool_called(
+    served: Served, anthropic_stub: Stub
+) -> None:
+    """Claude picks the second of two revealed tools, then the first: the turn is stored with
+    the search's id, the place of the first pick, both tools in order and the session; the
+    host's `ok` makes the first pick a `usage` label of the request."""
+    anthropic_stub.responder = claude_searching([("rain forecast for a city", 2)], [1, 0])
+    async with AsyncClient(served.url) as ts:
+        search = ToolSearch(ts, CATALOG, pack="claude")
+        await search.upload()
+        turn = await converse(
+            sdk(anthropic_stub), search, QUESTION, outcome="ok", session_id="chat-1"
+        )
+    [found] = turn.searches
+    assert found.search_id is not None
+    assert turn.search_id == found.search_id
+    assert turn.used_tools == [found.tools[1], found.tools[0]]
+
+    stored = await served.turn(turn.turn_id)
+    assert (stored.search_id, stored.search_status) == (found.search_id, "shown")
+    assert (stored.shown_position, stored.shown_k) == (2, 2)
+    assert stored.used_tools == (found.tools[1], found.tools[0])
+    assert (stored.outcome, stored.session_id, stored.pack) == ("ok", "chat-1", "claude")
+    exemplars = await served.service.catalog.exemplars_of(found.tools[1])
+    assert [(e.query, e.tier) for e in exemplars] == [(QUESTION, "usage")]
+
+
+async def test_a_tool_claude_was_not_shown_is_reported_so(
+    served: Served, anthropic_stub: Stub
+) -> None:
+    """Claude calls a tool its search did not reveal: the turn is `not_shown`, and without an
+    outcome that tool labels nothing."""
+    anthropic_stub.responder = claude_searching([("rain forecast for a city", 1)], ["stock_quote"])
+    async with AsyncClient(served.url) as ts:
+        search = ToolSearch(ts, CATALOG, pack="claude")
+        await search.upload()
+        turn = await converse(sdk(anthropic_stub), search, QUESTION)
+    assert turn.searches[0].tools == ["get_weather"]
+    stored = await served.turn(turn.turn_id)
+    assert (stored.search_id, stored.search_status) == (turn.searches[0].search_id, "not_shown")
+    assert (stored.shown_position, stored.shown_k) == (None, 1)
+    assert await served.service.catalog.exemplars_of("stock_quote") == []
+
+
+async def test_the_search_reported_is_the_latest_that_showed_the_tool(
+    server: LiveServer, anthropic_stub: Stub
+) -> None:
+    """Claude searched twice and called a tool only the first search revealed: the turn
+    reports the first search's id, where the tool was shown."""
+    anthropic_stub.responder = claude_searching(
+        [("rain forecast for a city", 1), ("send an email to a recipient", 1)], ["get_weather"]
+    )
+    async with AsyncClient(server.url) as ts:
+        search = ToolSearch(ts, CATALOG, pack="claude")
+        await search.upload()
+        turn = await converse(sdk(anthropic_stub), search, QUESTION)
+    first, second = turn.searches
+    assert (first.tools, second.tools) == (["get_weather"], ["send_email"])
+    assert turn.search_id == first.search_id != second.search_id
+    stored = wait_for_turn(server, turn.turn_id)
+    assert (stored.search_id, stored.search_status, stored.shown_position) == (
+        first.search_id,
+        "shown",
+        1,
+    )

@@ -11,10 +11,18 @@ import openai
 import pytest
 import pytest_asyncio
 
+from tests.client.conftest import Served
 from tests.integrations.test_anthropic import CATALOG, QUESTION
 from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
-from tests.stubs import Stub, openai_with_tool_search, start_stub
+from tests.stubs import (
+    Reply,
+    Responder,
+    Stub,
+    openai_response,
+    openai_with_tool_search,
+    start_stub,
+)
 from toolselect.client import AsyncClient
 from toolselect.integrations.openai import ToolSearch, Turn
 
@@ -26,8 +34,11 @@ async def responses_stub() -> AsyncIterator[Stub]:
         yield stub
 
 
-async def converse(stub: Stub, search: ToolSearch, question: str) -> Turn:
-    """The host loop: tool searches answered by toolselect, functions run locally."""
+async def converse(
+    stub: Stub, search: ToolSearch, question: str, *, outcome: str | None = None
+) -> Turn:
+    """The host loop: tool searches answered by toolselect, functions run locally (how they
+    went, when the host knows, is the turn's `outcome`)."""
     client = openai.AsyncOpenAI(api_key="test-key", base_url=f"{stub.url}/v1", max_retries=0)
     items: list[Any] = [{"role": "user", "content": question}]
     with search.turn(question) as turn:
@@ -45,6 +56,7 @@ async def converse(stub: Stub, search: ToolSearch, question: str) -> Turn:
                 {"type": "function_call_output", "call_id": c.call_id, "output": "ok"}
                 for c in calls
             ]
+        turn.outcome = outcome
     return turn
 
 
@@ -95,6 +107,7 @@ async def test_toolselect_down_loads_the_whole_catalog(
     loaded = responses_stub.received[1].body["input"][-1]["tools"]
     assert [t["name"] for t in loaded] == [t["name"] for t in CATALOG]
     assert turn.used_tool == "get_weather"
+    assert turn.search_id is None
     mine = [r.getMessage() for r in caplog.records if r.name == "toolselect.integrations"]
     assert mine == ["toolselect_search_degraded"]
 
@@ -111,3 +124,69 @@ def test_chat_completions_tools_are_flattened() -> None:
         "strict": False,
         "defer_loading": True,
     }
+
+
+def model_searching(query: str, k: int, picks: list[int | str]) -> Responder:
+    """Plays a Responses model: one tool search (`query`, `k`), then `picks` called at once
+    (an int is a place among the loaded functions, a str a function's name), then an answer."""
+
+    def respond(body: Any) -> Reply:
+        last = body["input"][-1]
+        if last.get("type") == "tool_search_output":
+            loaded = [t["name"] for t in last["tools"]]
+            calls = [
+                {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_fn_{i}",
+                 "name": loaded[pick] if isinstance(pick, int) else pick, "arguments": "{}",
+                 "status": "completed"}
+                for i, pick in enumerate(picks)
+            ]  # fmt: skip
+            return Reply(body=openai_response(calls))
+        if last.get("type") == "function_call_output":
+            text = {"type": "output_text", "text": "Done.", "annotations": []}
+            message = {"type": "message", "id": "msg_1", "role": "assistant",
+                       "status": "completed", "content": [text]}  # fmt: skip
+            return Reply(body=openai_response([message]))
+        search = {"type": "tool_search_call", "id": "tsc_1", "call_id": "call_search_1",
+                  "execution": "client", "status": "completed",
+                  "arguments": {"query": query, "k": k}}  # fmt: skip
+        return Reply(body=openai_response([search]))
+
+    return respond
+
+
+async def test_the_turn_reports_its_search_id_and_every_function_called(
+    served: Served, responses_stub: Stub
+) -> None:
+    """The model calls the second loaded function, then the first: the stored turn has the
+    search's id, the first call's place, both functions in order; `ok` labels the request."""
+    responses_stub.responder = model_searching("rain forecast for a city", 2, [1, 0])
+    async with AsyncClient(served.url) as ts:
+        search = ToolSearch(ts, CATALOG, pack="openai")
+        await search.upload()
+        turn = await converse(responses_stub, search, QUESTION, outcome="ok")
+    [found] = turn.searches
+    assert found.search_id is not None and turn.search_id == found.search_id
+    stored = await served.turn(turn.turn_id)
+    assert (stored.search_id, stored.search_status) == (found.search_id, "shown")
+    assert (stored.shown_position, stored.shown_k) == (2, 2)
+    assert stored.used_tools == (found.tools[1], found.tools[0])
+    exemplars = await served.service.catalog.exemplars_of(found.tools[1])
+    assert [(e.query, e.tier) for e in exemplars] == [(QUESTION, "usage")]
+
+
+async def test_a_function_the_model_was_not_loaded_is_reported_so(
+    served: Served, responses_stub: Stub
+) -> None:
+    """A function outside what the search loaded is `not_shown` on the stored turn."""
+    responses_stub.responder = model_searching("rain forecast for a city", 1, ["send_email"])
+    async with AsyncClient(served.url) as ts:
+        search = ToolSearch(ts, CATALOG, pack="openai")
+        await search.upload()
+        turn = await converse(responses_stub, search, QUESTION, outcome="ok")
+    assert turn.searches[0].tools == ["get_weather"]
+    stored = await served.turn(turn.turn_id)
+    assert (stored.search_status, stored.shown_k, stored.used_tool) == (
+        "not_shown",
+        1,
+        "send_email",
+    )

@@ -3,14 +3,17 @@
 Claude is given every catalog tool with `defer_loading: true` (their schemas stay out of the
 prompt) and one custom search tool. When Claude calls the search tool, toolselect ranks the
 catalog for its query and the answer is a `tool_result` of `tool_reference` blocks, which
-makes those tools callable. When the turn ends, the catalog tool Claude called is reported to
-`observe`, so a mis-route becomes a learning signal without code in the agent.
+makes those tools callable. When the turn ends, the catalog tools Claude called are reported to
+`observe` with the `search_id` of the search Claude picked from (and the outcome: `error` when
+the turn raised, else `turn.outcome` when the host sets it), so a mis-route becomes a learning
+signal, and a tool that worked a label, without code in the agent.
 
     search = ToolSearch(toolselect_client, catalog)
     with search.turn(user_text) as turn:
         reply = await claude.messages.create(..., tools=search.tools(), messages=messages)
         results = await turn.answer(reply)          # for the search calls
         results += run_my_tools(search.tool_calls(reply))
+        turn.outcome = "ok"                         # optional: when the host knows
 
 If toolselect fails (down, refusing, empty catalog), the search answers references to the
 whole catalog (or its first `fallback_limit` tools) and logs one `toolselect_search_degraded`
@@ -73,9 +76,10 @@ class ToolSearch(CatalogSearch):
         """The calls in `message` the host runs itself: every `tool_use` but the search's."""
         return [b for b in message.content if b.type == "tool_use" and b.name != self.name]
 
-    def turn(self, request: str) -> Turn:
-        """One user request, from its first `messages.create` to the final answer."""
-        return Turn(self, request)
+    def turn(self, request: str, *, session_id: str | None = None) -> Turn:
+        """One user request, from its first `messages.create` to the final answer; `session_id`
+        names the conversation it belongs to."""
+        return Turn(self, request, session_id=session_id)
 
 
 class Turn(TurnReport):
@@ -95,7 +99,7 @@ class Turn(TurnReport):
             self.called(block.name)
             if block.name != self.search.name:
                 continue
-            found = await self.search.find(*self.search.arguments(block.input, self.request))
+            found = await self.find(block.input)
             results.append(
                 {
                     "type": "tool_result",

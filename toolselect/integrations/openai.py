@@ -4,7 +4,8 @@ The Responses API's own shape for the same idea: catalog functions go in `tools`
 `defer_loading: true` beside `{"type": "tool_search", "execution": "client"}`; the model emits a
 `tool_search_call` item, and the host answers a `tool_search_output` item whose `tools` are the
 definitions to load (full definitions, where Claude takes references). Everything else (ranking
-within the catalog, the degraded answer, one `observe` per turn) is `search.CatalogSearch`'s.
+within the catalog, the degraded answer, one `observe` per turn with the search id the model
+picked from) is `search.CatalogSearch`'s and `search.TurnReport`'s.
 
     search = ToolSearch(toolselect_client, catalog)
     with search.turn(user_text) as turn:
@@ -80,9 +81,10 @@ class ToolSearch(CatalogSearch):
         """The `function_call` items the host runs itself."""
         return [item for item in response.output if item.type == "function_call"]
 
-    def turn(self, request: str) -> Turn:
-        """One user request, from its first `responses.create` to the final answer."""
-        return Turn(self, request)
+    def turn(self, request: str, *, session_id: str | None = None) -> Turn:
+        """One user request, from its first `responses.create` to the final answer; `session_id`
+        names the conversation it belongs to."""
+        return Turn(self, request, session_id=session_id)
 
 
 class Turn(TurnReport):
@@ -100,7 +102,7 @@ class Turn(TurnReport):
             if item.type == "function_call":
                 self.called(item.name)
             elif item.type == "tool_search_call" and item.execution == "client":
-                found = await self.search.find(*self.search.arguments(item.arguments, self.request))
+                found = await self.find(item.arguments)
                 outputs.append(
                     {
                         "type": "tool_search_output",

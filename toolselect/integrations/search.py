@@ -1,6 +1,11 @@
 """What every tool-search adapter shares: toolselect's ranking restricted to the host's catalog,
 degraded to the whole catalog on any failure, and one `observe` per turn.
 
+Each search the model runs gets the server's `search_id`; the turn reports the id of the search
+its first tool came from (the latest search that showed it, else the latest before the call),
+every catalog tool it called, in order, and the outcome the host knows, so the server can tell
+whether the model picked from what it was shown and learn from the tool that worked.
+
 The adapters (`anthropic`, `openai`) only translate wire formats: the tools they declare, the
 search calls they read and the answers they build.
 """
@@ -10,10 +15,11 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from toolselect.api.models import UpsertResponse
+from toolselect.api.models import MAX_USED_TOOLS, UpsertResponse
 from toolselect.client import AsyncClient
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
@@ -48,6 +54,15 @@ def search_parameters(default_k: int) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What one search revealed: catalog tools, best first, and the server's id of that search
+    (None when the search degraded to the catalog: toolselect showed nothing)."""
+
+    tools: list[str]
+    search_id: str | None = None
+
+
 class CatalogSearch:
     """Ranks a fixed catalog (by name) through toolselect; never raises from `find`."""
 
@@ -76,9 +91,9 @@ class CatalogSearch:
         """Put the catalog into toolselect (under `pack`); unchanged tools cost nothing."""
         return await self.client.tools.put(tools, pack=self.pack)
 
-    async def find(self, query: str, k: int) -> list[str]:
-        """The `k` best catalog tools for `query`, or the catalog's first `fallback_limit`
-        (all by default) when toolselect cannot answer."""
+    async def find(self, query: str, k: int) -> Found:
+        """The `k` best catalog tools for `query` with the search's id, or the catalog's first
+        `fallback_limit` (all by default) when toolselect cannot answer."""
         try:
             ranking = await self.client.rank(query, k, tools=self.names)
             found = [r.tool for r in ranking.results if r.tool in self.names]
@@ -86,12 +101,13 @@ class CatalogSearch:
                 raise LookupError("toolselect knows none of the catalog's tools (not uploaded?)")
         except Exception as exc:
             # Any failure, ours included: the contract is that the host's loop never breaks.
-            found = self.names[: self.fallback_limit]
+            revealed = self.names[: self.fallback_limit]
             log.warning(
                 "toolselect_search_degraded",
-                extra={"error": f"{type(exc).__name__}: {exc}", "revealed": len(found)},
+                extra={"error": f"{type(exc).__name__}: {exc}", "revealed": len(revealed)},
             )
-        return found
+            return Found(revealed)
+        return Found(found, ranking.search_id)
 
     def arguments(self, given: object, request: str) -> tuple[str, int]:
         """The search call's query (the user's request when blank) and `k` (within 1..MAX_K)."""
@@ -106,22 +122,50 @@ class CatalogSearch:
 
 
 class TurnReport:
-    """One user request: notes the first catalog tool the model calls (the one the request was
-    routed to; later calls follow the tools' results) and reports it once, at `finish`."""
+    """One user request: notes the searches the model runs and the catalog tools it calls, in
+    order (the first is the one the request was routed to; later calls follow the tools'
+    results), and reports them once, at `finish`.
 
-    def __init__(self, search: CatalogSearch, request: str) -> None:
+    Set `outcome` (`ok`, `error`, `corrected`) when the host learns how the tool call went; a
+    turn left by an exception reports `error`. `session_id` names the conversation."""
+
+    def __init__(
+        self, search: CatalogSearch, request: str, *, session_id: str | None = None
+    ) -> None:
         self.search = search
         self.request = request
+        self.session_id = session_id
         self.turn_id = uuid.uuid4().hex
-        self.used_tool: str | None = None
+        self.used_tools: list[str] = []
+        self.searches: list[Found] = []
+        # The search the first used tool came from (None: no search showed it, or it degraded).
+        self.search_id: str | None = None
+        self.outcome: str | None = None
         self._reported = False
 
+    @property
+    def used_tool(self) -> str | None:
+        """The first catalog tool the model called, if any."""
+        return self.used_tools[0] if self.used_tools else None
+
+    async def find(self, given: object) -> list[str]:
+        """Run the search call with arguments `given` (see `CatalogSearch.arguments`); the tools
+        to reveal. The search is remembered for the report."""
+        found = await self.search.find(*self.search.arguments(given, self.request))
+        self.searches.append(found)
+        return found.tools
+
     def called(self, name: str) -> None:
-        if self.used_tool is None and name != self.search.name:
-            self.used_tool = name
+        if name == self.search.name or name in self.used_tools:
+            return
+        if not self.used_tools:
+            self.search_id = _routed_by(self.searches, name)
+        if len(self.used_tools) < MAX_USED_TOOLS:
+            self.used_tools.append(name)
 
     def finish(self, outcome: str | None = None) -> str | None:
-        """Report the tool used (once; a turn that called none reports nothing); its name."""
+        """Report the tools used (once; a turn that called none reports nothing), with the
+        search id and `outcome` (else the `outcome` attribute); the first tool's name."""
         if not self._reported and self.used_tool is not None:
             self._reported = True
             self.search.client.observe(
@@ -130,7 +174,10 @@ class TurnReport:
                 turn_id=self.turn_id,
                 agent_id=self.search.agent_id,
                 pack=self.search.pack,
-                outcome=outcome,
+                outcome=outcome or self.outcome,
+                search_id=self.search_id,
+                used_tools=self.used_tools if len(self.used_tools) > 1 else None,
+                session_id=self.session_id,
             )
         return self.used_tool
 
@@ -144,3 +191,12 @@ class TurnReport:
         tb: TracebackType | None,
     ) -> None:
         self.finish("error" if exc is not None else None)
+
+
+def _routed_by(searches: Sequence[Found], name: str) -> str | None:
+    """The id of the search a tool was picked from: the latest that showed it, else the latest
+    (the model called a tool it was not shown)."""
+    for found in reversed(searches):
+        if name in found.tools:
+            return found.search_id
+    return searches[-1].search_id if searches else None
