@@ -31,6 +31,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from toolselect.analytics import registry
+from toolselect.api.models import MAX_USED_TOOLS
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput, NotFound, ToolselectError
 from toolselect.graph.store import Tool
@@ -46,7 +47,8 @@ JSON_MIME = "application/json"
 INSTRUCTIONS = """\
 toolselect ranks a tool catalog for a request and learns from what the agent then did.
 Call search_tools with the user's request before choosing a tool from a large catalog; after the
-turn, call report_turn with the tool actually used, so mis-routes are detected and learned from.
+turn, call report_turn with the tool actually used, the search_id that search_tools returned and
+the outcome, so mis-routes are detected and tools that worked are learned from.
 label_turn records a human-confirmed (request, tool) pair."""
 
 Outcome = Literal["ok", "error", "corrected"]
@@ -68,6 +70,9 @@ class SearchResult(BaseModel):
     tools: list[FoundTool]
     margin: float
     embedder: str
+    search_id: str = Field(
+        description="Pass it to report_turn with the turn, so toolselect knows what was shown."
+    )
 
 
 class TurnReport(BaseModel):
@@ -112,12 +117,13 @@ async def search_tools(
     ] = None,
 ) -> SearchResult:
     """Rank the tool catalog for a request: the k most relevant tools, best first, each with
-    its score, description and input schema."""
+    its score, description and input schema, and the search_id to pass to report_turn."""
     service = _service(ctx)
     try:
-        ranking = await service.ranking.rank(query, k, pack=pack)
+        search = await service.ranking.search(query, k, pack=pack)
     except ToolselectError as exc:
         raise _tool_error(exc) from exc
+    ranking = search.ranking
     found = []
     for result in ranking.results:
         tool = service.catalog.tool(result.tool)
@@ -129,28 +135,74 @@ async def search_tools(
                 inputSchema=_schema(tool),
             )
         )
-    return SearchResult(tools=found, margin=ranking.margin, embedder=service.ranking.embedder_id)
+    return SearchResult(
+        tools=found,
+        margin=ranking.margin,
+        embedder=service.ranking.embedder_id,
+        search_id=search.search_id,
+    )
 
 
 async def report_turn(
     request: Annotated[str, Field(description="The user's request of the turn.")],
-    used_tool: Annotated[str, Field(description="The tool the agent actually called.")],
+    used_tool: Annotated[
+        str,
+        Field(description="The tool the agent called first for the request.", max_length=256),
+    ],
     ctx: ToolContext,
-    outcome: Annotated[Outcome | None, Field(description="How the call went, when known.")] = None,
-    turn_id: Annotated[str | None, Field(description="Your id of the turn (idempotent).")] = None,
-    agent_id: Annotated[str | None, Field(description="Which agent took the turn.")] = None,
-    pack: Annotated[str | None, Field(description="The pack the turn ranked in.")] = None,
+    outcome: Annotated[
+        Outcome | None,
+        Field(description="How the call went, when known (`ok` teaches the tool's use)."),
+    ] = None,
+    search_id: Annotated[
+        str | None,
+        Field(
+            description="The search_id of the search_tools result the tool was picked from.",
+            max_length=256,
+        ),
+    ] = None,
+    used_tools: Annotated[
+        list[Annotated[str, Field(max_length=256)]] | None,
+        Field(
+            description="Every tool the turn called, in order, when it called several "
+            "(used_tool among them).",
+            max_length=MAX_USED_TOOLS,
+        ),
+    ] = None,
+    session_id: Annotated[
+        str | None, Field(description="The conversation the turn belongs to.", max_length=256)
+    ] = None,
+    turn_id: Annotated[
+        str | None, Field(description="Your id of the turn (idempotent).", max_length=256)
+    ] = None,
+    agent_id: Annotated[
+        str | None, Field(description="Which agent took the turn.", max_length=256)
+    ] = None,
+    pack: Annotated[
+        str | None, Field(description="The pack the turn ranked in.", max_length=256)
+    ] = None,
 ) -> TurnReport:
-    """Report which tool the agent used for a request, after the turn. Returns at once: the
-    turn is queued for the learner (or dropped when its queue is full, never an error)."""
+    """Report which tool the agent used for a request, after the turn, with the search_id of
+    the search_tools result it picked from. Returns at once: the turn is queued for the learner
+    (or dropped when its queue is full, never an error)."""
     service = _service(ctx)
     limit = service.settings.max_query_bytes
     for field, value in (("request", request), ("used_tool", used_tool)):
         size = len(value.encode("utf-8", "surrogatepass"))
         if size > limit:
             raise ToolError(f"expected {field} of at most {limit} bytes, got {size}")
+    if used_tools and used_tool not in used_tools:
+        raise ToolError(f"expected used_tool to be one of used_tools, got {used_tool!r}")
     queued = service.learning.observe(
-        request, used_tool, turn_id=turn_id, agent_id=agent_id, pack=pack, outcome=outcome
+        request,
+        used_tool,
+        turn_id=turn_id,
+        agent_id=agent_id,
+        pack=pack,
+        outcome=outcome,
+        session_id=session_id,
+        used_tools=used_tools or (),
+        search_id=search_id,
     )
     return TurnReport(queued=queued, reason=None if queued else "queue_full")
 

@@ -18,9 +18,10 @@ from mcp.types import CallToolResult, TextContent, TextResourceContents
 
 from tests.mcp.conftest import EXE, Connect, run_cli, stdio_params
 from tests.services import cli_env
+from toolselect.analytics import registry
 from toolselect.config import Settings
 from toolselect.graph.factory import open_store
-from toolselect.graph.store import Store
+from toolselect.graph.store import Exemplar, Store, Turn
 
 
 def text(result: CallToolResult) -> str:
@@ -48,13 +49,39 @@ async def project_store(db: Path) -> AsyncIterator[Store]:
         await store.close()
 
 
+async def stored_turn(store: Store, turn_id: str) -> Turn:
+    """The turn once the server's learner has written it."""
+    deadline = time.monotonic() + 30
+    while (turn := await store.get_turn(turn_id)) is None:
+        assert time.monotonic() < deadline, f"turn {turn_id} never reached the store"
+        await asyncio.sleep(0.2)
+    return turn
+
+
+async def stored_label(store: Store, query: str) -> Exemplar:
+    """The label the server's learner saved for `query`."""
+    deadline = time.monotonic() + 30
+    while (exemplar := await store.exemplar_for_query(query)) is None:
+        assert time.monotonic() < deadline, f"no label for {query!r} reached the store"
+        await asyncio.sleep(0.2)
+    return exemplar
+
+
 async def test_lists_the_three_tools_with_schemas(connect: Connect) -> None:
-    """tools/list offers search_tools, report_turn and label_turn, each requiring its fields."""
+    """tools/list offers search_tools, report_turn and label_turn, each requiring its fields;
+    search_tools answers a search_id that report_turn takes back."""
     async with connect() as client:
         listed = {t.name: t for t in (await client.list_tools()).tools}
     assert set(listed) == {"search_tools", "report_turn", "label_turn"}
     assert listed["search_tools"].input_schema["required"] == ["query"]
-    assert set(listed["report_turn"].input_schema["required"]) == {"request", "used_tool"}
+    output = listed["search_tools"].output_schema
+    assert output is not None
+    assert "search_id" in output["required"]
+    assert "report_turn" in output["properties"]["search_id"]["description"]
+    report = listed["report_turn"].input_schema
+    assert set(report["required"]) == {"request", "used_tool"}
+    assert {"search_id", "used_tools", "session_id"} <= set(report["properties"])
+    assert "search_id" in (listed["report_turn"].description or "")
     assert set(listed["label_turn"].input_schema["required"]) == {"query", "tool"}
     assert listed["search_tools"].annotations is not None
     assert listed["search_tools"].annotations.read_only_hint is True
@@ -107,6 +134,73 @@ async def test_report_turn_reaches_the_store(connect: Connect, store_db: Path) -
     assert turn.agent_id == "agent-7"
 
 
+async def test_a_search_id_links_the_reported_turn(connect: Connect, store_db: Path) -> None:
+    """search_tools answers a search_id; a turn reported with it is stored with where its
+    tool stood (`shown` at its place, `not_shown`), a made-up id as `unknown`, still queued."""
+    query = f"send the quarterly report to Marco by email {uuid.uuid4().hex[:6]}"
+    second, outside, made_up = (uuid.uuid4().hex for _ in range(3))
+    async with connect() as client:
+        found = await client.call_tool("search_tools", {"query": query, "k": 2})
+        assert not found.is_error, text(found)
+        body = found.structured_content
+        assert body is not None
+        search_id = body["search_id"]
+        shown = [t["name"] for t in body["tools"]]
+        [hidden] = {"send_email", "get_weather", "web_search"} - set(shown)
+        reports = [
+            {"turn_id": second, "used_tool": shown[1], "search_id": search_id},
+            {"turn_id": outside, "used_tool": hidden, "search_id": search_id},
+            {"turn_id": made_up, "used_tool": shown[0], "search_id": "not-a-search"},
+        ]
+        for report in reports:
+            result = await client.call_tool("report_turn", {"request": query, **report})
+            assert result.structured_content == {"queued": True, "reason": None}, text(result)
+        async with project_store(store_db) as store:
+            turns = [await stored_turn(store, r["turn_id"]) for r in reports]
+    assert isinstance(search_id, str) and search_id
+    assert [(t.search_id, t.search_status, t.shown_position, t.shown_k) for t in turns] == [
+        (search_id, "shown", 2, 2),
+        (search_id, "not_shown", None, 2),
+        ("not-a-search", "unknown", None, None),
+    ]
+
+
+async def test_used_tools_and_an_ok_outcome(connect: Connect, store_db: Path) -> None:
+    """Several used tools are stored in order with the session; the first, shown and `ok`,
+    labels the request with tier `usage`."""
+    query = f"email the weather forecast to Marco {uuid.uuid4().hex[:6]}"
+    turn_id = uuid.uuid4().hex
+    async with connect() as client:
+        found = await client.call_tool("search_tools", {"query": query, "k": 3})
+        body = found.structured_content
+        assert body is not None
+        first = body["tools"][0]["name"]
+        used = [first, *(t["name"] for t in body["tools"][1:] if t["name"] != first)]
+        result = await client.call_tool(
+            "report_turn",
+            {
+                "request": query,
+                "used_tool": first,
+                "used_tools": used,
+                "search_id": body["search_id"],
+                "session_id": "conversation-9",
+                "outcome": "ok",
+                "turn_id": turn_id,
+            },
+        )
+        assert not result.is_error, text(result)
+        async with project_store(store_db) as store:
+            turn = await stored_turn(store, turn_id)
+            label = await stored_label(store, query)
+    assert (turn.used_tool, turn.used_tools, turn.session_id) == (
+        first,
+        tuple(used),
+        "conversation-9",
+    )
+    assert (turn.search_status, turn.shown_position) == ("shown", 1)
+    assert (label.tool, label.tier, label.turn_id) == (first, "usage", turn_id)
+
+
 async def test_label_turn_stores_a_feedback_exemplar(connect: Connect, store_db: Path) -> None:
     """label_turn saves a `feedback` exemplar and the next search ranks the labelled tool first."""
     query = f"quanto costa il bitcoin adesso? {uuid.uuid4().hex[:6]}"
@@ -133,6 +227,8 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("search_tools", {"query": "   "}, "query"),
     ("report_turn", {"request": "hi", "used_tool": "x", "outcome": "fine"}, "expected outcome: input should be 'ok', 'error' or 'corrected', got 'fine'"),
     ("report_turn", {"request": "é" * 5000, "used_tool": "x"}, "expected request of at most 8192 bytes, got 10000"),
+    ("report_turn", {"request": "hi", "used_tool": "x", "used_tools": ["y", "z"]}, "expected used_tool to be one of used_tools, got 'x'"),
+    ("report_turn", {"request": "hi", "used_tool": "x", "used_tools": ["x"] * 65}, "expected used_tools: list should have at most 64 items"),
     ("label_turn", {"query": "weather in Oslo", "tool": "no_such_tool"}, "no tool named 'no_such_tool'"),
 ]  # fmt: skip
 
@@ -163,7 +259,7 @@ async def test_resources_list_and_read(connect: Connect) -> None:
         learning = await read_json(client, "toolselect://analytics/learning")
     assert {"toolselect://catalog", "toolselect://analytics/misroute_rate"} <= uris
     assert set(index["analyses"]) <= uris
-    assert len(index["analyses"]) == 8
+    assert len(index["analyses"]) == len(registry.NAMES) + 1  # and `learning`
     assert templates == {"toolselect://analytics/{name}{?since}"}
     assert {t["name"] for t in catalog["tools"]} == {"send_email", "get_weather", "web_search"}
     assert cold["columns"] == ["tool"]
