@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -17,6 +18,52 @@ async def test_lists_the_named_analyses(client: Client) -> None:
     resp = await client.get("/v1/analytics")
     assert resp.status == 200
     assert (await resp.json())["analyses"] == [*NAMES, "learning"]
+
+
+async def test_online_recall_follows_the_search_ids_of_observed_turns(
+    client: Client, service: Service
+) -> None:
+    """Turns reported with the search_id of a ranking land in online_recall by where their used
+    tool stood: shown, not shown (a fallback tool), of another pack, or an id never issued."""
+    assert "online_recall" in (await (await client.get("/v1/analytics")).json())["analyses"]
+
+    async def search(query: str, tools: list[str] | None = None, **extra: Any) -> str:
+        body: dict[str, Any] = {"query": query, "k": 2, **extra}
+        if tools is not None:
+            body["tools"] = tools
+        resp = await client.post("/v1/rank", json=body)
+        assert resp.status == 200
+        search_id: str = (await resp.json())["search_id"]
+        return search_id
+
+    turns = [
+        {"request": "weather in Turin", "used_tool": "get_weather", "outcome": "ok",
+         "search_id": await search("weather in Turin", ["get_weather", "send_email"])},
+        {"request": "send an email to Marco", "used_tool": "shell_exec",
+         "search_id": await search("send an email to Marco", ["web_search", "stock_quote"])},
+        {"request": "translate hello", "used_tool": "translate_text", "pack": "other",
+         "search_id": await search("translate hello", pack="assistant")},
+        {"request": "stock price of ACME", "used_tool": "stock_quote",
+         "search_id": "never-issued-here"},
+        {"request": "no search reported", "used_tool": "web_search"},
+    ]  # fmt: skip
+    before = datetime.now(UTC).date().isoformat()
+    resp = await client.post("/v1/observe/batch", json={"turns": turns})
+    assert resp.status == 202
+    assert await service.learner.drain(60.0)
+    body = await (await client.get("/v1/analytics/online_recall")).json()
+    after = datetime.now(UTC).date().isoformat()
+    assert body["columns"] == [
+        "day", "pack", "used_tool", "turns", "shown", "recall",
+        "fallbacks", "ignored", "unknown_ids", "other_pack",
+    ]  # fmt: skip
+    assert {row[0] for row in body["rows"]} <= {before, after}
+    assert [row[1:] for row in body["rows"]] == [
+        ["other", "translate_text", 0, 0, None, 0, 0, 0, 1],
+        [None, "get_weather", 1, 1, 1.0, 0, 0, 0, 0],
+        [None, "shell_exec", 1, 0, 0.0, 1, 0, 0, 0],
+        [None, "stock_quote", 0, 0, None, 0, 0, 1, 0],
+    ]
 
 
 async def test_misroute_rate_counts_observed_turns(client: Client, service: Service) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -81,32 +82,45 @@ def plain_turn(turn_id: str, when: datetime, request: str, used: str, top1: str 
     return Turn(id=turn_id, request=request, used_tool=used, at=when, top1=top1, margin=0.4)
 
 
+def searched(turn: Turn, status: str, pack: str | None, position: int | None = None) -> Turn:
+    """`turn` as observed with a search id: where its used tool stood among the 5 shown."""
+    known = status in ("shown", "not_shown")
+    return replace(
+        turn,
+        pack=pack,
+        search_id=f"s-{turn.id}",
+        search_status=status,
+        shown_position=position,
+        shown_k=5 if known else None,
+    )
+
+
 # 2025-03-02T01:00+03:00 is 2025-03-01T22:00Z: a UTC day-1 turn, day 2 in local time.
 EAST = timezone(timedelta(hours=3))
-TURNS = (
+_TURNS = (
     flagged_turn("t01", at(DAY1, 9), "Find the weather in Paris", "fs_read", "search_web",
-                 "fallback_tool", "ranker", "search_web", "labeled"),
+                 "fallback", "ranker", "search_web", "labeled"),
     flagged_turn("t02", at(DAY1, 10), "email bob the report", "fs_read", "send_email",
-                 "fallback_tool", "teacher", "send_email", "labeled"),
+                 "fallback", "teacher", "send_email", "labeled"),
     plain_turn("t03", at(DAY1, 11), "search for cats", "search_web", "search_web"),
     flagged_turn("t04", datetime(2025, 3, 2, 1, tzinfo=EAST), "  find THE weather   in paris",
                  "send_email", "search_web", "disagrees_with_ranker", "teacher", "send_email",
                  "labeled"),
     flagged_turn("t05", at(DAY2, 9), "Find the weather in Paris", "fs_read", "search_web",
-                 "fallback_tool", "ratchet", "search_web", "labeled"),
+                 "fallback", "ratchet", "search_web", "labeled"),
     flagged_turn("t06", at(DAY2, 10), "Ｆｉｌｅ an issue", "fs_read", "github__create_issue",
-                 "fallback_tool", "teacher", "github__create_issue", "labeled"),
+                 "fallback", "teacher", "github__create_issue", "labeled"),
     flagged_turn("t07", at(DAY2, 11), "file an issue", "github__create_issue",
                  "calendar__add_event", "disagrees_with_ranker", "teacher",
                  "calendar__add_event", "labeled"),
     flagged_turn("t08", at(DAY2, 12), "book a meeting", "fs_read", "calendar__add_event",
-                 "fallback_tool", "teacher", None, "limit_reached"),
+                 "fallback", "teacher", None, "limit_reached"),
     plain_turn("t09", at(DAY2, 13), "send it", "send_email", "send_email"),
-    flagged_turn("t10", at(DAY3, 9), "what's up", "fs_read", "search_web", "fallback_tool",
+    flagged_turn("t10", at(DAY3, 9), "what's up", "fs_read", "search_web", "fallback",
                  "teacher", None, "error"),
     plain_turn("t11", at(DAY3, 10), "send the memo", "send_email", "send_email"),
     plain_turn("t12", at(DAY3, 11), "hello", "text_response", None),
-    flagged_turn("t13", at(DAY3, 12), "ignored", "fs_read", "search_web", "fallback_tool",
+    flagged_turn("t13", at(DAY3, 12), "ignored", "fs_read", "search_web", "fallback",
                  None, None, "declined"),
     flagged_turn("t14", at(DAY3, 13), "look up stock price", "search_web", "send_email",
                  "disagrees_with_ranker", "ranker", "send_email", "labeled"),
@@ -114,6 +128,25 @@ TURNS = (
                  "agent_corrected", None, None, "declined"),
     plain_turn("t16", at(DAY4, 9), "plain", "search_web", "search_web"),
 )  # fmt: skip
+# Where each turn's used tool stood in the search it reported (t08 and t12 reported none):
+# (status, pack, 1-based position among the shown tools).
+SEARCHES: dict[str, tuple[str, str | None, int | None]] = {
+    "t01": ("not_shown", "web", None),  # a fallback tool, not shown
+    "t02": ("unknown", "web", None),
+    "t03": ("shown", "web", 1),
+    "t04": ("not_shown", None, None),  # another tool, not shown; UTC day 1
+    "t05": ("shown", "web", 3),  # a fallback tool, but shown: counts as shown
+    "t06": ("not_shown", "web", None),
+    "t07": ("not_shown", "dev", None),
+    "t09": ("shown", None, 2),
+    "t10": ("other_pack", "web", None),
+    "t11": ("shown", None, 1),
+    "t13": ("unknown", "web", None),
+    "t14": ("not_shown", "web", None),
+    "t15": ("shown", "web", 4),
+    "t16": ("shown", "web", 1),
+}
+TURNS = tuple(searched(t, *SEARCHES[t.id]) if t.id in SEARCHES else t for t in _TURNS)
 
 
 def oracle_call(
@@ -176,11 +209,12 @@ EXEMPLARS = (
              datetime(2025, 3, 3, 23, 30, tzinfo=timezone(timedelta(hours=-2)))),
     exemplar("e09", "route me home", "maps__route", "ranker", at(DAY1, 8)),
     exemplar("e10", "undone label", "search_web", "ranker", at(DAY2, 8)),  # deleted below
+    exemplar("e11", "send it", "send_email", "usage", at(DAY2, 13, 1)),  # the agent's choice
 )  # fmt: skip
 
 EXPECTED: dict[str, list[tuple[Any, ...]]] = {
     "misroute_rate": [
-        ("fs_read", 7, 7, 1.0, "fallback_tool"),
+        ("fs_read", 7, 7, 1.0, "fallback"),
         ("search_web", 4, 2, 0.5, "agent_corrected"),  # a 1-1 tie of reasons: by name
         ("github__create_issue", 1, 1, 1.0, "disagrees_with_ranker"),
         ("send_email", 3, 1, 0.3333, "disagrees_with_ranker"),
@@ -206,6 +240,7 @@ EXPECTED: dict[str, list[tuple[Any, ...]]] = {
         ("search_web", "2025-03-01", "ranker", 1),
         ("send_email", "2025-03-01", "teacher", 1),
         ("calendar__add_event", "2025-03-02", "teacher", 1),
+        ("send_email", "2025-03-02", "usage", 1),
         ("search_web", "2025-03-03", "ranker", 2),
         ("send_email", "2025-03-03", "feedback", 1),
         ("send_email", "2025-03-03", "ranker", 1),
@@ -222,12 +257,25 @@ EXPECTED: dict[str, list[tuple[Any, ...]]] = {
         ("2025-03-03", 6, 0.6667, 0.25),
         ("2025-03-04", 1, 0.0, 0.0),
     ],
+    # day, pack, used_tool, turns, shown, recall, fallbacks, ignored, unknown_ids, other_pack
+    "online_recall": [
+        ("2025-03-01", "web", "fs_read", 1, 0, 0.0, 1, 0, 1, 0),
+        ("2025-03-01", "web", "search_web", 1, 1, 1.0, 0, 0, 0, 0),
+        ("2025-03-01", None, "send_email", 1, 0, 0.0, 0, 1, 0, 0),  # t04, 22:00Z
+        ("2025-03-02", "dev", "github__create_issue", 1, 0, 0.0, 0, 1, 0, 0),
+        ("2025-03-02", "web", "fs_read", 2, 1, 0.5, 1, 0, 0, 0),
+        ("2025-03-02", None, "send_email", 1, 1, 1.0, 0, 0, 0, 0),
+        ("2025-03-03", "web", "fs_read", 0, 0, None, 0, 0, 1, 1),  # no known search: no recall
+        ("2025-03-03", "web", "search_web", 2, 1, 0.5, 0, 1, 0, 0),
+        ("2025-03-03", None, "send_email", 1, 1, 1.0, 0, 0, 0, 0),
+        ("2025-03-04", "web", "search_web", 1, 1, 1.0, 0, 0, 0, 0),
+    ],
 }  # fmt: skip
 
 # The same data seen from 2025-03-02T00:00Z on (t04 is 22:00Z on day 1: out).
 EXPECTED_SINCE_DAY2: dict[str, list[tuple[Any, ...]]] = {
     "misroute_rate": [
-        ("fs_read", 5, 5, 1.0, "fallback_tool"),
+        ("fs_read", 5, 5, 1.0, "fallback"),
         ("search_web", 3, 2, 0.6667, "agent_corrected"),
         ("github__create_issue", 1, 1, 1.0, "disagrees_with_ranker"),
         ("send_email", 2, 0, 0.0, None),
@@ -248,6 +296,7 @@ EXPECTED_SINCE_DAY2: dict[str, list[tuple[Any, ...]]] = {
         ("file an issue", ("calendar__add_event", "github__create_issue"), ("teacher",), 2),
     ],
     "drift": EXPECTED["drift"][1:],
+    "online_recall": EXPECTED["online_recall"][3:],
 }  # fmt: skip
 
 
@@ -358,6 +407,61 @@ async def test_label_conflicts_merge_by_normalised_query(store_factory: StoreFac
     ]
 
 
+async def test_online_recall_splits_the_misses(store_factory: StoreFactory) -> None:
+    """Not-shown turns split by the stored flag reason: `fallback` is a fallback, any other
+    reason or none is a tool passed over; a recall of 1/3 rounds to 4 places; turns without a
+    search id or with a status of no known kind are not counted."""
+    store = await store_factory.make()
+    when = at(DAY2, 23, 59)
+    used = "mail__send"
+
+    def turn(turn_id: str, status: str | None, reason: str | None = None) -> Turn:
+        base = Turn(
+            id=turn_id,
+            request=f"q {turn_id}",
+            used_tool=used,
+            at=when,
+            pack="mail",
+            flagged=reason is not None,
+            flag_reason=reason,
+        )
+        return base if status is None else searched(base, status, "mail", None)
+
+    await store.record_turns(
+        [
+            replace(turn("a", "shown"), shown_position=2),
+            turn("b", "not_shown", "fallback"),
+            turn("c", "not_shown", "failed"),
+            turn("d", "not_shown", "disagreement"),
+            turn("e", "not_shown"),
+            turn("f", "shown", "fallback"),  # a fallback tool among those shown
+            turn("g", None),  # no search id
+            turn("h", "someday"),  # no status toolselect writes
+            replace(turn("i", "unknown"), pack=None),  # another group
+        ]
+    )
+    assert rows(await store.analytics("online_recall")) == [
+        ("2025-03-02", "mail", used, 6, 2, 0.3333, 1, 3, 0, 0),
+        ("2025-03-02", None, used, 0, 0, None, 0, 0, 1, 0),
+    ]
+
+
+async def test_usage_label_seen_again_counts_once_on_its_latest_day(
+    store_factory: StoreFactory,
+) -> None:
+    """A usage exemplar confirmed again is one stored label: exemplar_growth counts it once, on
+    the day of its latest sighting, under tier `usage`."""
+    store = await store_factory.make(retention=KEEP_ALL)
+    await store.upsert_tools([Tool("send_email"), Tool("search_web")])
+    assert await store.save_exemplar(exemplar("u1", "send it", "send_email", "usage", DAY1))
+    assert await store.save_exemplar(exemplar("u2", "Send  it", "send_email", "usage", DAY3))
+    assert await store.save_exemplar(exemplar("r1", "look", "search_web", "ranker", DAY1))
+    assert rows(await store.analytics("exemplar_growth")) == [
+        ("search_web", "2025-03-01", "ranker", 1),
+        ("send_email", "2025-03-03", "usage", 1),
+    ]
+
+
 async def test_cost_sum_and_percentiles_match_exactly(store_factory: StoreFactory) -> None:
     """Many small costs and latencies give the same cost (to 6 places) and nearest-rank values."""
     store = await store_factory.make()
@@ -416,7 +520,8 @@ async def test_cli_runs_all_analyses_with_titles(store_factory: StoreFactory) ->
     lines = await surfaces.cli_analytics(store, None, DAY2, "json", None)
     parsed = [json.loads(line) for line in lines.splitlines()]
     assert [p["name"] for p in parsed] == list(registry.NAMES)
-    assert parsed[-1]["rows"] == [list(r) for r in EXPECTED["drift"][1:]]
+    drift = parsed[registry.NAMES.index("drift")]
+    assert drift["rows"] == [list(r) for r in EXPECTED["drift"][1:]]
 
 
 async def test_cli_one_analysis_as_csv_and_plot(

@@ -47,6 +47,12 @@ TURNS = [
     {"request": "weather in Turin", "used_tool": "get_weather", "outcome": "ok"},
     {"request": "translate hello into French", "used_tool": "translate_text", "outcome": "ok"},
 ]  # fmt: skip
+# Searches the agent reports with its turns (index into TURNS -> the tools a `/v1/rank` call is
+# limited to, all shown): turn 4's get_weather is shown, turn 2's fallback shell_exec is not
+# (nor is send_email, which the ranker would then not label: the agent would have passed it
+# over). Turn 5 reports a search id this server never issued (counted as unknown).
+SEARCHED = {4: ["get_weather", "send_email"], 2: ["web_search", "stock_quote"]}
+UNKNOWN_SEARCH = {5: "expired-search-id"}
 # The API stamps turns with the present; "over time" needs earlier days, written to the store.
 HISTORY_DAYS = 3
 
@@ -77,6 +83,8 @@ def call(url: str, method: str, path: str, body: Any = None, key: str | None = N
 
 
 def _history(days: int) -> list[Turn]:
+    """Earlier days of 4 searched turns each: the flagged ones used a tool the search did not
+    show, the others the shown get_weather, so recall rises as flags fall."""
     now = datetime.now(UTC)
     turns = []
     for day in range(days, 0, -1):
@@ -94,9 +102,23 @@ def _history(days: int) -> list[Turn]:
                     tier="ranker" if flagged else None,
                     label="get_weather" if flagged else None,
                     result="labeled" if flagged else None,
+                    search_id=f"history-search-{day}-{i}",
+                    search_status="not_shown" if flagged else "shown",
+                    shown_position=None if flagged else 1,
+                    shown_k=3,
                 )
             )
     return turns
+
+
+def _search_id(server: LiveServer, request: str, tools: list[str], key: str | None) -> str:
+    """Rank `request` among `tools` only (so all of them are shown); the answer's search id."""
+    body = {"query": request, "k": len(tools), "tools": tools}
+    reply = call(server.url, "POST", "/v1/rank", body, key)
+    assert reply.status == 200, reply.body
+    assert sorted(r["tool"] for r in reply.body["results"]) == sorted(tools)
+    search_id: str = reply.body["search_id"]
+    return search_id
 
 
 def seed(server: LiveServer, key: str | None = None) -> None:
@@ -107,6 +129,10 @@ def seed(server: LiveServer, key: str | None = None) -> None:
             == 201
         )
     turns = [{**t, "turn_id": f"turn-{i}"} for i, t in enumerate(TURNS)]
+    for i, tools in SEARCHED.items():
+        turns[i]["search_id"] = _search_id(server, str(TURNS[i]["request"]), tools, key)
+    for i, search_id in UNKNOWN_SEARCH.items():
+        turns[i]["search_id"] = search_id
     assert call(server.url, "POST", "/v1/observe/batch", {"turns": turns}, key).status == 202
     assert server.run(server.service.learner.drain(60.0))
     server.run(server.service.store.record_turns(_history(HISTORY_DAYS)))

@@ -72,6 +72,33 @@ def test_dashboard_draws_every_analysis(
     assert heat.text == "2"
     assert heat.value_of_css_property("background-color") != "rgba(0, 0, 0, 0)"
 
+    # Online recall: a point a day. The history's flagged turns used a tool not shown (1 of 4
+    # shown 3 days ago, 3 of 4 yesterday); today get_weather was shown, the fallback shell_exec
+    # was not, and translate_text reported a search id the server never issued.
+    recall = _rows(browser, "online_recall")
+    today = recall[-1][0]
+    assert [today, "–", "shell_exec", "1", "0", "0", "1", "0", "0", "0"] in recall
+    assert [today, "–", "translate_text", "0", "0", "–", "0", "0", "1", "0"] in recall
+    assert [today, "–", "get_weather", "1", "1", "1", "0", "0", "0", "0"] in recall
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#card-online_recall svg circle.s0")) == (
+        HISTORY_DAYS + 1
+    )
+    points: list[str] = browser.execute_script(
+        "return [...document.querySelectorAll('#card-online_recall svg circle.s0 title')]"
+        ".map(t => t.textContent)"
+    )
+    assert [p.rsplit(" → ", 1)[1] for p in points] == ["25%", "50%", "75%", "50%"]
+    assert points[-1] == f"recall (shown / turns): {today} (1/2 shown) → 50%"
+    assert browser.find_element(By.CSS_SELECTOR, "#card-online_recall .sub").text == (
+        "Recall 50%: 7 of 14 turns showed the used tool · not shown: 1 fallback, 6 other tool"
+        " · 1 unknown search id, 0 from another pack"
+    )
+    assert _texts(browser, "#card-online_recall .legend span") == [
+        "recall (shown / turns)",
+        "not shown: fallback tool",
+        "not shown: another tool",
+    ]
+
     # Mis-route rate over time: one point per day with turns, today and the seeded history.
     assert len(_rows(browser, "drift")) == HISTORY_DAYS + 1
     assert (
@@ -80,6 +107,13 @@ def test_dashboard_draws_every_analysis(
     assert "shell_exec" in _texts(browser, "#card-misroute_rate .bars .label")
     assert set(_texts(browser, "#card-oracle_usage .bars .label")) == {"ranker", "ratchet"}
     assert browser.find_elements(By.CSS_SELECTOR, "#card-exemplar_growth svg circle")
+    # Each tier keeps its colour: the agent's own choices (usage) are a line of their own.
+    swatches: dict[str, str] = browser.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll("
+        "'#card-exemplar_growth .legend span')].map(s => [s.textContent, s.firstChild.className]))"
+    )
+    assert swatches == {"ranker": "swatch s0", "usage": "swatch s3", "feedback": "swatch s2"}
+    assert browser.find_elements(By.CSS_SELECTOR, "#card-exemplar_growth svg circle.s3")
     assert sorted(r[0] for r in _rows(browser, "cold_tools")) == [
         "create_calendar_event",
         "fs_read",
@@ -90,11 +124,13 @@ def test_dashboard_draws_every_analysis(
     assert browser.find_elements(By.CSS_SELECTOR, "#card-learning svg polyline.line")
 
     # Exemplar counts per tool, all tools listed: two labels for send_email (one typed, one the
-    # ranker tier added for a mis-routed turn), one for get_weather, none for the rest.
+    # ranker tier added for a mis-routed turn), two for get_weather (one typed, one the agent's
+    # own successful use), one usage label for translate_text, none for the rest.
     counts = _counts(browser)
     assert set(counts) == {t.name for t in HAND_CATALOG}
     assert counts["send_email"] == "2"
-    assert counts["get_weather"] == "1"
+    assert counts["get_weather"] == "2"
+    assert counts["translate_text"] == "1"
     assert counts["fs_read"] == "0"
 
     page_width = browser.execute_script("return document.documentElement.scrollWidth")

@@ -9,6 +9,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from toolselect.analytics import charts, registry, render, surfaces
@@ -60,6 +61,16 @@ SAMPLES = (
         "drift",
         ("day", "turns", "flagged_rate", "escalation_rate"),
         (("2025-03-01", 4, 0.75, 0.6667), ("2025-03-02", 5, 0.8, 0.75)),
+    ),
+    AnalyticsResult(
+        "online_recall",
+        registry.ANALYSES["online_recall"].columns,
+        (
+            ("2025-03-01", "web", "fs_read", 1, 0, 0.0, 1, 0, 1, 0),
+            ("2025-03-01", None, "send_email", 3, 2, 0.6667, 0, 1, 0, 0),
+            ("2025-03-02", "web", "fs_read", 0, 0, None, 0, 0, 2, 1),  # no known search
+            ("2025-03-03", "web", "search_web", 4, 3, 0.75, 0, 1, 0, 0),
+        ),
     ),
 )
 
@@ -145,6 +156,112 @@ def test_finish_puts_null_tiers_last() -> None:
         ("teacher", None),
         (None, "declined"),
     ]
+
+
+def test_finish_orders_online_recall_by_day_pack_and_tool() -> None:
+    """online_recall rows order by day, then pack with no pack last, then used tool; recall
+    rounds to 4 places and stays null for a group without a known search."""
+    zeros = (0, 0, 0, 0)
+    result = registry.finish(
+        "online_recall",
+        [
+            ("2025-03-02", None, "a", 3, 1, 1 / 3, *zeros),
+            ("2025-03-02", "web", "b", 0, 0, None, 0, 0, 2, 0),
+            ("2025-03-01", None, "z", 1, 1, 1.0, *zeros),
+            ("2025-03-02", "dev", "c", 3, 2, 2 / 3, *zeros),
+        ],
+    )
+    assert [(r[0], r[1], r[2], r[5]) for r in result.rows] == [
+        ("2025-03-01", None, "z", 1.0),
+        ("2025-03-02", "dev", "c", 0.6667),
+        ("2025-03-02", "web", "b", None),
+        ("2025-03-02", None, "a", 0.3333),
+    ]
+
+
+def test_online_recall_table_shows_missing_pack_and_recall_as_dash() -> None:
+    """A turn without a pack and a group without a known search read `-` in the table."""
+    lines = render.render_table(SAMPLES[-1]).splitlines()
+    assert lines[0].split() == list(registry.ANALYSES["online_recall"].columns)
+    assert lines[3].split() == [
+        "2025-03-01",
+        "-",
+        "send_email",
+        "3",
+        "2",
+        "0.6667",
+        "0",
+        "1",
+        "0",
+        "0",
+    ]
+    assert lines[4].split() == ["2025-03-02", "web", "fs_read", "0", "0", "-", "0", "0", "2", "1"]
+
+
+def test_recall_chart_sums_each_day_over_packs_and_tools() -> None:
+    """The recall chart draws one point a day with a known search: shown / turns over all packs
+    and tools of that day, with the fallback and other-tool shares beside it."""
+    from matplotlib.figure import Figure
+
+    ax = Figure().add_subplot()
+    charts.CHARTS["recall_lines"](ax, SAMPLES[-1])
+    lines = {line.get_label(): np.asarray(line.get_ydata()).tolist() for line in ax.get_lines()}
+    assert lines == {
+        "recall (shown / turns)": [2 / 4, 3 / 4],  # 2025-03-02 had no known search: no point
+        "not shown: fallback tool": [1 / 4, 0.0],
+        "not shown: another tool": [1 / 4, 1 / 4],
+    }
+    assert [t.get_text() for t in ax.texts] == ["2/4", "3/4"]
+
+
+def test_recall_chart_without_a_known_search_says_so() -> None:
+    """With only unknown or other-pack search ids the chart says how many, instead of lines."""
+    from matplotlib.figure import Figure
+
+    only_unknown = AnalyticsResult(
+        "online_recall",
+        registry.ANALYSES["online_recall"].columns,
+        (("2025-03-02", "web", "fs_read", 0, 0, None, 0, 0, 2, 1),),
+    )
+    ax = Figure().add_subplot()
+    charts.CHARTS["recall_lines"](ax, only_unknown)
+    assert not ax.get_lines()
+    assert [t.get_text() for t in ax.texts] == [
+        "no turn with a known search id (2 unknown, 1 of another pack)"
+    ]
+
+
+def test_exemplar_growth_colours_each_tier_alike_and_orders_weakest_first() -> None:
+    """Each tier has its own colour whatever tiers a result holds (usage included), and the
+    legend lists them ranker, usage, teacher, feedback, then any other."""
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+
+    growth = AnalyticsResult(
+        "exemplar_growth",
+        ("tool", "day", "tier", "added"),
+        (
+            ("a", "2025-03-01", "usage", 2),
+            ("a", "2025-03-01", "feedback", 1),
+            ("b", "2025-03-02", "usage", 1),
+            ("b", "2025-03-02", "ratchet", 1),
+            ("b", "2025-03-02", "ranker", 1),
+        ),
+    )
+    ax = Figure().add_subplot()
+    charts.CHARTS["cumulative_lines"](ax, growth)
+    drawn = [(line.get_label(), to_hex(line.get_color())) for line in ax.get_lines()]
+    assert drawn == [
+        ("ranker", to_hex("tab:blue")),
+        ("usage", to_hex("tab:purple")),
+        ("feedback", to_hex("tab:green")),
+        ("ratchet", to_hex("tab:gray")),
+    ]
+    assert np.asarray(ax.get_lines()[1].get_ydata()).tolist() == [2, 3]  # usage, cumulative
+    alone = AnalyticsResult("exemplar_growth", growth.columns, (growth.rows[0],))
+    ax = Figure().add_subplot()
+    charts.CHARTS["cumulative_lines"](ax, alone)
+    assert to_hex(ax.get_lines()[0].get_color()) == to_hex("tab:purple")
 
 
 def test_nearest_rank_and_ordered_sum() -> None:

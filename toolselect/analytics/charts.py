@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolselect.analytics.registry import Analysis, ChartKind, get_analysis
 from toolselect.errors import ToolselectError
+from toolselect.graph.records import TIER_STRENGTH
 from toolselect.graph.store import AnalyticsResult
 from toolselect.names import namespace
 
@@ -139,6 +140,21 @@ def _rate_lines(ax: Axes, result: AnalyticsResult) -> None:
     _by_day(ax)
 
 
+# One colour per exemplar tier, whichever tiers a result holds, so a tier keeps its colour from
+# one chart to the next; the dashboard (`toolselect/ui/app.js`, TIERS) uses the same order.
+TIER_COLOURS: Mapping[str, str] = {
+    "ranker": "tab:blue",
+    "usage": "tab:purple",
+    "teacher": "tab:orange",
+    "feedback": "tab:green",
+}
+
+
+def _tier_order(tier: str) -> tuple[int, str]:
+    """Tiers weakest first (ranker, usage, teacher, feedback), any other after, by name."""
+    return (TIER_STRENGTH.get(tier, len(TIER_STRENGTH) + 1), tier)
+
+
 def _cumulative_lines(ax: Axes, result: AnalyticsResult) -> None:
     """Exemplars added per day, summed over time, one line per tier."""
     days = sorted(set(_column(result, "day")))
@@ -148,13 +164,64 @@ def _cumulative_lines(ax: Axes, result: AnalyticsResult) -> None:
     ):
         by_day = per_tier.setdefault(tier, {})
         by_day[day] = by_day.get(day, 0) + added
-    for tier, by_day in sorted(per_tier.items()):
-        total, ys = 0, []
+    for tier in sorted(per_tier, key=_tier_order):
+        by_day, total, ys = per_tier[tier], 0, []
         for day in days:
             total += by_day.get(day, 0)
             ys.append(total)
-        ax.plot(days, ys, marker="o", label=tier)
+        ax.plot(days, ys, marker="o", label=tier, color=TIER_COLOURS.get(tier, "tab:gray"))
     ax.set_ylabel("exemplars (cumulative)")
+    _by_day(ax)
+
+
+def _recall_lines(ax: Axes, result: AnalyticsResult) -> None:
+    """Per day over all packs and tools: recall (shown / turns whose search is known), and the
+    share of those turns that used a fallback tool or another tool that was not shown."""
+    from matplotlib.ticker import PercentFormatter
+
+    counted = ("turns", "shown", "fallbacks", "ignored", "unknown_ids", "other_pack")
+    sums: dict[str, list[int]] = {}
+    for day, *values in zip(
+        _column(result, "day"), *(_column(result, c) for c in counted), strict=True
+    ):
+        day_sums = sums.setdefault(day, [0] * len(counted))
+        for i, value in enumerate(values):
+            day_sums[i] += value
+    days = [day for day in sorted(sums) if sums[day][0]]
+    if not days:
+        unknown = sum(t[4] for t in sums.values())
+        other = sum(t[5] for t in sums.values())
+        ax.text(
+            0.5,
+            0.5,
+            f"no turn with a known search id ({unknown} unknown, {other} of another pack)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        ax.set_axis_off()
+        return
+    known = [sums[day] for day in days]
+    lines = (
+        (1, "recall (shown / turns)", "tab:blue"),
+        (2, "not shown: fallback tool", "tab:red"),
+        (3, "not shown: another tool", "tab:orange"),
+    )
+    for index, label, colour in lines:
+        shares = [t[index] / t[0] for t in known]
+        ax.plot(days, shares, marker="o", color=colour, label=label)
+    for day, t in zip(days, known, strict=True):
+        ax.annotate(
+            f"{t[1]}/{t[0]}",
+            (day, t[1] / t[0]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=8,
+        )
+    ax.set_ylim(0, 1.1)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylabel("share of turns whose search is known")
     _by_day(ax)
 
 
@@ -178,6 +245,7 @@ CHARTS: Mapping[ChartKind, Callable[[Axes, AnalyticsResult], None]] = {
     "rate_lines": _rate_lines,
     "cumulative_lines": _cumulative_lines,
     "table_bars": _table_bars,
+    "recall_lines": _recall_lines,
 }
 
 

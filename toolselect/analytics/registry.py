@@ -34,6 +34,7 @@ ChartKind = Literal[
     "rate_lines",
     "cumulative_lines",
     "table_bars",
+    "recall_lines",
 ]
 
 
@@ -119,7 +120,8 @@ _ALL = (
     Analysis(
         "exemplar_growth",
         ("tool", "day", "tier", "added"),
-        "exemplars (still stored) added per tool, UTC day and tier",
+        "exemplars (still stored) added per tool, UTC day and tier; a label written again (a "
+        "usage label seen again, or one replaced by a stronger tier) counts on its latest day",
         "cumulative_lines",
         order=lambda r: (r[1], r[0], r[2]),
     ),
@@ -145,6 +147,27 @@ _ALL = (
         "rate_lines",
         order=lambda r: r[0],
         rounding={"flagged_rate": 4, "escalation_rate": 4},
+    ),
+    Analysis(
+        "online_recall",
+        (
+            "day",
+            "pack",
+            "used_tool",
+            "turns",
+            "shown",
+            "recall",
+            "fallbacks",
+            "ignored",
+            "unknown_ids",
+            "other_pack",
+        ),
+        "per UTC day, pack and used tool, turns whose search id is known: how many showed the "
+        "used tool (recall), and the rest as fallback tools or other tools not shown; plus "
+        "turns with unknown or other-pack search ids",
+        "recall_lines",
+        order=lambda r: (r[0], _nulls_last(r[1]), r[2]),
+        rounding={"recall": 4},
     ),
 )
 ANALYSES: Mapping[str, Analysis] = {a.name: a for a in _ALL}

@@ -72,6 +72,24 @@ _DRIFT = """
     FROM turns WHERE :since IS NULL OR at >= :since
     GROUP BY day"""
 
+# `IS` and `IS NOT` compare NULL as a value, as Cypher's coalesce(flag_reason, '') does above.
+_ONLINE_RECALL = """
+    SELECT day, pack, used_tool, turns, shown,
+        CASE turns WHEN 0 THEN NULL ELSE CAST(shown AS REAL) / turns END,
+        fallbacks, ignored, unknown_ids, other_pack
+    FROM (
+        SELECT substr(at, 1, 10) AS day, pack, used_tool,
+            SUM(search_status IN ('shown', 'not_shown')) AS turns,
+            SUM(search_status = 'shown') AS shown,
+            SUM(search_status = 'not_shown' AND flag_reason IS 'fallback') AS fallbacks,
+            SUM(search_status = 'not_shown' AND flag_reason IS NOT 'fallback') AS ignored,
+            SUM(search_status = 'unknown') AS unknown_ids,
+            SUM(search_status = 'other_pack') AS other_pack
+        FROM turns
+        WHERE search_status IN ('shown', 'not_shown', 'unknown', 'other_pack')
+            AND (:since IS NULL OR at >= :since)
+        GROUP BY day, pack, used_tool)"""
+
 
 def _rows(sql: str) -> Callable[[sqlite3.Connection, dict[str, Any]], list[Row]]:
     def run(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
@@ -126,6 +144,7 @@ _ANALYSES: Mapping[str, Callable[[sqlite3.Connection, dict[str, Any]], list[Row]
     "cold_tools": _rows(_COLD_TOOLS),
     "label_conflicts": _label_conflicts,
     "drift": _rows(_DRIFT),
+    "online_recall": _rows(_ONLINE_RECALL),
 }
 
 

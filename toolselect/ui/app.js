@@ -9,6 +9,12 @@ const SVG = "http://www.w3.org/2000/svg";
 
 // Known analyses: title, caption and chart. Analyses the server adds later still get a table.
 const ANALYSES = {
+  online_recall: {
+    title: "Online recall",
+    caption:
+      "Per UTC day, of the turns whose search id is known: share whose used tool was among the tools shown, and the misses (a fallback tool, or another tool the search did not show).",
+    chart: recallChart,
+  },
   drift: {
     title: "Mis-route rate over time",
     caption: "Per UTC day: share of turns flagged as mis-routes, and share of flagged turns sent to the teacher.",
@@ -31,7 +37,8 @@ const ANALYSES = {
   },
   exemplar_growth: {
     title: "Exemplar growth",
-    caption: "Exemplars still stored, cumulative per tier by the UTC day they were added.",
+    caption:
+      "Exemplars still stored, cumulative per tier (usage: the agent's own successful choices) by the UTC day they were last written.",
     chart: growthChart,
   },
   cold_tools: {
@@ -46,6 +53,9 @@ const ANALYSES = {
   },
 };
 const ORDER = Object.keys(ANALYSES);
+// Exemplar tiers weakest first, each with its own colour class whichever tiers a chart holds
+// (the PNG charts use the same colours: toolselect/analytics/charts.py, TIER_COLOURS).
+const TIERS = { ranker: "s0", usage: "s3", teacher: "s1", feedback: "s2" };
 
 const state = { tools: [], counts: new Map(), redraw: [] };
 // Moved into the analyses' grid on each load, so it is held here rather than looked up.
@@ -158,8 +168,9 @@ function table(columns, rows, opts) {
   return el("div", { class: "table-wrap" }, el("table", null, el("thead", null, head), body));
 }
 
-function legend(names) {
-  return el("div", { class: "legend" }, ...names.map((n, i) => el("span", null, el("i", { class: "swatch s" + i }), n)));
+// items: [{name, cls}], cls a colour class of style.css (s0..s4, bad).
+function legend(items) {
+  return el("div", { class: "legend" }, ...items.map((it) => el("span", null, el("i", { class: "swatch " + it.cls }), it.name)));
 }
 
 function col(result, name) {
@@ -191,8 +202,9 @@ function fmt(v, digits) {
   return Number(v).toFixed(digits).replace(/\.?0+$/, "") || "0";
 }
 
-// A line chart: series over xs (numbers), ticks [{x, label}], y from 0 to yMax; marks are
-// dashed reference lines [{axis: "x" | "y", value, label}].
+// A line chart: series [{name, ys, cls?}] over xs (numbers), ticks [{x, label}], y from 0 to
+// yMax; a series is coloured by its cls (default s<index>); marks are dashed reference lines
+// [{axis: "x" | "y", value, label}].
 function lineChart(host, o) {
   const W = Math.max(host.clientWidth, 280);
   const H = 220;
@@ -228,17 +240,18 @@ function lineChart(host, o) {
     root.append(svg("line", { ...p, class: "mark" }));
     root.append(svg("text", { x: p.x2 - 4, y: p.y1 + 12, class: "mark-label", "text-anchor": "end" }, mark.label));
   }
+  const cls = (s, si) => s.cls || "s" + si;
   o.series.forEach((s, si) => {
     const pts = xs.map((x, i) => [X(x), Y(s.ys[i])]).filter((_, i) => s.ys[i] !== null && s.ys[i] !== undefined);
-    if (pts.length > 1) root.append(svg("polyline", { points: pts.map((p) => p.join(",")).join(" "), class: "line s" + si }));
+    if (pts.length > 1) root.append(svg("polyline", { points: pts.map((p) => p.join(",")).join(" "), class: "line " + cls(s, si) }));
     xs.forEach((x, i) => {
       if (s.ys[i] === null || s.ys[i] === undefined) return;
-      const dot = svg("circle", { cx: X(x), cy: Y(s.ys[i]), r: 3.5, class: "dot s" + si });
+      const dot = svg("circle", { cx: X(x), cy: Y(s.ys[i]), r: 3.5, class: "dot " + cls(s, si) });
       dot.append(svg("title", null, `${s.name}: ${o.pointLabel ? o.pointLabel(i) : x} → ${o.yFmt(s.ys[i])}`));
       root.append(dot);
     });
   });
-  host.append(root, legend(o.series.map((s) => s.name)));
+  host.append(root, legend(o.series.map((s, si) => ({ name: s.name, cls: cls(s, si) }))));
 }
 
 // Horizontal bars as HTML (label, bar, value): wraps and scales with the page by itself.
@@ -251,6 +264,53 @@ function bars(host, items, cls) {
     box.append(el("span", { class: "label", title: it.label, text: it.label }), el("div", { class: "track" }, fill), el("span", { class: "value", text: it.text }));
   }
   host.append(box);
+}
+
+function pct(v) {
+  return Math.round(v * 100) + "%";
+}
+
+// Summed over packs and tools per day; a day whose turns all had unknown or other-pack search
+// ids has no recall (a gap in the lines, not a zero).
+function recallChart(host, r) {
+  const counted = ["turns", "shown", "fallbacks", "ignored", "unknown_ids", "other_pack"];
+  const at = counted.map((c) => r.columns.indexOf(c));
+  const sum = (rows) => Object.fromEntries(counted.map((c, k) => [c, rows.reduce((n, row) => n + row[at[k]], 0)]));
+  const day = r.columns.indexOf("day");
+  const days = [...new Set(r.rows.map((row) => row[day]))].sort();
+  const byDay = new Map(days.map((d) => [d, sum(r.rows.filter((row) => row[day] === d))]));
+  const all = sum(r.rows);
+  const ids = `${all.unknown_ids} unknown search id${all.unknown_ids === 1 ? "" : "s"}, ${all.other_pack} from another pack`;
+  if (!all.turns) {
+    host.append(el("p", { class: "empty", text: `No turn with a known search yet (${ids}).` }));
+    return;
+  }
+  host.append(
+    el("p", {
+      class: "sub",
+      text:
+        `Recall ${pct(all.shown / all.turns)}: ${all.shown} of ${all.turns} turns showed the used tool · ` +
+        `not shown: ${all.fallbacks} fallback, ${all.ignored} other tool · ${ids}`,
+    })
+  );
+  const share = (key) => days.map((d) => (byDay.get(d).turns ? byDay.get(d)[key] / byDay.get(d).turns : null));
+  const chart = el("div"); // its own box: a redraw replaces the chart, not the line above
+  host.append(chart);
+  drawn(chart, (h) =>
+    lineChart(h, {
+      label: "online recall per day",
+      xs: days.map((_, i) => i),
+      ticks: days.map((d, i) => ({ x: i, label: d })),
+      pointLabel: (i) => `${days[i]} (${byDay.get(days[i]).shown}/${byDay.get(days[i]).turns} shown)`,
+      yMax: 1,
+      yFmt: pct,
+      series: [
+        { name: "recall (shown / turns)", ys: share("shown"), cls: "s0" },
+        { name: "not shown: fallback tool", ys: share("fallbacks"), cls: "bad" },
+        { name: "not shown: another tool", ys: share("ignored"), cls: "s1" },
+      ],
+    })
+  );
 }
 
 function driftChart(host, r) {
@@ -325,12 +385,14 @@ function oracleChart(host, r) {
 
 function growthChart(host, r) {
   const days = [...new Set(col(r, "day"))].sort();
-  const tiers = [...new Set(col(r, "tier"))].sort();
+  // Known tiers weakest first, then any other by name (grey: s4).
+  const rank = (t) => (t in TIERS ? Object.keys(TIERS).indexOf(t) : 99);
+  const tiers = [...new Set(col(r, "tier"))].sort((a, b) => rank(a) - rank(b) || (a < b ? -1 : a > b ? 1 : 0));
   const series = tiers.map((tier) => {
     const perDay = new Map();
     for (const [, day, t, added] of r.rows) if (t === tier) perDay.set(day, (perDay.get(day) || 0) + added);
     let total = 0;
-    return { name: tier, ys: days.map((d) => (total += perDay.get(d) || 0)) };
+    return { name: tier, ys: days.map((d) => (total += perDay.get(d) || 0)), cls: TIERS[tier] || "s4" };
   });
   // Counts: a top that is a multiple of 4 puts every one of the 5 grid lines on a whole number.
   const top = Math.max(...series.map((s) => s.ys[s.ys.length - 1]));

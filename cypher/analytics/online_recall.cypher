@@ -1,0 +1,51 @@
+// online_recall: of the turns that reported a search id, how often was the used tool among the
+// tools that search showed (recall@k, k being what each search showed)?
+// Parameters: $since - ISO-8601 datetime string or null (all time); counts turns with at >= $since.
+//   In Neo4j Browser: :param since => null
+// One row per UTC day, pack and used tool with at least one turn whose search_status is set
+// (turns observed without a search id do not count anywhere here).
+// Columns: day (UTC date of the turn's at, YYYY-MM-DD), pack (the turn's pack, null for none),
+//   used_tool, turns (turns whose search is known: search_status 'shown' or 'not_shown'),
+//   shown (of those, the used tool was among the tools shown),
+//   recall (shown / turns, unrounded here, toolselect rounds it to 4 places; null when turns is
+//   0, i.e. the group only has unknown or other-pack search ids),
+//   fallbacks (not shown, and the used tool is a fallback tool: flag_reason 'fallback'; the agent
+//   improvised instead of using a shown tool),
+//   ignored (not shown, and not a fallback tool: the agent passed over what was shown for a
+//   tool the search did not show), so turns = shown + fallbacks + ignored,
+//   unknown_ids (search_status 'unknown': the id was never issued here, expired or forgotten),
+//   other_pack (search_status 'other_pack': the search was issued for another pack).
+// Whether the right tool was among those shown is not stored, so a fallback can be a miss of
+// the ranker or of the agent alike.
+// Order: day, then pack (nulls last), then used_tool.
+MATCH (t:Turn)
+WHERE t.search_status IN ['shown', 'not_shown', 'unknown', 'other_pack']
+  AND ($since IS NULL OR t.at >= datetime($since))
+WITH
+  toString(date(datetime({datetime: t.at, timezone: 'Z'}))) AS day,
+  t.pack AS pack,
+  t.used_tool AS used_tool,
+  count(CASE WHEN t.search_status IN ['shown', 'not_shown'] THEN 1 END) AS turns,
+  count(CASE WHEN t.search_status = 'shown' THEN 1 END) AS shown,
+  count(
+    CASE WHEN t.search_status = 'not_shown' AND t.flag_reason = 'fallback' THEN 1 END
+  ) AS fallbacks,
+  count(
+    CASE
+      WHEN t.search_status = 'not_shown' AND coalesce(t.flag_reason, '') <> 'fallback' THEN 1
+    END
+  ) AS ignored,
+  count(CASE WHEN t.search_status = 'unknown' THEN 1 END) AS unknown_ids,
+  count(CASE WHEN t.search_status = 'other_pack' THEN 1 END) AS other_pack
+RETURN
+  day,
+  pack,
+  used_tool,
+  turns,
+  shown,
+  CASE turns WHEN 0 THEN null ELSE toFloat(shown) / turns END AS recall,
+  fallbacks,
+  ignored,
+  unknown_ids,
+  other_pack
+ORDER BY day, pack, used_tool
