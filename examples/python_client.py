@@ -10,8 +10,14 @@ with Client(os.environ.get("TOOLSELECT_URL", "http://127.0.0.1:8080")) as ts:
     ranking = ts.rank("what is the bitcoin price now?", k=3)
     print([(r.tool, round(r.score, 2)) for r in ranking.results])
 
-    # What the agent actually did: queued, sent in the background, never raises.
-    ts.observe("what is the bitcoin price now?", used_tool="crypto_price", outcome="ok")
+    # What the agent actually did, with the search it chose from: queued, sent in the
+    # background, never raises. A tool that worked becomes a label of its request.
+    ts.observe(
+        "what is the bitcoin price now?",
+        used_tool="crypto_price",
+        outcome="ok",
+        search_id=ranking.search_id,
+    )
 
     try:
         ts.rank("hi", k=0)

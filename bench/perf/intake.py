@@ -1,8 +1,9 @@
 """Section `intake`: the learning loop's intake, `service.learning.observe` to turns in each store.
 
 `observe()` is timed per call; throughput is turns recorded per second from the first
-`observe()` to a drained queue, unflagged and flagged (labelled by the free tier), with the
-query vector cache on and off.
+`observe()` to a drained queue, unflagged, flagged (labelled by the free tier), and usage
+labelled (the agent reports `ok` with the search id of the ranking it was shown: every turn
+saves or counts a `usage` label), with the query vector cache on and off.
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ async def _intake(
         floor = service.tuner.free_floor
         plain: list[tuple[str, str]] = []
         confident: list[str] = []
+        searches: list[str] = []
         for q in queries:
-            ranking = await service.ranking.rank(q, 2)
+            search = await service.ranking.search(q, 5)
+            ranking = search.ranking
             plain.append((q, ranking.results[0].tool))
+            searches.append(search.search_id)
             if ranking.margin >= floor:
                 confident.append(q)
 
@@ -58,17 +62,28 @@ async def _intake(
                 assert queued, "the queue must not be full between chunks"
             await service.learner.drain(300)
 
-        scenarios: dict[str, tuple[int, Callable[[int], tuple[str, str]]]] = {
-            # used tool = the ranker's top-1: recorded, not flagged
+        Make = Callable[[int], tuple[str, str, dict[str, str]]]
+        scenarios: dict[str, tuple[int, Make]] = {
+            # used tool = the ranker's top-1, no outcome: recorded, not flagged
             "unflagged": (
                 2_000 if quick else 60_000,
-                lambda i: plain[i % len(plain)],
+                lambda i: (*plain[i % len(plain)], {}),
             ),
             # a fallback tool with a confident ranker: the free tier labels it and an exemplar
             # is saved and folded (a unique suffix, so the ratchet never short-cuts it)
             "flagged_ranker_tier": (
                 500 if quick else 8_000,
-                lambda i: (f"{confident[i % len(confident)]} ref {i}", "shell_exec"),
+                lambda i: (f"{confident[i % len(confident)]} ref {i}", "shell_exec", {}),
+            ),
+            # the runtime's flow at production volume: requests ranked first, the shown top-1
+            # used and reported `ok` with the search id; every turn saves a usage label (the
+            # first of each request) or counts it again (the repeats)
+            "usage_labelled": (
+                2_000 if quick else 60_000,
+                lambda i: (
+                    *plain[i % len(plain)],
+                    {"outcome": "ok", "search_id": searches[i % len(searches)]},
+                ),
             ),
         }
         out: dict[str, Any] = {
@@ -87,8 +102,8 @@ async def _intake(
             sent = 0
             while sent < total:
                 if service.learner.depth < cap:
-                    request, used = make(sent)
-                    service.learning.observe(request, used, turn_id=f"{name}-{sent}")
+                    request, used, extra = make(sent)
+                    service.learning.observe(request, used, turn_id=f"{name}-{sent}", **extra)
                     sent += 1
                 else:
                     await asyncio.sleep(0.001)
@@ -156,7 +171,7 @@ def _median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
     round's figure kept beside it)."""
     out = dict(results[0])
     out["rounds"] = len(results)
-    for name in ("unflagged", "flagged_ranker_tier"):
+    for name in ("unflagged", "flagged_ranker_tier", "usage_labelled"):
         each = [r[name]["turns_per_s"] for r in results]
         out[name] = {**results[0][name], "turns_per_s": statistics.median(each), "rounds": each}
     return out

@@ -131,7 +131,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     if "intake" in results:
         rows = []
         for r in results["intake"]:
-            for name in ("unflagged", "flagged_ranker_tier"):
+            for name in ("unflagged", "flagged_ranker_tier", "usage_labelled"):
+                if name not in r:  # results of a run before usage labels
+                    continue
                 s = r[name]
                 tiers = ", ".join(f"{k}: {v}" for k, v in sorted(s["tier_result"].items()))
                 rows.append([

@@ -11,6 +11,7 @@ TARGETS = {
     # Learning loop v2: turns recorded per second into Neo4j (intake section).
     "intake_neo4j_unflagged_tps": 5000.0,
     "intake_neo4j_flagged_tps": 2000.0,
+    "intake_neo4j_usage_labelled_tps": 2000.0,
 }
 
 
@@ -42,12 +43,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         if r.get("query_cache"):
             cases = [("unflagged", "requests ranked before they were reported, query cache on")]
+            if "usage_labelled" in r:
+                cases.append(("usage_labelled", "ranked first, reported `ok`: a usage label each"))
         else:
             # Flagged requests are unique here (never ranked), so the cache cannot serve them.
             cases = [("unflagged", "every turn embedded by the worker, query cache off"),
                      ("flagged", "unique requests, embedded by the worker")]  # fmt: skip
         for name, how in cases:
-            key = "unflagged" if name == "unflagged" else "flagged_ranker_tier"
+            key = "flagged_ranker_tier" if name == "flagged" else name
             out.append(_target(
                 f"intake into Neo4j, {name} turns ({how})",
                 r[key]["turns_per_s"], TARGETS[f"intake_neo4j_{name}_tps"], "turns/s",

@@ -54,12 +54,15 @@ async def test_rank_on_empty_pack_is_empty(client: Client) -> None:
     """A pack with no tools answers 200 with no results and margin 0."""
     resp = await client.post("/v1/rank", json={"query": "anything", "pack": "no-such-pack"})
     assert resp.status == 200
-    assert await resp.json() == {
+    body = await resp.json()
+    assert body == {
         "results": [],
         "margin": 0.0,
         "embedder": "hashing-v1",
-        "took_ms": (await resp.json())["took_ms"],
+        "took_ms": body["took_ms"],
+        "search_id": body["search_id"],
     }
+    assert isinstance(body["search_id"], str) and len(body["search_id"]) == 24
 
 
 async def test_select_returns_only_candidate_ids(client: Client) -> None:

@@ -179,8 +179,9 @@ async def test_the_fit_follows_the_labels_and_is_exposed(
 async def test_the_teacher_gets_only_its_share_of_flagged_turns(
     services: ServiceFactory, anthropic_stub: Stub, aiohttp_client: ClientFactory
 ) -> None:
-    """With the default share (0.25), eight flagged turns the free tier cannot label yield at
-    most three teacher calls; the rest are recorded as declined, not lost."""
+    """With the default share (0.25), eight disagreements on turns that worked (the agent's
+    choice against a confident ranker) yield at most three teacher calls; the rest are recorded
+    as declined, not lost. Fallback turns are not rationed (the next test)."""
     anthropic_stub.responder = lambda body: Reply(body=anthropic_message("none"))
     client, service = await services.serve(
         aiohttp_client,
@@ -188,11 +189,20 @@ async def test_the_teacher_gets_only_its_share_of_flagged_turns(
         anthropic_api_key="test",
         anthropic_base_url=anthropic_stub.url,
     )
-    assert (await client.put("/v1/tools", json=large_catalog(80))).status == 200
-    turns = [
-        {"request": f"sort out item {i} please", "used_tool": "shell_exec", "turn_id": f"q{i}"}
-        for i in range(8)
+    distinct = [
+        ("get_weather", "weather forecast rain wind temperature for a city"),
+        ("send_email", "send an email message to a recipient with subject"),
+        ("stock_quote", "latest stock price quote for a ticker symbol"),
+        ("translate_text", "translate text from one language into another"),
     ]
+    catalog = large_catalog(80)
+    catalog["tools"] += [{"name": n, "description": d} for n, d in distinct]
+    assert (await client.put("/v1/tools", json=catalog)).status == 200
+    turns = [
+        {"request": f"{distinct[i % 4][1]} ({i})", "used_tool": distinct[(i + 1) % 4][0],
+         "outcome": "ok", "turn_id": f"q{i}"}
+        for i in range(8)
+    ]  # fmt: skip
     assert (await client.post("/v1/observe/batch", json={"turns": turns})).status == 202
 
     async def all_decided() -> bool:
@@ -205,3 +215,39 @@ async def test_the_teacher_gets_only_its_share_of_flagged_turns(
     assert 1 <= len(anthropic_stub.received) <= 3
     assert tiers.count("teacher") == len(anthropic_stub.received)
     assert tiers.count("declined") == 8 - len(anthropic_stub.received)
+    assert {t.flag_reason for t in stored if t is not None} == {"disagreement"}
+
+
+async def test_every_turn_the_agent_could_not_find_its_tool_for_reaches_the_teacher(
+    services: ServiceFactory, anthropic_stub: Stub, aiohttp_client: ClientFactory
+) -> None:
+    """Fallback and failed turns are what the teacher budget is for: with budget left, none
+    is declined as not worth a call, whatever the share."""
+    anthropic_stub.responder = lambda body: Reply(body=anthropic_message("none"))
+    client, service = await services.serve(
+        aiohttp_client,
+        teacher="anthropic",
+        anthropic_api_key="test",
+        anthropic_base_url=anthropic_stub.url,
+    )
+    assert (await client.put("/v1/tools", json=large_catalog(80))).status == 200
+    turns = [
+        {"request": f"sort out item {i} please", "used_tool": "shell_exec", "turn_id": f"q{i}"}
+        for i in range(6)
+    ] + [
+        {"request": f"tidy up thing {i}", "used_tool": "tool_001", "outcome": "error",
+         "turn_id": f"e{i}"}
+        for i in range(2)
+    ]  # fmt: skip
+    assert (await client.post("/v1/observe/batch", json={"turns": turns})).status == 202
+    ids = [t["turn_id"] for t in turns]
+
+    async def all_decided() -> bool:
+        stored = [await service.store.get_turn(i) for i in ids]
+        return all(t is not None and t.result is not None for t in stored)
+
+    await eventually(all_decided)
+    stored = [await service.store.get_turn(i) for i in ids]
+    assert [(t.flag_reason, t.tier) for t in stored if t is not None] == [
+        ("fallback", "teacher")] * 6 + [("failed", "teacher")] * 2  # fmt: skip
+    assert len(anthropic_stub.received) == 8

@@ -190,9 +190,10 @@ SCHEMA = schemathesis.openapi.from_dict(
 
 
 def _utf8_bytes(turn: object, field: str) -> int:
-    """The UTF-8 length of a string field of a turn the request model has accepted."""
+    """The UTF-8 length of a string field of a turn the request model has accepted (0 when an
+    optional one is absent)."""
     assert isinstance(turn, dict)
-    value = turn[field]
+    value = turn.get(field) or ""
     assert isinstance(value, str)
     return len(value.encode("utf-8", "surrogatepass"))
 
@@ -212,6 +213,8 @@ def _observe_well_formed(case: schemathesis.Case[Any], settings: Settings) -> bo
     assert isinstance(body, dict)  # the models accept only a JSON object
     turns = [body] if single else body["turns"]
     assert isinstance(turns, list)
+    if any(m.used_tools_problem(m.ObserveRequest.model_validate(t)) for t in turns):
+        return False
     return len(turns) <= settings.max_batch and all(
         _utf8_bytes(t, f) <= settings.max_query_bytes
         for t in turns

@@ -287,6 +287,55 @@ async def test_turn_round_trips_every_field(store: Store) -> None:
     assert await store.get_turn("t-none") is None
 
 
+async def test_turn_keeps_its_search_session_and_used_tools(store: Store) -> None:
+    """Where the used tool stood in the search the turn reports, its session, and every tool
+    of a turn that used several, in order (hostile names included)."""
+    linked = turn(
+        "t-linked",
+        used_tool="cd",
+        used_tools=("cd", "cp", NASTY),
+        session_id="s-1",
+        search_id="0a1b2c",
+        search_status="shown",
+        shown_position=3,
+        shown_k=5,
+        outcome="ok",
+        tier="usage",
+        label="cd",
+        result="labeled",
+    )
+    assert await store.record_turns([linked]) == 1
+    assert await store.get_turn("t-linked") == linked
+
+
+async def test_a_usage_label_seen_again_is_counted_on_one_exemplar(store: Store) -> None:
+    """The same query used with the same tool again: one exemplar whose count grows (and whose
+    time moves to the latest sighting); another tool replaces it only when seen as often;
+    teacher and human labels are never replaced by usage, and replace it."""
+    await seed_tools(store, "t", "u")
+    first = exemplar("Book a Room", "t", "usage")
+    assert [e.count for e in (await store.save_exemplars([first])).changed] == [1]
+    later = NOW + timedelta(minutes=5)
+    again = replace(exemplar("book a  room", "t", "usage"), created_at=later)
+    before = await store.state()
+    result = await store.save_exemplars([again, replace(again, id=f"ex-{uuid.uuid4().hex}")])
+    assert [e.count for e in result.changed] == [2, 3]
+    stored = await store.exemplar_for_query("BOOK A ROOM")
+    assert stored is not None and (stored.tool, stored.count, stored.created_at) == ("t", 3, later)
+    assert len(await store.exemplars_for_tool("t")) == 1
+    assert (await store.state()).exemplar_version == before.exemplar_version + 1
+    other = exemplar("book a room", "u", "usage")
+    assert (await store.save_exemplars([other])).changed == ()
+    assert (await store.save_exemplars([replace(other, count=3)])).changed != ()
+    stored = await store.exemplar_for_query("book a room")
+    assert stored is not None and (stored.tool, stored.count) == ("u", 3)
+    teacher = exemplar("book a room", "t", "teacher")
+    assert (await store.save_exemplars([teacher])).changed != ()
+    assert (await store.save_exemplars([exemplar("book a room", "u", "usage")])).changed == ()
+    stored = await store.exemplar_for_query("book a room")
+    assert stored is not None and (stored.tier, stored.count) == ("teacher", 1)
+
+
 async def test_turn_resend_is_stored_once_and_updated(store: Store) -> None:
     """Resending a turn id counts it once and updates the stored fields."""
     assert await store.record_turns([turn("t-1"), turn("t-2")]) == 2

@@ -113,3 +113,41 @@ async def test_event_loop_keeps_running_during_store_work(tmp_path: Path) -> Non
         ticker.cancel()
         await store.close()
     assert ticks > 10
+
+
+async def test_a_version_1_file_gains_the_new_columns_and_keeps_its_rows(tmp_path: Path) -> None:
+    """A file written before search ids and usage counts migrates in place: its turns and
+    exemplars read back, with the new fields empty and every count 1."""
+    path = tmp_path / "store.db"
+    store = SqliteStore(path)
+    await store.migrate()
+    await store.upsert_tools([Tool("t", "does t")])
+    await store.close()
+    with sqlite3.connect(path) as conn:  # back to version 1's tables
+        for table, column in [("turns", c) for c in ("session_id", "used_tools", "search_id",
+                              "search_status", "shown_position", "shown_k")] + [
+                              ("exemplars", "count")]:  # fmt: skip
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        conn.execute(
+            "INSERT INTO turns (id, request, used_tool, at, flagged) VALUES "
+            "('old', 'q', 't', '2026-01-01T00:00:00.000000+00:00', 0)"
+        )
+        conn.execute(
+            "INSERT INTO exemplars (id, query, query_norm, tool, tier, embedder, embedding, "
+            "confidence, created_at, version) VALUES ('e', 'Q', 'q', 't', 'teacher', 'h', "
+            "x'0000803f', 1.0, '2026-01-01T00:00:00.000000+00:00', 1)"
+        )
+        conn.execute("PRAGMA user_version = 1")
+    store = SqliteStore(path)
+    try:
+        await store.migrate()
+        turn = await store.get_turn("old")
+        assert turn is not None and (turn.search_id, turn.used_tools) == (None, ())
+        found = await store.exemplar_for_query("q")
+        assert found is not None and (found.tier, found.count, found.embedding) == (
+            "teacher", 1, (1.0,),
+        )  # fmt: skip
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)

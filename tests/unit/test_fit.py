@@ -31,7 +31,9 @@ def _unit(rows: np.ndarray) -> np.ndarray:
 def _ranker(
     weights: F.FoldWeights, descriptions: np.ndarray, learned: list[LearnedVector]
 ) -> CentroidRanker:
-    ranker = CentroidRanker(weights.description_weight, 1.0, weights.shrink, weights.self_weight)
+    ranker = CentroidRanker(
+        weights.description_weight, 1.0, weights.shrink, weights.self_weight, weights.usage_weight
+    )
     ranker.set_catalog([Tool(f"t{i}") for i in range(len(descriptions))], descriptions)
     ranker.fold(learned)
     return ranker
@@ -41,37 +43,64 @@ def _ranker(
 @pytest.mark.parametrize(
     "weights",
     [
-        F.FoldWeights(2.0, 0.0, 0.0),
-        F.FoldWeights(0.5, 1.0, 1.0),
-        F.FoldWeights(3.0, 0.5, 0.5),
-        F.FoldWeights(1.0, 0.0, 1.0),
+        F.FoldWeights(2.0, 0.0, 0.0, 1.0),
+        F.FoldWeights(0.5, 1.0, 1.0, 0.25),
+        F.FoldWeights(3.0, 0.5, 0.5, 0.5),
+        F.FoldWeights(1.0, 0.0, 1.0, 0.0),
     ],
 )
 def test_leave_one_out_equals_refolding_without_the_label(
     seed: int, weights: F.FoldWeights
 ) -> None:
-    """Each label's scores (trusted or the ranker's own) equal a ranker folded from scratch
-    without that label, whatever the weights of descriptions, shrink and own labels."""
+    """Each label's scores (trusted, usage or the ranker's own) equal a ranker folded from
+    scratch without that label, whatever the weights of descriptions, shrink, own and usage
+    labels."""
     rng = np.random.default_rng(seed)
-    tools, dim, count = 6, 10, 20
+    tools, dim, count = 6, 10, 30
     descriptions = _unit(rng.normal(size=(tools, dim)))
     vectors = _unit(rng.normal(size=(count, dim)))
     owners = rng.integers(0, tools - 1, size=count)
-    trusted = rng.random(count) < 0.7
+    group = rng.choice(["trusted", "usage", "own"], size=count, p=[0.4, 0.35, 0.25])
     learned = [
-        LearnedVector(f"q{i}", f"t{owners[i]}", vectors[i], bool(trusted[i])) for i in range(count)
+        LearnedVector(
+            f"q{i}", f"t{owners[i]}", vectors[i], group[i] == "trusted", group[i] == "usage"
+        )
+        for i in range(count)
     ]
     view, names = _ranker(weights, descriptions, learned).label_view(1000)
     scores = F.Products(view).scores(weights)
-    # Trusted labels first, then the ranker's own, each in folding order.
-    held_out = [i for i in range(count) if trusted[i]] + [i for i in range(count) if not trusted[i]]
-    assert view.size == int(trusted.sum())
-    assert list(view.trusted) == [bool(trusted[i]) for i in held_out]
+    # Trusted labels first, then usage labels, then the ranker's own, each in folding order.
+    held_out = [i for g in ("trusted", "usage", "own") for i in range(count) if group[i] == g]
+    assert view.size == int((group == "trusted").sum())
+    assert list(view.trusted) == [group[i] == "trusted" for i in held_out]
+    assert list(view.usage) == [group[i] == "usage" for i in held_out]
     for row, i in enumerate(held_out):
         refolded = _ranker(weights, descriptions, [lv for j, lv in enumerate(learned) if j != i])
         ranking = refolded.rank(vectors[i].astype(np.float32), tools)
         expected = {r.tool: r.score for r in ranking.results}
         assert np.allclose(scores[row], [expected[n] for n in names], atol=1e-5)
+
+
+def test_without_trusted_labels_the_fit_validates_on_usage_labels() -> None:
+    """With only usage labels the fold is still chosen (they are what the ranker should
+    predict), the usage weight among the grid; with trusted labels those decide."""
+    descriptions, learned = _clustered(0, noise=2.0, labels_per_tool=8)
+    usage = [LearnedVector(lv.query_norm, lv.tool, lv.vector, usage=True) for lv in learned]
+    policy = F.FitPolicy(prior=F.FoldWeights(64.0))
+    view, _ = _ranker(policy.prior, descriptions, usage).label_view(1000)
+    assert view.size == len(usage) and not view.trusted.any()
+    fitted = F.fit(view, policy)
+    assert fitted.labels == len(usage)
+    assert {a for _, _, _, a, _ in fitted.scores} == set(F.USAGE_WEIGHTS)
+    assert fitted.fold_source == "validated" and fitted.fold.description_weight < 64.0
+    assert fitted.calibration.labels == len(usage)
+    mixed = usage[: len(usage) // 2] + [
+        LearnedVector(lv.query_norm, lv.tool, lv.vector, trusted=True)
+        for lv in learned[len(usage) // 2 :]
+    ]
+    view, _ = _ranker(policy.prior, descriptions, mixed).label_view(1000)
+    assert view.size == len(learned) - len(usage) // 2
+    assert F.fit(view, policy).calibration.labels == view.size
 
 
 def _clustered(

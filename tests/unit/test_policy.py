@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 

@@ -49,8 +49,9 @@ class RankResponse(_Strict):
     margin: float = Field(description="Top-1 minus top-2 score (top-1 alone: its score).")
     embedder: str
     took_ms: float
-    search_id: str = Field(
-        description="Report it with the turn (`/v1/observe`) so toolselect knows what was shown."
+    search_id: str | None = Field(
+        default=None,
+        description="Report it with the turn (`/v1/observe`) so toolselect knows what was shown.",
     )
 
 
@@ -105,7 +106,8 @@ class ObserveRequest(_Strict):
     used_tools: list[Annotated[str, Field(max_length=256)]] | None = Field(
         default=None,
         max_length=MAX_USED_TOOLS,
-        description="Every tool the turn used, in order (the first labels the request).",
+        description="Every tool the turn used, in order; `used_tool` (else the first of these) "
+        "labels the request when the turn worked.",
     )
     turn_id: str | None = Field(default=None, max_length=256)
     agent_id: str | None = Field(default=None, max_length=256)
@@ -118,6 +120,17 @@ class ObserveRequest(_Strict):
         "ids are accepted and counted.",
     )
     session_id: str | None = Field(default=None, max_length=256)
+
+
+def used_tools_problem(turn: ObserveRequest) -> tuple[str, str] | None:
+    """What is wrong with a turn's used tools (a message and the field), or None: one of
+    `used_tool` and a non-empty `used_tools` is required, and with both, `used_tool` must be one
+    of `used_tools` (the JSON schema cannot say either)."""
+    if turn.used_tool is None and not turn.used_tools:
+        return "expected used_tool or a non-empty used_tools", "used_tool"
+    if turn.used_tool is not None and turn.used_tools and turn.used_tool not in turn.used_tools:
+        return "expected used_tool to be one of used_tools", "used_tool"
+    return None
 
 
 class ObserveResponse(_Strict):
@@ -160,6 +173,7 @@ class ExemplarOut(_Strict):
     tool: str
     tier: str
     created_at: str
+    count: int = Field(default=1, description="Times the label was seen (usage labels).")
 
 
 class ExemplarList(_Strict):

@@ -34,7 +34,12 @@ def _tool_out(tool: Tool) -> m.ToolOut:
 
 def exemplar_out(e: Exemplar) -> m.ExemplarOut:
     return m.ExemplarOut(
-        id=e.id, query=e.query, tool=e.tool, tier=e.tier, created_at=e.created_at.isoformat()
+        id=e.id,
+        query=e.query,
+        tool=e.tool,
+        tier=e.tier,
+        created_at=e.created_at.isoformat(),
+        count=e.count,
     )
 
 
@@ -175,20 +180,10 @@ def _observe(service: Service, turn: m.ObserveRequest) -> bool:
 def _check_turn(service: Service, turn: m.ObserveRequest, prefix: str) -> None:
     """Text limits of a turn, and its used tools; an empty request or used tool is allowed
     (never flagged)."""
-    if turn.used_tool is None and not turn.used_tools:
-        raise ApiError(
-            422,
-            "invalid_request",
-            f"expected {prefix}used_tool or a non-empty {prefix}used_tools",
-            f"{prefix}used_tool",
-        )
-    if turn.used_tool is not None and turn.used_tools and turn.used_tool not in turn.used_tools:
-        raise ApiError(
-            422,
-            "invalid_request",
-            f"expected {prefix}used_tool to be one of {prefix}used_tools",
-            f"{prefix}used_tool",
-        )
+    problem = m.used_tools_problem(turn)
+    if problem is not None:
+        message, field = problem
+        raise ApiError(422, "invalid_request", f"{message} ({prefix}{field})", f"{prefix}{field}")
     for field, value in (("request", turn.request), ("used_tool", turn.used_tool or "")):
         size = len(value.encode("utf-8", "surrogatepass"))
         if size > service.settings.max_query_bytes:

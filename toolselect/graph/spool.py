@@ -93,6 +93,7 @@ def decode(kind: str, body: str) -> Record:
     for name in _TIMES & values.keys():
         values[name] = datetime.fromisoformat(values[name])
     if kind == "turn":
+        values["used_tools"] = tuple(values.get("used_tools") or ())
         return Turn(**values)
     if kind == "exemplar":
         values["embedding"] = tuple(values["embedding"])

@@ -1,0 +1,143 @@
+"""The agent as the first oracle: turns that worked label their request (tier `usage`), with the
+learner's real parts (hashing embedder, centroid ranker, SQLite, the Anthropic SDK against a
+local Messages stub)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from tests.learn.test_learner import LOW_MARGIN, TOOLS, Harness, teacher_answers
+from toolselect.catalog import tool_text
+from toolselect.graph.store import Exemplar, Tool
+from toolselect.learn.records import Observation
+
+
+def observation(request: str, used_tool: str, **fields: object) -> Observation:
+    return Observation(
+        request=request,
+        used_tool=used_tool,
+        turn_id=str(fields.pop("turn_id", uuid.uuid4().hex)),
+        at=datetime.now(UTC),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_turn_that_worked_labels_its_request_with_the_used_tool(harness: Harness) -> None:
+    """`ok` with a catalog tool: one usage exemplar; the same query again counts, not adds."""
+    harness.learner.observe("mail the invoice to Anna", "send_email", turn_id="u1", outcome="ok")
+    assert await harness.learner.drain(30.0)
+    turn = await harness.store.get_turn("u1")
+    assert turn is not None and (turn.tier, turn.label, turn.result) == (
+        "usage", "send_email", "labeled",
+    )  # fmt: skip
+    stored = await harness.store.exemplar_for_query("mail the invoice to anna")
+    assert stored is not None and (stored.tool, stored.tier, stored.count) == (
+        "send_email", "usage", 1,
+    )  # fmt: skip
+    harness.learner.observe("Mail the invoice to  Anna", "send_email", turn_id="u2", outcome="ok")
+    assert await harness.learner.drain(30.0)
+    again = await harness.store.exemplar_for_query("mail the invoice to anna")
+    assert again is not None and (again.tool, again.count) == ("send_email", 2)
+    assert len(await harness.store.exemplars_for_tool("send_email")) == 1
+    assert harness.stub.received == []
+    assert [e.count for e in harness.saved] == [1, 2]
+
+
+async def test_failed_turns_never_label_the_tool_that_failed(harness: Harness) -> None:
+    """`error` and `corrected` are flagged `failed` and go to the teacher; the used tool is
+    never saved as the label."""
+    harness.stub.reply(teacher_answers("crypto_price"))
+    harness.learner.observe(LOW_MARGIN, "web_search", turn_id="f1", outcome="error")
+    assert await harness.learner.drain(30.0)
+    turn = await harness.store.get_turn("f1")
+    assert turn is not None
+    assert (turn.flag_reason, turn.tier, turn.label) == ("failed", "teacher", "crypto_price")
+    assert len(harness.stub.received) == 1
+    assert [(e.tool, e.tier) for e in harness.saved] == [("crypto_price", "teacher")]
+    harness.learner.observe("weather in Turin", "get_weather", turn_id="f2", outcome="corrected")
+    assert await harness.learner.drain(30.0)
+    assert all(e.tool != "get_weather" for e in harness.saved)
+
+
+async def test_without_an_outcome_only_a_tool_that_was_shown_labels(harness: Harness) -> None:
+    """The default rule (`shown`): a turn without an outcome labels its tool only when its
+    search showed it."""
+    shown = observation(
+        "forecast for Rome",
+        "get_weather",
+        search_id="s1",
+        search_status="shown",
+        shown=("get_weather", "web_search"),
+        shown_position=1,
+    )
+    unseen = observation(
+        "forecast for Oslo", "get_weather", search_id="s2", search_status="unknown"
+    )
+    bare = observation("forecast for Paris", "get_weather")
+    for obs in (shown, unseen, bare):
+        assert harness.learner.offer(obs)
+    assert await harness.learner.drain(30.0)
+    assert [e.query for e in harness.saved] == ["forecast for Rome"]
+    turn = await harness.store.get_turn(shown.turn_id)
+    assert turn is not None
+    assert (turn.search_id, turn.search_status, turn.shown_position, turn.shown_k) == (
+        "s1", "shown", 1, 2,
+    )  # fmt: skip
+
+
+async def test_used_names_resolve_by_bare_name_and_fallbacks_never_label(
+    harness: Harness,
+) -> None:
+    harness.learner.observe("send a mail to Bo", "gmail__send_email", outcome="ok")
+    harness.learner.observe("list the folder", "shell_exec", outcome="ok")
+    harness.learner.observe("book a table", "book_table", outcome="ok")  # not in the catalog
+    assert await harness.learner.drain(30.0)
+    assert [(e.query, e.tool, e.tier) for e in harness.saved if e.tier == "usage"] == [
+        ("send a mail to Bo", "send_email", "usage")
+    ]
+
+
+async def test_packs_are_respected(harness: Harness) -> None:
+    """A used tool outside the turn's pack does not label it; inside it does."""
+    packed = [Tool(t.name, t.description, packs=("mail",) if t.name == "send_email" else ())
+              for t in TOOLS]  # fmt: skip
+    harness.ranker.set_catalog(packed, await harness.embedder.embed([tool_text(t) for t in packed]))
+    harness.learner.observe("weather in Nice", "get_weather", pack="mail", outcome="ok")
+    harness.learner.observe("email Carla", "send_email", pack="mail", outcome="ok")
+    assert await harness.learner.drain(30.0)
+    assert [e.tool for e in harness.saved if e.tier == "usage"] == ["send_email"]
+
+
+async def test_a_usage_label_never_overrides_a_teacher_or_human_label(harness: Harness) -> None:
+    now = datetime.now(UTC)
+    vector = tuple((await harness.embedder.embed(["price of ether"]))[0].tolist())
+    human = Exemplar("h1", "price of ether", "crypto_price", "feedback", "hashing", vector, now)
+    assert (await harness.store.save_exemplars([human])).changed
+    harness.learner.observe("price of ether", "web_search", outcome="ok")
+    assert await harness.learner.drain(30.0)
+    stored = await harness.store.exemplar_for_query("price of ether")
+    assert stored is not None and (stored.tool, stored.tier) == ("crypto_price", "feedback")
+
+
+async def test_a_fallback_the_agent_was_shown_the_top1_for_goes_to_the_teacher(
+    harness: Harness,
+) -> None:
+    """The agent saw the ranker's confident top-1 and improvised: the free tier must not
+    label it with that tool; the teacher is asked (and is always worth a call)."""
+    harness.stub.reply(teacher_answers("web_search"))
+    obs = observation(
+        "send an email message to Marco",
+        "shell_exec",
+        outcome="ok",
+        search_id="s3",
+        search_status="not_shown",
+        shown=("send_email", "get_weather"),
+    )
+    assert harness.learner.offer(obs)
+    assert await harness.learner.drain(30.0)
+    turn = await harness.store.get_turn(obs.turn_id)
+    assert turn is not None and (turn.flag_reason, turn.tier, turn.label) == (
+        "fallback", "teacher", "web_search",
+    )  # fmt: skip
+    assert len(harness.stub.received) == 1
