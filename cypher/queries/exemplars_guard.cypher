@@ -14,6 +14,6 @@ CALL () {
 CALL () {
   UNWIND $keys AS key
   MATCH (e:ToolSelectionExample {query_key: key})-[:SELECTS]->(t:Tool)
-  RETURN collect({query_norm: e.query_norm, tier: e.tier, tool: t.name, count: e.count}) AS stored
+  RETURN collect({query_norm: e.query_norm, tier: e.tier, tool: t.name, count: e.count, id: e.id}) AS stored
 }
 RETURN m.exemplar_version AS exemplar_version, known, stored

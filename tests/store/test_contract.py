@@ -321,7 +321,8 @@ async def test_a_usage_label_seen_again_is_counted_on_one_exemplar(store: Store)
     result = await store.save_exemplars([again, replace(again, id=f"ex-{uuid.uuid4().hex}")])
     assert [e.count for e in result.changed] == [2, 3]
     stored = await store.exemplar_for_query("BOOK A ROOM")
-    assert stored is not None and (stored.tool, stored.count, stored.created_at) == ("t", 3, later)
+    assert stored is not None
+    assert (stored.id, stored.tool, stored.count, stored.created_at) == (first.id, "t", 3, later)
     assert len(await store.exemplars_for_tool("t")) == 1
     assert (await store.state()).exemplar_version == before.exemplar_version + 1
     other = exemplar("book a room", "u", "usage")

@@ -416,6 +416,28 @@ async def test_edges_link_turns_tools_exemplars_and_calls_in_any_order(
     assert await rows(driver, "neo4j", "MATCH (t:Tool) RETURN count(t) AS n") == [{"n": 2}]
 
 
+async def test_a_usage_label_seen_again_is_a_count_not_a_node(
+    store: Neo4jStore, driver: neo4j.AsyncDriver
+) -> None:
+    """Three turns use one tool for one request: one exemplar node with count 3, its embedding
+    written once, linked to the turn that saw it last."""
+    await store.upsert_tools([Tool("a")])
+    for i in range(3):
+        await store.record_turns([Turn(f"u{i}", "q", "a", T0, outcome="ok")])
+        sighting = exemplar("q", "a", "usage", id=f"ex-{i}", turn_id=f"u{i}",
+                            created_at=T0 + timedelta(seconds=i))  # fmt: skip
+        assert (await store.save_exemplars([sighting])).changed
+    found = await rows(
+        driver,
+        "neo4j",
+        "MATCH (e:ToolSelectionExample) OPTIONAL MATCH (t:Turn)-[:PRODUCED]->(e) "
+        "RETURN e.id AS id, e.count AS count, collect(t.id) AS turns",
+    )
+    assert found == [{"id": "ex-0", "count": 3, "turns": ["u2"]}]
+    stored = await store.exemplar_for_query("q")
+    assert stored is not None and stored.created_at == T0 + timedelta(seconds=2)
+
+
 async def test_datetimes_are_zoned_and_naive_ones_read_as_utc(
     store: Neo4jStore, driver: neo4j.AsyncDriver
 ) -> None:

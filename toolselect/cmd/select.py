@@ -29,7 +29,8 @@ from toolselect.config import Settings
 from toolselect.embed import Embedder, VectorCache, embedder_for
 from toolselect.errors import InvalidInput
 from toolselect.graph.factory import open_store
-from toolselect.graph.store import TRUSTED_TIERS, Exemplar, Store, Tool
+from toolselect.graph.records import label_group
+from toolselect.graph.store import Exemplar, Store, Tool
 from toolselect.ranker import CentroidRanker, LearnedVector
 from toolselect.selection import Selection, check_text, choose
 
@@ -156,8 +157,8 @@ async def _select(
                 query_norm=e.query_norm,
                 tool=e.tool,
                 vector=fresh[e.id] if e.id in fresh else np.asarray(e.embedding, np.float32),
-                trusted=e.tier in TRUSTED_TIERS,
-                usage=e.tier == "usage",
+                trusted=label_group(e.tier) == "trusted",
+                usage=label_group(e.tier) == "usage",
             )
             for e in exemplars
         ]

@@ -17,7 +17,13 @@ from neo4j.time import DateTime
 
 from toolselect.graph import cypher
 from toolselect.graph.records import Exemplar, Retention, SaveResult, StoreState, utc
-from toolselect.graph.rules import StoredLabel, exemplar_row, plan_saves, retention_plan
+from toolselect.graph.rules import (
+    StoredLabel,
+    exemplar_row,
+    plan_saves,
+    recount_row,
+    retention_plan,
+)
 
 
 def q(name: str) -> LiteralString:
@@ -92,7 +98,8 @@ async def save_exemplars(
     guard = {"tools": sorted({e.tool for e in exemplars}), "keys": sorted(keys.values())}
     found = await one(tx, "exemplars_guard", guard)
     stored = {
-        s["query_norm"]: StoredLabel(s["tool"], s["tier"], s["count"] or 1) for s in found["stored"]
+        s["query_norm"]: StoredLabel(s["tool"], s["tier"], s["count"] or 1, s["id"])
+        for s in found["stored"]
     }
     plan = plan_saves(exemplars, stored, set(found["known"]))
     if not plan.changing:
@@ -104,7 +111,14 @@ async def save_exemplars(
         row = exemplar_row(exemplar, to_db_text, version)
         tool = row.pop("tool")
         written.append({"tool": tool, "exemplar": row | {"query_key": keys[exemplar.query_norm]}})
-    await rows(tx, "save_exemplars", {"rows": written})
+    if written:
+        await rows(tx, "save_exemplars", {"rows": written})
+    recounts = [
+        recount_row(e, to_db_text, version) | {"query_key": keys[e.query_norm]}
+        for e in plan.recounts
+    ]
+    if recounts:
+        await rows(tx, "recount_exemplars", {"rows": recounts})
     retention = retention_plan(limits, now, plan.tools)
     params = {
         "cutoff": retention.cutoff,

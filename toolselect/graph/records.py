@@ -23,6 +23,16 @@ Tier = Literal["ranker", "usage", "teacher", "feedback"]
 TIER_STRENGTH: Mapping[str, int] = {"ranker": 1, "usage": 2, "teacher": 3, "feedback": 4}
 # Labels whose truth does not come from the ranker: they calibrate and validate the loop.
 TRUSTED_TIERS = frozenset({"teacher", "feedback"})
+# Where a label's truth comes from, as the fold weighs it: a teacher or a human (`trusted`), the
+# agent's own successful choice (`usage`), or the ranker's own confident top-1 (`own`).
+LabelGroup = Literal["trusted", "usage", "own"]
+
+
+def label_group(tier: str) -> LabelGroup:
+    """The label group of an exemplar tier."""
+    return "trusted" if tier in TRUSTED_TIERS else "usage" if tier == "usage" else "own"
+
+
 Outcome = Literal["ok", "error", "corrected"]
 # Where a turn's used tool stood in the search it reports (`search_id`): among the tools shown,
 # not among them, or the search is not known here (unknown, expired, forgotten, or from another

@@ -100,6 +100,17 @@ def exemplar_row(exemplar: Exemplar, write_time: WriteTime, version: int) -> dic
     }
 
 
+def recount_row(exemplar: Exemplar, write_time: WriteTime, version: int) -> dict[str, Any]:
+    """What a recount writes over a stored exemplar (`SavePlan.recounts`)."""
+    return {
+        "query_norm": exemplar.query_norm,
+        "count": exemplar.count,
+        "created_at": write_time(exemplar.created_at),
+        "version": version,
+        "turn_id": exemplar.turn_id,
+    }
+
+
 def exemplar_from_row(row: Mapping[str, Any], read_time: ReadTime) -> Exemplar:
     """The exemplar of a stored row; extra properties (the normalised query, keys) are ignored."""
     return Exemplar(
@@ -147,6 +158,7 @@ class StoredLabel:
     tool: str
     tier: str
     count: int = 1
+    id: str | None = None
 
 
 def last_per_name(tools: Sequence[Tool]) -> list[Tool]:
@@ -182,10 +194,16 @@ def supersedes(new: Exemplar, stored: StoredLabel | None) -> bool:
     return not (stored.tool == new.tool and stored.tier == new.tier)
 
 
+def recounts(new: Exemplar, stored: StoredLabel | None) -> bool:
+    """Whether `new` only counts another sighting of the stored label (same tool, both usage)."""
+    return stored is not None and new.tier == "usage" == stored.tier and new.tool == stored.tool
+
+
 def counted(new: Exemplar, stored: StoredLabel | None) -> Exemplar:
-    """`new` as written over `stored`: a usage label seen again carries the sightings so far."""
-    if stored is not None and new.tier == "usage" == stored.tier and new.tool == stored.tool:
-        return replace(new, count=stored.count + new.count)
+    """`new` as written over `stored`: a usage label seen again keeps the stored label's id and
+    carries the sightings so far."""
+    if stored is not None and recounts(new, stored):
+        return replace(new, id=stored.id or new.id, count=stored.count + new.count)
     return new
 
 
@@ -202,15 +220,24 @@ class SavePlan:
     changing: tuple[Exemplar, ...]
     """The items that change the store, in input order (a query may appear more than once)."""
     unknown_tool: tuple[Exemplar, ...]
+    recounted: frozenset[str] = frozenset()
+    """Normalised queries whose stored row only counts more sightings (`recounts` against what
+    was stored before the batch): its count, time, version and turn change, nothing else."""
 
     @property
     def written(self) -> list[Exemplar]:
-        """The rows to write: the last changing item of each query."""
-        return last_per_query(self.changing)
+        """The rows to write whole: the last changing item of each query not `recounted`."""
+        return [e for e in last_per_query(self.changing) if e.query_norm not in self.recounted]
+
+    @property
+    def recounts(self) -> list[Exemplar]:
+        """The rows whose count (and time, version, turn) alone is written."""
+        return [e for e in last_per_query(self.changing) if e.query_norm in self.recounted]
 
     @property
     def tools(self) -> tuple[str, ...]:
-        """The tools of the written rows, sorted: the ones whose retention cap is checked."""
+        """The tools of the rows written whole, sorted: the ones whose retention cap is checked
+        (a recount adds no row)."""
         return tuple(sorted({e.tool for e in self.written}))
 
     def result(self, version: int = 0, evicted: int = 0) -> SaveResult:
@@ -241,9 +268,13 @@ def plan_saves(
         stored_label = labels.get(key)
         if supersedes(exemplar, stored_label):
             exemplar = counted(exemplar, stored_label)
-            labels[key] = StoredLabel(exemplar.tool, exemplar.tier, exemplar.count)
+            labels[key] = StoredLabel(exemplar.tool, exemplar.tier, exemplar.count, exemplar.id)
             changing.append(exemplar)
-    return SavePlan(tuple(changing), tuple(unknown))
+    # A query whose last write of the batch only counts more sightings of what was stored.
+    recounted = frozenset(
+        e.query_norm for e in last_per_query(changing) if recounts(e, stored.get(e.query_norm))
+    )
+    return SavePlan(tuple(changing), tuple(unknown), recounted)
 
 
 # --- retention --------------------------------------------------------------------------------

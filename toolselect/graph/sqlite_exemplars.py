@@ -20,6 +20,7 @@ from toolselect.graph.rules import (
     exemplar_from_row,
     exemplar_row,
     plan_saves,
+    recount_row,
     retention_plan,
 )
 from toolselect.graph.sqlite_schema import BUMP_EXEMPLAR, NO_STATE, bump, dt, transaction, ts
@@ -35,7 +36,11 @@ _TOMBSTONE = """
 # Batches look keys up one by one (a cached statement, an index seek each): `IN (...)` lists
 # would need SQL built from the batch size, and `json_each` arrays cut text at NUL characters.
 _TOOL_EXISTS = "SELECT 1 FROM tools WHERE name = ?"
-_LABEL_OF_QUERY = "SELECT tool, tier, count FROM exemplars WHERE query_norm = ?"
+_LABEL_OF_QUERY = "SELECT tool, tier, count, id FROM exemplars WHERE query_norm = ?"
+_RECOUNT = """
+    UPDATE exemplars SET count = :count, created_at = :created_at, version = :version,
+        turn_id = :turn_id
+    WHERE query_norm = :query_norm"""
 _EXEMPLAR_OF_QUERY = "SELECT * FROM exemplars WHERE query_norm = ?"
 # The three steps of a `RetentionPlan`, newest first as `newest_first` orders; the exempt tiers
 # come as a JSON array (tier names hold no NUL).
@@ -76,7 +81,7 @@ def save(
     with transaction(conn):
         known = {name for name in names if _row(conn, _TOOL_EXISTS, name) is not None}
         stored = {
-            key: StoredLabel(row["tool"], row["tier"], row["count"])
+            key: StoredLabel(row["tool"], row["tier"], row["count"], row["id"])
             for key in keys
             if (row := _row(conn, _LABEL_OF_QUERY, key)) is not None
         }
@@ -88,6 +93,7 @@ def save(
         rows = [(e.query_norm,) for e in written]
         conn.executemany("DELETE FROM exemplars WHERE query_norm = ?", rows)
         conn.executemany(_INSERT, [exemplar_row(e, ts, version) for e in written])
+        conn.executemany(_RECOUNT, [recount_row(e, ts, version) for e in plan.recounts])
         # The upsert supersedes an earlier removal of the same query.
         conn.executemany("DELETE FROM exemplar_tombstones WHERE query_norm = ?", rows)
         evicted = _evict(conn, retention_plan(limits, now, plan.tools), version)

@@ -25,7 +25,7 @@ from toolselect.ranker.centroids import (
     centroid_columns,
     checked_weights,
 )
-from toolselect.ranker.records import LabelView, LearnedVector, Ranking, Vector
+from toolselect.ranker.records import Group, LabelView, LearnedVector, Ranking, Vector
 from toolselect.ranker.snapshot import EMPTY_SNAPSHOT, Snapshot
 
 
@@ -83,6 +83,12 @@ class CentroidRanker:
 
     def has(self, name: str) -> bool:
         return name in self._snapshot.rows
+
+    def holds(self, query_norm: str, tool: str, group: Group) -> bool:
+        """Whether the exemplar of `query_norm` is held for `tool` in `group` (folding it again
+        would change nothing)."""
+        held = self._state.exemplars.get(query_norm)
+        return held is not None and held[0] == tool and held[2] == group
 
     def exemplar_count(self, tool: str) -> int:
         """Exemplars naming `tool`, including those waiting for the tool to join the catalog."""
@@ -193,7 +199,8 @@ class CentroidRanker:
         """Apply exemplar changes; returns how many catalog tools got a new centroid.
 
         Deletions (normalised queries) apply first. An upsert of a query already held moves it
-        (to another tool, or to a new vector). Only the touched tools' centroids are
+        to another tool or label group; one that keeps both (a usage label seen again, or a
+        label of the same tool from another tier of the group) changes no centroid. Only the touched tools' centroids are
         recomputed, from running sums, so a fold costs O(touched tools), plus one copy of the
         matrix for the new snapshot.
         """
@@ -212,6 +219,8 @@ class CentroidRanker:
             for query_norm in deleted:
                 touched.update(state.detach(query_norm))
             for lv, vector in zip(upserted, vectors, strict=True):
+                if self.holds(lv.query_norm, lv.tool, lv.group):
+                    continue
                 touched.update(state.detach(lv.query_norm))
                 state.attach(lv.query_norm, lv.tool, vector, lv.group)
                 touched.add(lv.tool)

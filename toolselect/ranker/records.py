@@ -7,13 +7,14 @@ rankings around (the selection endpoint, the learner) need not know how they are
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from toolselect.graph.records import LabelGroup
+
 Vector = npt.NDArray[np.float32]
-Group = Literal["trusted", "usage", "own"]
+Group = LabelGroup
 Rows = npt.NDArray[np.intp]
 
 

@@ -17,7 +17,8 @@ from toolselect.catalog import tool_text
 from toolselect.embed import Embedder
 from toolselect.errors import NotReady, StoreUnavailable
 from toolselect.graph.buffered import BufferedStore
-from toolselect.graph.store import TRUSTED_TIERS, Exemplar, SaveResult, Tool
+from toolselect.graph.records import label_group
+from toolselect.graph.store import Exemplar, SaveResult, Tool
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.ranker import CentroidRanker, LearnedVector
@@ -177,7 +178,12 @@ class LiveIndex:
         return len(delta.upserted) + len(delta.deleted)
 
     async def fold(self, exemplars: Sequence[Exemplar], deleted: Sequence[str] = ()) -> None:
-        """Fold exemplars into the ranker, re-embedding any made by a different embedder."""
+        """Fold exemplars into the ranker, re-embedding any made by a different embedder; one
+        the ranker already holds for its tool and group (a usage label seen again) is skipped
+        before its vector is even read."""
+        exemplars = [
+            e for e in exemplars if not self.ranker.holds(e.query_norm, e.tool, label_group(e.tier))
+        ]
         stale = [e for e in exemplars if e.embedder != self.embedder.id or not e.embedding]
         fresh_vectors: dict[str, np.ndarray] = {}
         if stale:
@@ -190,8 +196,8 @@ class LiveIndex:
                 vector=fresh_vectors[e.id]
                 if e.id in fresh_vectors
                 else np.asarray(e.embedding, dtype=np.float32),
-                trusted=e.tier in TRUSTED_TIERS,
-                usage=e.tier == "usage",
+                trusted=label_group(e.tier) == "trusted",
+                usage=label_group(e.tier) == "usage",
             )
             for e in exemplars
         ]
