@@ -1,7 +1,7 @@
-"""`python -m bench [accuracy|learning|perf|report|all]` (see bench/README.md).
+"""`python -m bench [accuracy|learning|agent|perf|report|all]` (see bench/README.md).
 
-`all` runs accuracy, learning and perf (`bench.perf` in a subprocess) side by side in one run,
-then regenerates BENCHMARKS.md from scratch.
+`all` runs accuracy, learning, agent and perf (`bench.perf` in a subprocess) side by side in one
+run, then regenerates BENCHMARKS.md from scratch.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import RESULTS, ROOT
 
-STAGES = ("accuracy", "learning", "perf", "report", "all")
+STAGES = ("accuracy", "learning", "agent", "perf", "report", "all")
 
 
 def _write(name: str, result: dict[str, Any]) -> None:
@@ -65,6 +65,23 @@ def learning() -> None:
     print(f"learning: done in {result['took_s']:.0f} s", flush=True)
 
 
+def agent() -> None:
+    from bench import agent as stage
+    from bench.cache import Encoders
+    from bench.data import load
+    from bench.report import machine
+
+    acc = _read("accuracy.json")
+    weight = acc["best_hybrid_weight_before"] if acc else 0.5
+    print(f"agent: hybrid w={weight:g}, hashing", flush=True)
+    info = machine()
+    result = stage.run(load(), Encoders(), [("hybrid", weight), ("hashing", 0.5)])
+    result["machine"] = info
+    result["loadavg_end"] = list(os.getloadavg())
+    _write("agent.json", result)
+    print(f"agent: done in {result['took_s']:.0f} s", flush=True)
+
+
 def perf() -> None:
     print("perf: python -m bench.perf", flush=True)
     subprocess.run([sys.executable, "-m", "bench.perf"], cwd=ROOT, check=True)
@@ -95,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         accuracy()
     if args.stage in ("learning", "all"):
         learning()
+    if args.stage in ("agent", "all"):
+        agent()
     if args.stage == "perf" or (args.stage == "all" and not args.skip_perf):
         perf()
     if args.stage in ("report", "all"):

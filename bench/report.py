@@ -12,6 +12,7 @@ import os
 import platform
 import time
 from importlib.metadata import PackageNotFoundError, version
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ COMMANDS = """\
 # or stage by stage:
 .venv/bin/python -m bench accuracy                  # -> bench/results/accuracy.json
 .venv/bin/python -m bench learning                  # -> bench/results/learning.json, learning_curve.png
+.venv/bin/python -m bench agent                     # -> bench/results/agent.json
 .venv/bin/python -m bench.perf                      # -> bench/results/perf.json, perf.md
 .venv/bin/python -m bench report                    # -> BENCHMARKS.md (no measuring)
 ```"""
@@ -158,6 +160,9 @@ def render() -> str:
     parts += ["", _variants(acc)]
     if learn is not None:
         parts += ["", learning.section(learn)]
+    agent = load("agent.json")
+    if agent is not None:
+        parts += ["", _agent(agent)]
     if perf_md.is_file():
         # The generated tables, then the prose that reads them (hand-written, kept out of the
         # generator so re-rendering never touches it).
@@ -173,6 +178,126 @@ def render() -> str:
     parts += ["", _defaults(acc, learn, d)]
     parts += ["", "## Commands", "", COMMANDS]
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _agent(agent: dict[str, Any]) -> str:
+    """`python -m bench agent`: each variant against the usage and gold lines, then the
+    held-out top-1 and the online recall@5 step by step."""
+    steps = agent["steps"]
+    spans = [f"after {b} (turns {a + 1}-{b})" for a, b in pairwise(steps)]
+
+    def share(x: float | None) -> str:
+        return "" if x is None else f"{100 * x:.0f}%"
+
+    rows: list[list[Any]] = []
+    by_step: list[list[Any]] = []
+    notes: list[str] = []
+    for method, runs in agent["methods"].items():
+        for r in runs:
+            a = r["audit"]
+            tiers = ", ".join(
+                f"{t} {v['correct']}/{v['saved']}" for t, v in sorted(a["exemplars"].items())
+            )
+            reference = r["mode"] != "observe"
+            rows.append(
+                [
+                    method,
+                    r["variant"],
+                    f"{pct(r['before']['top1'])} → {pct(r['after']['top1'])}",
+                    f"{100 * r['gain_top1']:+.1f}",
+                    share(r["of_usage_top1"]),
+                    share(r["of_gold_top1"]),
+                    f"{pct(r['before']['recall5'])} → {pct(r['after']['recall5'])}",
+                    f"{100 * r['lowest_top1_vs_before']:+.1f}",
+                    "" if reference else f"{a['teacher_calls']} / {a['flagged']}",
+                    "" if reference else share(a["fallback_to_teacher"]),
+                    "" if reference else share(a["decline_rate"]),
+                    tiers,
+                    a["exemplars_on_wrong_tool"] if a["wrong_turns"] else "",
+                    f"{r['fold']['description_weight']:g} / {r['fold']['usage_weight']:g} "
+                    f"({r['fold']['source']})",
+                ]
+            )
+            points = r["points"]
+            by_step.append(
+                [method, r["variant"]]
+                + [f"{pct(p['top1'])} ({pct(p['online_recall5'])})" for p in points[1:]]
+                + [pct(r["online_recall5"])]
+            )
+            if r["wrong_share"] and r["wrong_outcome"] != "error":
+                low = r["lowest_top1_vs_before"]
+                notes.append(
+                    f"{method}, {r['variant']}: lowest point {100 * low:+.1f} against before "
+                    f"(target: never below; {'met' if low >= 0 else '**missed**'})"
+                )
+            if r["wrong_share"] and r["wrong_outcome"] == "error":
+                bad = a["exemplars_on_wrong_tool"]
+                notes.append(
+                    f"{method}, {r['variant']}: {bad} exemplars on the wrong tool of "
+                    f"{a['wrong_turns']} wrong turns (target 0; {'met' if bad == 0 else '**missed**'})"
+                )
+    return "\n".join(
+        [
+            "## The agent loop (`python -m bench agent`)",
+            "",
+            "The learn half replayed as an agent's traffic through a fresh real `Service` per "
+            "variant (as the learning curve's arms: embedded SQLite store, the learner, the tuner, "
+            "the stubbed Anthropic teacher answering the true tool, no hourly budget limit, default "
+            "settings otherwise, so `teacher_share` 0.25 rations the disagreements sent to the "
+            f"teacher). Per request the agent asks for the top {agent['shown']} "
+            "(`ranking.search`), uses the true tool when it is shown (outcome `ok`), else the "
+            f"fallback `{agent['fallback']}` (outcome `ok`: it improvised), and the turn is observed "
+            f"with the search's id; in windows of {agent['window']} requests, each drained (and a "
+            "refit awaited) before the next. Wrong-tool variants send "
+            f"{100 * agent['wrong_share']:.0f}% of the shown-and-used turns to another shown tool. "
+            "Reference lines post labels with `learning.feedback` instead: the **usage line** the "
+            "true tool of every request where it was shown (what the agent's successful choices "
+            "can teach), the **gold line** every request with its true tool. Held-out top-1 and "
+            "recall@5 (%) from the service's own ranker before and after the whole learn half; "
+            "of usage / of gold = the top-1 gain as a share of that line's; lowest = the curve's "
+            "lowest point against before; calls / flagged = teacher calls against flagged turns; "
+            "fallback → teacher = share of fallback turns with a teacher call; declines = share of "
+            "calls whose true tool was not among the candidates; exemplars = right / saved per "
+            "tier; on wrong = exemplars on the wrong tool a wrong turn used for that query; fold = "
+            "the description weight / usage-label weight the tuner had at the end (`prior`: "
+            "leave-one-out did not clearly beat the prior; `validated`: it did).",
+            "",
+            table(
+                [
+                    "embedder",
+                    "variant",
+                    "top-1 %",
+                    "gain",
+                    "of usage",
+                    "of gold",
+                    "recall@5 %",
+                    "lowest",
+                    "calls / flagged",
+                    "fallback → teacher",
+                    "declines",
+                    "exemplars",
+                    "on wrong",
+                    "fold",
+                ],
+                rows,
+                "ll" + "r" * 9 + "l" + "rl",
+            ),
+            "",
+            *(f"- {n}" for n in notes),
+            "",
+            "Held-out top-1 % after each step of traffic, with the online recall@5 % of that "
+            "step's turns in brackets: the share whose used tool the search had shown, from the "
+            "store's `online_recall` analysis (the agent uses the true tool whenever it is "
+            "shown, so this is the share whose true tool was shown; the reference lines observe "
+            "no turn, so theirs is counted in the simulation):",
+            "",
+            table(
+                ["embedder", "variant", *spans, "online recall@5 % all"],
+                by_step,
+                "ll" + "r" * len(steps),
+            ),
+        ]
+    )
 
 
 # Issue targets for `/v1/rank` throughput, as a share of the bare handler's.
