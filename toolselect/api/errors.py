@@ -1,4 +1,8 @@
-"""The HTTP error model: every error is `{"error": {"code", "message", "field"?}}` with a stable code."""
+"""The HTTP error model: every error is `{"error": {"code", "message", "field"?}}` with a stable code.
+
+`HttpError` is the server's side; the client's `toolselect.client.ApiError` is what a caller
+gets back from it.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
+from toolselect.errors import ToolselectError
 
-class ApiError(Exception):
-    """An error that becomes one JSON response; raised by handlers and middlewares."""
+
+class HttpError(ToolselectError):
+    """An error that becomes one JSON response; raised by handlers and the middleware."""
 
     def __init__(
         self,
@@ -36,11 +42,3 @@ class ApiError(Exception):
             content_type="application/json",
             headers=self.headers,
         )
-
-
-def invalid(message: str, field: str | None = None) -> ApiError:
-    return ApiError(422, "invalid_request", message, field)
-
-
-def not_found(message: str, field: str | None = None) -> ApiError:
-    return ApiError(404, "not_found", message, field)

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from toolselect.api.errors import ApiError
+from toolselect.api.errors import HttpError
 from toolselect.api.validation import rejection
 from toolselect.service import Service
 
@@ -23,7 +23,7 @@ M = TypeVar("M", bound=BaseModel)
 
 def _check_content_type(request: web.Request) -> None:
     if request.content_type != "application/json":
-        raise ApiError(
+        raise HttpError(
             415,
             "unsupported_media_type",
             f"expected Content-Type application/json, got {request.content_type or 'none'}",
@@ -38,9 +38,9 @@ async def read_body(request: web.Request) -> Any:
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"body is not JSON: {exc}", "body") from None
+        raise HttpError(400, "invalid_json", f"body is not JSON: {exc}", "body") from None
     if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(data):
-        raise ApiError(
+        raise HttpError(
             400,
             "invalid_json",
             "body is not Unicode text: it escapes a lone UTF-16 surrogate (\\uD800-\\uDFFF)",
@@ -71,10 +71,10 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def _rejected(exc: ValidationError) -> ApiError:
+def _rejected(exc: ValidationError) -> HttpError:
     """The first validation error as the API answers it (see `toolselect.api.validation`)."""
     status, code, message, field = rejection(exc)
-    return ApiError(status, code, message, field)
+    return HttpError(status, code, message, field)
 
 
 async def read_model(request: web.Request, model: type[M]) -> M:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
-from toolselect.api.errors import ApiError
+from toolselect.api.errors import HttpError
 from toolselect.api.http import DEADLINE, SERVICE
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 
@@ -36,21 +36,21 @@ def _route_name(request: web.Request) -> str:
     return "unmatched"
 
 
-def _http_error(exc: web.HTTPException) -> ApiError:
+def _http_error(exc: web.HTTPException) -> HttpError:
     """aiohttp's own refusals (routing, body size) in our error model."""
     if isinstance(exc, web.HTTPNotFound):
-        return ApiError(404, "not_found", "no such route")
+        return HttpError(404, "not_found", "no such route")
     if isinstance(exc, web.HTTPMethodNotAllowed):
         allowed = ", ".join(sorted(exc.allowed_methods))
-        return ApiError(
+        return HttpError(
             405,
             "method_not_allowed",
             f"expected one of {allowed}, got {exc.method}",
             headers={"Allow": allowed},
         )
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return ApiError(413, "too_large", exc.text or "request body too large", "body")
-    return ApiError(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+        return HttpError(413, "too_large", exc.text or "request body too large", "body")
+    return HttpError(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
 
 
 @web.middleware
@@ -69,24 +69,26 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         try:
             _check_key(request)
             response = await _gated(request, handler)
-        except ApiError as exc:
+        except HttpError as exc:
             response = exc.response()
         except InvalidInput as exc:
-            response = ApiError(422, "invalid_request", exc.message, exc.field).response()
+            response = HttpError(422, "invalid_request", exc.message, exc.field).response()
         except NotFound as exc:
-            response = ApiError(404, "not_found", str(exc), exc.field).response()
+            response = HttpError(404, "not_found", str(exc), exc.field).response()
         except NotReady as exc:
-            response = ApiError(503, "not_ready", str(exc), headers={"Retry-After": "1"}).response()
+            response = HttpError(
+                503, "not_ready", str(exc), headers={"Retry-After": "1"}
+            ).response()
         except StoreUnavailable as exc:
             log.warning("store_unavailable", error=str(exc))
-            response = ApiError(503, "store_unavailable", str(exc)).response()
+            response = HttpError(503, "store_unavailable", str(exc)).response()
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
             response = _http_error(exc).response()
         except (ToolselectError, Exception):
             log.exception("request_failed", method=request.method, path=request.path)
-            response = ApiError(
+            response = HttpError(
                 500, "internal", f"internal error (request {request_id})"
             ).response()
         response.headers["X-Request-Id"] = request_id
@@ -129,7 +131,7 @@ def _check_key(request: web.Request) -> None:
     )
     if guarded and not _authorised(request.headers.get("Authorization", ""), keys):
         request.app[SERVICE].metrics.http_rejected.labels("unauthorized").inc()
-        raise ApiError(
+        raise HttpError(
             401,
             "unauthorized",
             "expected Authorization: Bearer <API key>",
@@ -158,7 +160,7 @@ async def _gated(request: web.Request, handler: Handler) -> web.StreamResponse:
     service = request.app[SERVICE]
     if gate.inflight >= gate.limit:
         service.metrics.http_rejected.labels("overloaded").inc()
-        raise ApiError(
+        raise HttpError(
             503,
             "overloaded",
             f"more than {gate.limit} requests in flight",
@@ -172,7 +174,7 @@ async def _gated(request: web.Request, handler: Handler) -> web.StreamResponse:
             return await handler(request)
     except TimeoutError:
         service.metrics.http_rejected.labels("timeout").inc()
-        raise ApiError(
+        raise HttpError(
             503,
             "timeout",
             f"request took longer than {service.settings.request_timeout_s:g} s",

@@ -11,7 +11,7 @@ from aiohttp import web
 from toolselect.analytics.registry import LEARNING
 from toolselect.analytics.surfaces import analyses_payload
 from toolselect.api import models as m
-from toolselect.api.errors import ApiError
+from toolselect.api.errors import HttpError
 from toolselect.api.http import DEADLINE, SERVICE, json_response, read_body, read_model
 from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
@@ -78,7 +78,7 @@ async def put_tools(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     tools, pack = parse_tools(await read_body(request))
     if len(tools) > MAX_TOOLS_PER_PUT:
-        raise ApiError(
+        raise HttpError(
             422,
             "invalid_request",
             f"expected at most {MAX_TOOLS_PER_PUT} tools, got {len(tools)}",
@@ -149,7 +149,7 @@ async def observe_batch(request: web.Request) -> web.Response:
     body = await read_model(request, m.ObserveBatchRequest)
     limit = service.settings.max_batch
     if len(body.turns) > limit:
-        raise ApiError(
+        raise HttpError(
             422,
             "invalid_request",
             f"expected at most {limit} turns, got {len(body.turns)}",
@@ -183,11 +183,11 @@ def _check_turn(service: Service, turn: m.ObserveRequest, prefix: str) -> None:
     problem = m.used_tools_problem(turn)
     if problem is not None:
         message, field = problem
-        raise ApiError(422, "invalid_request", f"{message} ({prefix}{field})", f"{prefix}{field}")
+        raise HttpError(422, "invalid_request", f"{message} ({prefix}{field})", f"{prefix}{field}")
     for field, value in (("request", turn.request), ("used_tool", turn.used_tool or "")):
         size = len(value.encode("utf-8", "surrogatepass"))
         if size > service.settings.max_query_bytes:
-            raise ApiError(
+            raise HttpError(
                 422,
                 "invalid_request",
                 f"expected {prefix}{field} of at most {service.settings.max_query_bytes} bytes,"
