@@ -50,6 +50,8 @@ class Harness:
         queue_size: int = 1024,
         batch_size: int = 512,
         overlap_writes: bool = False,
+        teacher_full_catalog: int = 50,
+        teacher_candidates: int = 30,
     ) -> None:
         self.store = store
         self.stub = stub
@@ -82,6 +84,8 @@ class Harness:
                 queue_size=queue_size,
                 batch_size=batch_size,
                 overlap_writes=overlap_writes,
+                teacher_full_catalog=teacher_full_catalog,
+                teacher_candidates=teacher_candidates,
             ),
             metrics=self.metrics,
         )

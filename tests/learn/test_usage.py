@@ -8,7 +8,9 @@ import uuid
 from datetime import UTC, datetime
 
 from tests.learn.test_learner import LOW_MARGIN, TOOLS, Harness, teacher_answers
+from tests.stubs import Stub
 from toolselect.catalog import tool_text
+from toolselect.graph.sqlite import SqliteStore
 from toolselect.graph.store import Exemplar, Tool
 from toolselect.learn.records import Observation
 
@@ -141,3 +143,29 @@ async def test_a_fallback_the_agent_was_shown_the_top1_for_goes_to_the_teacher(
         "fallback", "teacher", "web_search",
     )  # fmt: skip
     assert len(harness.stub.received) == 1
+
+
+async def test_a_deep_teacher_listing_skips_the_tools_the_agent_passed_over(
+    sqlite_store: SqliteStore, anthropic_stub: Stub
+) -> None:
+    """Past the full-catalog size the teacher sees the ranked top N; for a fallback whose
+    search showed tools the agent did not use, those are left out and deeper ones shown."""
+    h = Harness(sqlite_store, anthropic_stub, teacher_full_catalog=2, teacher_candidates=3)
+    await h.load_catalog()
+    h.learner.start()
+    try:
+        anthropic_stub.reply(teacher_answers("crypto_price"))
+        request = "send an email message to Marco"
+        vector = (await h.embedder.embed([request]))[0]
+        ranked = h.ranker.rank(vector, 5).tools
+        obs = observation(
+            request, "shell_exec", search_id="s", search_status="not_shown", shown=ranked[:2]
+        )
+        assert h.learner.offer(obs)
+        assert await h.learner.drain(30.0)
+        tool = anthropic_stub.received[0].body["tools"][0]
+        offered = [n for n in tool["input_schema"]["properties"]["tool"]["enum"] if n != "none"]
+        assert offered == list(ranked[2:5])
+    finally:
+        await h.learner.close(1.0)
+        await h.teacher.aclose()

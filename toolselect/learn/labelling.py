@@ -92,7 +92,7 @@ class Labeller:
         flagged = [obs.request for obs, flag in zip(batch, flags, strict=True) if flag is not None]
         labels = await self._store.exemplars_for_queries(flagged) if flagged else {}
         turns: list[Turn] = []
-        escalations: list[tuple[Turn, np.ndarray]] = []
+        escalations: list[tuple[Turn, np.ndarray, tuple[str, ...]]] = []
         saves: list[tuple[Turn, np.ndarray, str, Tier, float]] = []
         for obs, vector, ranking, signal, flag in zip(
             batch, prepared.vectors, prepared.rankings, prepared.signals, flags, strict=True
@@ -161,7 +161,10 @@ class Labeller:
             if decision.escalate and tuner is not None and rationed:
                 tuner.escalated()
             if teach:
-                escalations.append((turn, vector))
+                # The tools a fallback's search showed and the agent passed over are left out
+                # of the teacher's listing: its budget buys deeper candidates instead.
+                passed = obs.shown if obs.search_status == "not_shown" else ()
+                escalations.append((turn, vector, passed))
             else:
                 self._decided(turn)
                 if decision.escalate:
@@ -173,8 +176,8 @@ class Labeller:
         saved = await self._save(saves)
         if saved.changed:  # one fold per batch: a fold swaps the ranker's matrix
             await self._on_saved(saved)
-        for turn, vector in escalations:
-            self._escalate(turn, vector)
+        for turn, vector, passed in escalations:
+            self._escalate(turn, vector, passed)
 
     def _usage_label(self, obs: Observation, snapshot: Snapshot) -> str | None:
         """The catalog tool the agent's turn labels (tier `usage`), or None.
@@ -260,12 +263,12 @@ class Labeller:
                 return in_pack
         return self._ranker.rank(vector, k)
 
-    def _escalate(self, turn: Turn, vector: np.ndarray) -> None:
-        task = asyncio.create_task(self._teach(turn, vector), name=f"teach-{turn.id}")
+    def _escalate(self, turn: Turn, vector: np.ndarray, passed: tuple[str, ...]) -> None:
+        task = asyncio.create_task(self._teach(turn, vector, passed), name=f"teach-{turn.id}")
         self.teaching.add(task)
         task.add_done_callback(self.teaching.discard)
 
-    async def _teach(self, turn: Turn, vector: np.ndarray) -> None:
+    async def _teach(self, turn: Turn, vector: np.ndarray, passed: tuple[str, ...]) -> None:
         key = normalise_query(turn.request)
         if not self._in_flight.reserve(key):
             await self._finish(replace(turn, result="declined"), "query already being labelled")
@@ -277,7 +280,7 @@ class Labeller:
                 answer = self._oracle.refusal(turn.id)
                 candidates: list[Candidate] = []
                 if answer is None:
-                    candidates = self._teacher_candidates(vector, turn.pack)
+                    candidates = self._teacher_candidates(vector, turn.pack, passed)
                     self._metrics.teacher_candidates.observe(len(candidates))
                     answer = await self._oracle.teach(
                         turn.request, turn.used_tool, candidates, turn_id=turn.id
@@ -298,18 +301,26 @@ class Labeller:
         finally:
             self._in_flight.release(key)
 
-    def _teacher_candidates(self, vector: np.ndarray, pack: str | None) -> list[Candidate]:
+    def _teacher_candidates(
+        self, vector: np.ndarray, pack: str | None, passed: tuple[str, ...] = ()
+    ) -> list[Candidate]:
         """The whole catalog (or pack) when small, else the ranked top `teacher_depth` (sized
-        from the labels so it contains the true tool), fitted to the token budget."""
+        from the labels so it contains the true tool), fitted to the token budget; without the
+        tools in `passed` (shown to the agent, which used none of them)."""
         snapshot = self._ranker.snapshot
         in_pack = snapshot.packs.get(pack) if pack else None
         size = in_pack.size if in_pack is not None and in_pack.size else snapshot.size
         depth = (
             self._tuner.current.teacher_depth if self._tuner else self._config.teacher_candidates
         )
-        k = size if size <= self._config.teacher_full_catalog else min(depth, size)
-        ranked = self._rank(vector, pack, k)
-        candidates = [Candidate(r.tool, self._describe(r.tool)) for r in ranked.results]
+        if size <= self._config.teacher_full_catalog:
+            names = self._rank(vector, pack, size).tools
+        else:
+            # A small catalog is shown whole; a deep listing skips what the agent passed over.
+            skip = set(passed)
+            ranked = self._rank(vector, pack, min(depth + len(skip), size)).tools
+            names = tuple(name for name in ranked if name not in skip)[:depth]
+        candidates = [Candidate(name, self._describe(name)) for name in names]
         return within_budget(candidates, self._config.teacher_max_input_tokens)
 
     async def _finish(self, turn: Turn, why: str | None) -> None:
