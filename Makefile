@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The agent-framework extras (LangChain, LlamaIndex, LiteLLM, ...): only what tests and checks
+# need, so `make run` stays on the lighter `.[dev]` install.
+FULL := $(VENV)/.installed-integrations
 
 .PHONY: run test lint typecheck pytest browser bench neo4j-start neo4j-stop clean
 
@@ -15,14 +18,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -qq -e '.[dev]'
 	touch $(STAMP)
 
+$(FULL): $(STAMP)
+	$(BIN)/python -m pip install -qq -e '.[dev,integrations]'
+	touch $(FULL)
+
 run: $(STAMP)
 	TOOLSELECT_LOAD_DEMO=$${TOOLSELECT_LOAD_DEMO:-true} $(BIN)/toolselect serve --host 127.0.0.1 --port 8080
 
-lint: $(STAMP)
+lint: $(FULL)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP)
+typecheck: $(FULL)
 	$(BIN)/mypy --strict toolselect tests bench
 
 # tests/ui drive Debian's Chromium through its chromedriver: installed here when missing and
@@ -37,7 +44,7 @@ browser:
 	    || echo "warning: could not install chromium; tests/ui will skip"; \
 	fi
 
-pytest: $(STAMP) browser
+pytest: $(FULL) browser
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest

@@ -1,0 +1,429 @@
+"""What every agent-framework integration shares: narrow an agent's tools to the few that fit the
+turn, report the tools the model then called, and never break the agent's loop.
+
+    narrower = ToolNarrower(AsyncClient(url), agent="support-bot", k=5, always=["handoff"])
+    kept, search_id = await narrower.narrow(user_message, specs, context=earlier_messages)
+    ...  # offer only `kept` to the model; run the tools it calls
+    narrower.report(user_message, ["get_order"], search_id=search_id, outcome="ok")
+
+- **Catalog**: the tools are uploaded under a pack named after the agent, once per content: a
+  SHA-256 of the tools (names, descriptions, schemas) is kept in memory per process and per
+  server, so an unchanged catalog is neither re-sent nor re-embedded (the server would answer it
+  `unchanged` anyway). The upload runs in the background: a turn never waits for it longer than
+  its own timeout (`await narrower.upload(specs)` waits for it, to warm up before the first turn).
+- **Narrow**: the `k` best tools for the turn plus every `always` tool, **in the order the agent
+  gave them** (narrowing only removes tools; it never reorders what the agent author wrote, and
+  a recurring set yields the same tool block, which keeps provider prompt caches warm), with the
+  ranking's `search_id`. The query is the latest user message, then the most recent earlier
+  messages (`context`, oldest first) up to `context_chars`.
+- **Degrade**: when toolselect is down, slow (over `timeout_s`, 0.25 s by default: well under a
+  model call), refusing, or knows none of the tools, every tool is kept, `search_id` is None and
+  one `toolselect_narrow_degraded` line is logged. Nothing here raises into the agent's loop.
+- **Report**: `report` hands the called tools to the client's background `observe` (returns at
+  once, never raises); `turn()` collects the narrowings and calls of one user request across
+  several model calls and reports them once, with the id of the ranking that showed the first
+  called tool.
+
+Works with either client: an `AsyncClient` on the caller's loop, or a blocking `Client` (its
+private loop thread runs the requests), which also serves the `*_sync` methods that frameworks'
+synchronous hooks need. Imports neither numpy nor onnxruntime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Collection, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar
+
+from toolselect.api.models import MAX_USED_TOOLS
+from toolselect.client import AsyncClient, Client
+
+# stdlib logging: this runs in the host's process and follows its logging setup.
+log = logging.getLogger("toolselect.integrations")
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 0.25
+# The rank request's bounds (`RankRequest.query`: 8 KiB; `k`: the server's max_k, 100 by default).
+MAX_QUERY_CHARS = 8000
+MAX_RANK_K = 100
+OUTCOMES = frozenset({"ok", "error", "corrected"})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One tool as toolselect sees it: its name, what it does, its arguments' JSON Schema."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] | None = None
+
+    def native(self) -> dict[str, Any]:
+        """The tool as a `PUT /v1/tools` entry."""
+        tool: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.parameters is not None:
+            tool["input_schema"] = dict(self.parameters)
+        return tool
+
+
+class Narrowed(NamedTuple):
+    """What one narrowing kept: tool names (in the agent's order) and the ranking's id (None
+    when it degraded to every tool)."""
+
+    tools: list[str]
+    search_id: str | None
+
+
+def catalog_hash(specs: Sequence[ToolSpec]) -> str:
+    """The SHA-256 of a catalog's content, independent of the tools' order."""
+    entries = sorted(
+        json.dumps(s.native(), sort_keys=True, separators=(",", ":"), default=str) for s in specs
+    )
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()
+
+
+# Catalogs uploaded by this process: (server URL, pack) -> content hashes the server holds.
+# Shared by every narrower, so an agent rebuilt per request (a framework's middleware, a proxy
+# hook) still uploads its catalog once.
+_UPLOADED: dict[tuple[str, str], set[str]] = {}
+_UPLOADED_LOCK = threading.Lock()
+
+
+def _known(key: tuple[str, str], digest: str) -> bool:
+    with _UPLOADED_LOCK:
+        return digest in _UPLOADED.get(key, ())
+
+
+def _remember(key: tuple[str, str], digest: str) -> None:
+    with _UPLOADED_LOCK:
+        _UPLOADED.setdefault(key, set()).add(digest)
+
+
+def compose_query(request: str, context: Iterable[str] | None, limit: int) -> str:
+    """The latest user message, then earlier messages, newest first, while they fit `limit`."""
+    query = request.strip()
+    budget = limit - len(query)
+    for text in reversed(list(context or ())):
+        text = text.strip()
+        if not text or text == request.strip():
+            continue
+        if len(text) + 1 > budget:
+            break
+        query += "\n" + text
+        budget -= len(text) + 1
+    return query[:MAX_QUERY_CHARS]
+
+
+class ToolNarrower:
+    """Narrows one agent's tools through toolselect; see the module's docstring.
+
+    - `agent`: names the pack the catalog goes to and the turns' `agent_id`;
+    - `k`: how many ranked tools to keep (the `always` tools come on top of them);
+    - `always`: tool names kept every turn, never ranked;
+    - `timeout_s`: the most a narrowing waits for toolselect before keeping every tool;
+    - `context_chars`: how much of the earlier conversation goes into the query (0: none).
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient | Client,
+        *,
+        agent: str,
+        k: int = 5,
+        always: Collection[str] = (),
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        context_chars: int = 1000,
+    ) -> None:
+        if not agent.strip():
+            raise ValueError("expected a non-blank agent name (it names the tools' pack)")
+        if k < 1:
+            raise ValueError(f"expected k >= 1, got {k}")
+        self.client = client
+        self.agent = agent
+        self.pack = agent
+        self.k = k
+        self.always = frozenset(always)
+        self.timeout_s = timeout_s
+        self.context_chars = context_chars
+        self._async = client if isinstance(client, AsyncClient) else client._async
+        # The blocking client's private loop, where its requests run; None for an AsyncClient.
+        self._loop = None if isinstance(client, AsyncClient) else client._loop
+        self._key = (self._async.base_url, self.pack)
+        # Uploads in flight, by catalog hash (tasks on the client's loop).
+        self._uploads: dict[str, asyncio.Task[bool]] = {}
+
+    # -- catalog ---------------------------------------------------------------------------
+
+    async def upload(self, specs: Sequence[ToolSpec], timeout_s: float | None = 30.0) -> bool:
+        """Upload the catalog unless this process already did (same content); True when the
+        server holds it. Waits up to `timeout_s`; never raises."""
+        try:
+            return await self._hop(self._upload(specs, timeout_s))
+        except Exception as exc:
+            log.warning("toolselect_upload_failed", extra={"error": _describe(exc)})
+            return False
+
+    def upload_sync(self, specs: Sequence[ToolSpec], timeout_s: float | None = 30.0) -> bool:
+        """`upload` for synchronous code (needs a blocking `Client`)."""
+        try:
+            return self._block(self._upload(specs, timeout_s), timeout_s)
+        except Exception as exc:
+            log.warning("toolselect_upload_failed", extra={"error": _describe(exc)})
+            return False
+
+    async def _upload(self, specs: Sequence[ToolSpec], timeout_s: float | None) -> bool:
+        digest = catalog_hash(specs)
+        if _known(self._key, digest):
+            return True
+        task = self._upload_task(specs, digest)
+        async with asyncio.timeout(timeout_s):
+            return await asyncio.shield(task)
+
+    def _upload_task(self, specs: Sequence[ToolSpec], digest: str) -> asyncio.Task[bool]:
+        """The upload of this content: the one in flight, else a new one (on the running loop,
+        the client's). A failed upload is forgotten, so the next turn tries again."""
+        task = self._uploads.get(digest)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = asyncio.get_running_loop().create_task(self._put(specs, digest))
+            task.add_done_callback(_quiet)
+            self._uploads[digest] = task
+        return task
+
+    async def _put(self, specs: Sequence[ToolSpec], digest: str) -> bool:
+        answer = await self._async.tools.put([s.native() for s in specs], pack=self.pack)
+        _remember(self._key, digest)
+        log.info(
+            "toolselect_catalog_uploaded",
+            extra={"pack": self.pack, "upserted": answer.upserted, "unchanged": answer.unchanged},
+        )
+        self._uploads.pop(digest, None)
+        return True
+
+    # -- narrowing -------------------------------------------------------------------------
+
+    async def narrow(
+        self,
+        request: str,
+        tools: Sequence[ToolSpec],
+        *,
+        context: Iterable[str] | None = None,
+        k: int | None = None,
+        always: Collection[str] | None = None,
+    ) -> Narrowed:
+        """The tools to offer for `request` (see the class); never raises, never waits longer
+        than `timeout_s` (then keeps every tool and logs one line)."""
+        started = time.perf_counter()
+        try:
+            return await self._hop(self._narrow(request, tools, context, k, always))
+        except Exception as exc:
+            return self._degraded(tools, exc, started)
+
+    def narrow_sync(
+        self,
+        request: str,
+        tools: Sequence[ToolSpec],
+        *,
+        context: Iterable[str] | None = None,
+        k: int | None = None,
+        always: Collection[str] | None = None,
+    ) -> Narrowed:
+        """`narrow` for synchronous code (needs a blocking `Client`)."""
+        started = time.perf_counter()
+        try:
+            coroutine = self._narrow(request, tools, context, k, always)
+            # The coroutine bounds itself by `timeout_s`; the margin covers the thread hop.
+            return self._block(coroutine, self.timeout_s + 0.5)
+        except Exception as exc:
+            return self._degraded(tools, exc, started)
+
+    async def _narrow(
+        self,
+        request: str,
+        tools: Sequence[ToolSpec],
+        context: Iterable[str] | None,
+        k: int | None,
+        always: Collection[str] | None,
+    ) -> Narrowed:
+        keep = self.always if always is None else frozenset(always) | self.always
+        names = [t.name for t in tools]
+        rankable = [n for n in dict.fromkeys(names) if n not in keep]
+        want = min(self.k if k is None else k, len(rankable), MAX_RANK_K)
+        if want < 1:
+            return Narrowed(names, None)  # nothing to choose from: no ranking to report
+        query = compose_query(request, context, self.context_chars)
+        if not query:
+            raise ValueError("expected a non-blank request to rank the tools for")
+        async with asyncio.timeout(self.timeout_s):
+            digest = catalog_hash(tools)
+            if not _known(self._key, digest):
+                await asyncio.shield(self._upload_task(tools, digest))
+            ranking = await self._async.rank(query, want, tools=rankable)
+        chosen = {r.tool for r in ranking.results} & set(rankable)
+        if not chosen:
+            raise LookupError("toolselect ranked none of the agent's tools")
+        return Narrowed([n for n in names if n in chosen or n in keep], ranking.search_id)
+
+    def _degraded(self, tools: Sequence[ToolSpec], exc: BaseException, started: float) -> Narrowed:
+        waited_ms = round((time.perf_counter() - started) * 1000, 1)
+        log.warning(
+            "toolselect_narrow_degraded",
+            extra={
+                "agent": self.agent,
+                "error": _describe(exc),
+                "kept": len(tools),
+                "waited_ms": waited_ms,
+            },
+        )
+        return Narrowed([t.name for t in tools], None)
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def report(
+        self,
+        request: str,
+        called_tools: Sequence[str],
+        *,
+        search_id: str | None,
+        outcome: str | None = None,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> str | None:
+        """Report the tools the model called for `request` (in order; the first is the one the
+        request was routed to), with the `search_id` of the narrowing that showed them and the
+        `outcome` (`ok`, `error`, `corrected`) when known. Sent in the background; returns the
+        turn's id (None when no tool was called) and never raises.
+
+        With an `AsyncClient`, call it on the client's loop (from the agent's coroutines); a
+        blocking `Client` takes it from any thread."""
+        used = list(dict.fromkeys(n for n in called_tools if n))[:MAX_USED_TOOLS]
+        if not used or not request.strip():
+            return None
+        turn_id = turn_id or uuid.uuid4().hex
+        try:
+            self.client.observe(
+                request,
+                used[0],
+                turn_id=turn_id,
+                agent_id=self.agent,
+                pack=self.pack,
+                outcome=outcome if outcome in OUTCOMES else None,
+                search_id=search_id,
+                used_tools=used if len(used) > 1 else None,
+                session_id=session_id,
+            )
+        except Exception as exc:  # observe never raises; a bug of ours must not either
+            log.warning("toolselect_report_failed", extra={"error": _describe(exc)})
+            return None
+        return turn_id
+
+    def turn(self, request: str, *, session_id: str | None = None) -> NarrowedTurn:
+        """Collects one user request's narrowings and tool calls; `finish` reports them."""
+        return NarrowedTurn(self, request, session_id=session_id)
+
+    # -- running on the client's loop ------------------------------------------------------
+
+    async def _hop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Await `coroutine` on the client's loop: here for an `AsyncClient`, on the blocking
+        client's thread otherwise."""
+        if self._loop is None:
+            return await coroutine
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
+
+    def _block(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None) -> T:
+        """Run `coroutine` on the blocking client's loop and wait for it (from any thread but
+        that loop's)."""
+        if self._loop is None:
+            coroutine.close()
+            raise TypeError("synchronous narrowing needs a blocking toolselect.client.Client")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+
+@dataclass
+class NarrowedTurn:
+    """One user request: the narrowings shown to the model and the tools it called, in order.
+
+    `finish` reports them once (a turn that called no tool reports nothing): the first called
+    tool, every called tool, the id of the latest narrowing that showed the first one (else the
+    latest), and `error` when a call failed, else the `outcome` given (`ok` by default)."""
+
+    narrower: ToolNarrower
+    request: str
+    session_id: str | None = None
+    turn_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    shown: list[Narrowed] = field(default_factory=list)
+    called_tools: list[str] = field(default_factory=list)
+    failed: bool = False
+    search_id: str | None = None
+    reported: bool = False
+
+    async def narrow(
+        self, tools: Sequence[ToolSpec], *, context: Iterable[str] | None = None
+    ) -> Narrowed:
+        narrowed = await self.narrower.narrow(self.request, tools, context=context)
+        self.shown.append(narrowed)
+        return narrowed
+
+    def narrow_sync(
+        self, tools: Sequence[ToolSpec], *, context: Iterable[str] | None = None
+    ) -> Narrowed:
+        narrowed = self.narrower.narrow_sync(self.request, tools, context=context)
+        self.shown.append(narrowed)
+        return narrowed
+
+    def called(self, name: str, *, failed: bool = False) -> None:
+        """Note a tool call (and whether it failed)."""
+        self.failed = self.failed or failed
+        if name in self.called_tools:
+            return
+        if not self.called_tools:
+            self.search_id = shown_by(self.shown, name)
+        self.called_tools.append(name)
+
+    def finish(self, outcome: str | None = "ok") -> str | None:
+        """Report the turn (once); its id, or None when no tool was called."""
+        if self.reported or not self.called_tools:
+            return None
+        self.reported = True
+        return self.narrower.report(
+            self.request,
+            self.called_tools,
+            search_id=self.search_id,
+            outcome="error" if self.failed else outcome,
+            session_id=self.session_id,
+            turn_id=self.turn_id,
+        )
+
+
+def shown_by(shown: Sequence[Narrowed], name: str) -> str | None:
+    """The id of the narrowing a tool was picked from: the latest that kept it, else the latest
+    (the model called a tool it was not offered)."""
+    for narrowed in reversed(shown):
+        if name in narrowed.tools:
+            return narrowed.search_id
+    return shown[-1].search_id if shown else None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "TimeoutError: toolselect did not answer in time"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _quiet(task: asyncio.Task[bool]) -> None:
+    """Retrieve a background upload's exception, so asyncio does not report it: the turn that
+    waited for it logged it (degraded) and the next turn tries again."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.debug("toolselect_upload_failed", extra={"error": _describe(exc)})
