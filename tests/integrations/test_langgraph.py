@@ -1,0 +1,121 @@
+"""langgraph-bigtool's agent with toolselect as its tool retriever, driven by LangChain's fake
+chat model against a real toolselect server: the model's `retrieve_tools` call is answered by
+toolselect's ranking, the tool it then calls is reported with that retrieval's search id, and a
+stopped server reveals every tool."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.prebuilt import ToolNode
+from langgraph_bigtool import create_agent
+
+from tests.integrations.langchain_fakes import scripted
+from tests.live import LiveServer, wait_for_turn
+from tests.services import free_port
+from toolselect.client import AsyncClient, Client
+from toolselect.integrations.langgraph import ToolselectRetriever
+
+QUESTION = "Will it rain in Turin tomorrow?"
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather and forecast for a city: temperature, rain, wind."""
+    return f"Rain in {city} tomorrow."
+
+
+@tool
+def send_email(to: str, subject: str) -> str:
+    """Send an email message to a recipient with a subject and body."""
+    return "sent"
+
+
+@tool
+def stock_quote(ticker: str) -> str:
+    """Latest stock price quote for a ticker symbol on the market."""
+    return "42.0"
+
+
+@tool
+def translate_text(text: str, language: str) -> str:
+    """Translate a text from one language into another."""
+    return text
+
+
+@pytest.fixture(autouse=True)
+def bigtool_on_current_langgraph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """langgraph-bigtool 0.0.3 (the latest) routes each regular tool call through
+    `ToolNode.inject_tool_args`, which langgraph-prebuilt 1.x no longer has: its agent fails at
+    the first call of a retrieved tool. Stands in for it (no tool here takes injected
+    arguments), so the tests run the rest of bigtool's graph as released."""
+    if not hasattr(ToolNode, "inject_tool_args"):
+        monkeypatch.setattr(
+            ToolNode, "inject_tool_args", lambda self, call, state, store: call, raising=False
+        )
+
+
+REGISTRY: dict[str, BaseTool] = {
+    "t-email": send_email,
+    "t-weather": get_weather,
+    "t-stock": stock_quote,
+    "t-translate": translate_text,
+}
+
+
+def test_retrieval_ranks_the_registry_and_the_call_is_reported(server: LiveServer) -> None:
+    model = scripted(("retrieve_tools", {"query": "rain forecast for a city"}), "get_weather")
+    with Client(server.url) as ts:
+        retriever = ToolselectRetriever(ts, REGISTRY, agent="bigtool", k=2)
+        agent = create_agent(
+            model,
+            REGISTRY,
+            retrieve_tools_function=retriever.retrieve_tools_function,
+            retrieve_tools_coroutine=retriever.retrieve_tools_coroutine,
+        ).compile()
+        result = agent.invoke({"messages": [HumanMessage(QUESTION)]})
+        turn_id = retriever.report(result["messages"], session_id="s-1")
+    assert turn_id is not None
+    before, after, _ = model.offered
+    assert before == ["retrieve_tools"]
+    assert after[0] == "retrieve_tools" and "get_weather" in after and len(after) == 3
+    assert result["messages"][2].content.startswith("Available tools: ")
+    stored = wait_for_turn(server, turn_id)
+    [shown] = retriever._shown.values()
+    assert (stored.request, stored.used_tool, stored.pack) == (QUESTION, "get_weather", "bigtool")
+    assert (stored.search_id, stored.session_id, stored.outcome) == (shown.search_id, "s-1", "ok")
+    assert shown.search_id is not None
+
+
+async def test_the_coroutine_serves_an_async_run(server: LiveServer) -> None:
+    model = scripted(("retrieve_tools", {"query": "stock price"}), "stock_quote")
+    async with AsyncClient(server.url) as ts:
+        retriever = ToolselectRetriever(ts, REGISTRY, agent="bigtool-async", k=1)
+        agent = create_agent(
+            model, REGISTRY, retrieve_tools_coroutine=retriever.retrieve_tools_coroutine
+        ).compile()
+        result = await agent.ainvoke({"messages": [HumanMessage("price of ACME stock")]})
+        turn_id = retriever.report(result["messages"])
+    assert model.offered[1] == ["retrieve_tools", "stock_quote"]
+    assert turn_id is not None
+    stored = await asyncio.to_thread(wait_for_turn, server, turn_id)
+    assert stored.used_tool == "stock_quote" and stored.search_id is not None
+
+
+def test_toolselect_down_reveals_every_tool(caplog: pytest.LogCaptureFixture) -> None:
+    model = scripted(("retrieve_tools", {"query": "rain"}), "get_weather")
+    with Client(f"http://127.0.0.1:{free_port()}", retries=0) as ts:
+        retriever = ToolselectRetriever(ts, REGISTRY, agent="bigtool-down")
+        agent = create_agent(
+            model, REGISTRY, retrieve_tools_function=retriever.retrieve_tools_function
+        ).compile()
+        with caplog.at_level(logging.WARNING, logger="toolselect"):
+            result = agent.invoke({"messages": [HumanMessage(QUESTION)]})
+            assert retriever.report(result["messages"]) is not None  # queued, never raises
+    assert model.offered[1] == ["retrieve_tools", *(t.name for t in REGISTRY.values())]
+    ours = [r for r in caplog.records if r.name == "toolselect.integrations"]
+    assert [r.getMessage() for r in ours] == ["toolselect_narrow_degraded"]
