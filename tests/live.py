@@ -18,7 +18,6 @@ from aiohttp import web
 from tests.api.conftest import HAND_CATALOG
 from tests.services import ServiceFactory
 from toolselect.api.app import create_app
-from toolselect.api.http import SERVICE
 from toolselect.graph.store import Turn
 from toolselect.service import Service
 
@@ -38,10 +37,9 @@ class LiveServer:
         self.url = self._url()
 
     async def _start(self, overrides: dict[str, Any]) -> Service:
-        app = create_app(self._factory.settings(**overrides))
-        self._runner = web.AppRunner(app)
+        service = await self._factory.start(wait_for_store=True, **overrides)
+        self._runner = web.AppRunner(create_app(service))
         await self._runner.setup()
-        service = app[SERVICE]
         await service.catalog.upsert_tools(HAND_CATALOG, pack="assistant")
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
         return service

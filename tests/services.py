@@ -55,8 +55,8 @@ class ServiceFactory:
             )
         return base.override(**overrides)
 
-    async def start(self, **overrides: Any) -> Service:
-        service = await Service.start(self.settings(**overrides))
+    async def start(self, *, wait_for_store: bool = False, **overrides: Any) -> Service:
+        service = await Service.start(self.settings(**overrides), wait_for_store=wait_for_store)
         self.started.append(service)
         return service
 
@@ -67,12 +67,13 @@ class ServiceFactory:
         server_kwargs: dict[str, Any] | None = None,
         **overrides: Any,
     ) -> tuple[TestClient[Any, Any], Service]:
-        """The HTTP app on these settings behind a test client, and the service it started
-        (closed with the app, when the client goes); `server_kwargs` go to aiohttp's test
-        server (`handler_cancellation`, say)."""
-        app = create_app(self.settings(**overrides))
-        client = await aiohttp_client(app, server_kwargs=server_kwargs or {})
-        return client, service_of(client)
+        """The HTTP app behind a test client over a service started on these settings as the
+        server starts it, and that service (closed by `aclose`, after the client: the
+        `services` fixture is set up first); `server_kwargs` go to aiohttp's test server
+        (`handler_cancellation`, say)."""
+        service = await self.start(wait_for_store=True, **overrides)
+        client = await aiohttp_client(create_app(service), server_kwargs=server_kwargs or {})
+        return client, service
 
     async def aclose(self) -> None:
         for service in reversed(self.started):
@@ -80,7 +81,7 @@ class ServiceFactory:
 
 
 def service_of(client: TestClient[Any, Any]) -> Service:
-    """The service an app under test started (its `cleanup_ctx` closes it)."""
+    """The service an app under test serves."""
     app: web.Application = client.app
     return app[SERVICE]
 

@@ -7,7 +7,7 @@
 
 They are real implementations of the ports, not mocks: hand them to the constructors that take
 a clock, a teacher, an embedder or a store (`Oracle`, `Learner`, `CentroidRanker.set_catalog`,
-`Service`) and assert on what they recorded. Nothing here imports pytest.
+`toolselect.service.parts.compose`) and assert on what they recorded. Nothing here imports pytest.
 """
 
 from __future__ import annotations
@@ -341,7 +341,7 @@ async def memory_store(
     upserted first (into `pack`, if given); `clock` stamps tools and drives retention::
 
         async with memory_store([Tool("crypto_price", "Price of a cryptocurrency")]) as store:
-            service = Service(settings, store, FakeEmbedder(), teacher=ScriptedTeacher())
+            parts = compose(settings, store, FakeEmbedder(), teacher=ScriptedTeacher())
             ...
     """
     # ":memory:" on the store's single connection (one worker thread owns it for the store's

@@ -39,5 +39,5 @@ async def client(services: ServiceFactory, aiohttp_client: ClientFactory) -> Tes
 
 @pytest_asyncio.fixture(loop_scope="function")
 async def service(client: TestClient[Any, Any]) -> Service:
-    """The service behind `client` (the app started it and closes it)."""
+    """The service behind `client` (the `services` factory started it and closes it)."""
     return service_of(client)

@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient
 
 from tests.neo4j_server import start_local, stop_local
 from tests.services import service_of
-from toolselect.api.app import create_app
+from toolselect.api.app import create_app_from_settings
 from toolselect.config import Settings
 from toolselect.graph.neo4j import Neo4jStore
 from toolselect.graph.store import Turn
@@ -101,7 +101,7 @@ async def test_unreachable_at_start_then_ready(
     not_ready, observe still answers 202; once Neo4j comes up the service becomes ready and
     the turns observed meanwhile reach the store."""
     assert not private_neo4j.running
-    client = await aiohttp_client(create_app(settings_for(private_neo4j, tmp_path)))
+    client = await aiohttp_client(create_app_from_settings(settings_for(private_neo4j, tmp_path)))
     service = service_of(client)
     ready = await client.get("/readyz")
     assert ready.status == 503
@@ -139,7 +139,7 @@ async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
     Neo4j returns."""
     if not private_neo4j.running:
         await asyncio.to_thread(private_neo4j.start)
-    client = await aiohttp_client(create_app(settings_for(private_neo4j, tmp_path)))
+    client = await aiohttp_client(create_app_from_settings(settings_for(private_neo4j, tmp_path)))
     service = service_of(client)
     assert (await client.put("/v1/tools", json=CATALOG)).status == 200
     before = await (await client.post("/v1/rank", json={"query": "weather", "k": 3})).json()

@@ -38,7 +38,7 @@ from schemathesis.specs.openapi.checks import (
 from tests.neo4j_server import Neo4jServer
 from tests.services import wipe
 from toolselect.api import models as m
-from toolselect.api.app import create_app
+from toolselect.api.app import create_app_from_settings
 from toolselect.api.http import SERVICE
 from toolselect.api.openapi import openapi_document
 from toolselect.api.routes import add_routes
@@ -83,7 +83,7 @@ class LiveServer:
     async def _start(self) -> None:
         if self.neo4j is not None:
             await wipe(self.neo4j)
-        app = create_app(self.settings)
+        app = create_app_from_settings(self.settings)
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self.runner.setup()
         self.service = app[SERVICE]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
-from tests.oracle.conftest import CANDIDATES
+from tests.oracle.conftest import CANDIDATES, REQUEST, USED
+from toolselect.config import Settings
 from toolselect.oracle.base import Candidate, match_candidate, parse_retry_after
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import DEFAULT_PRICES, InFlight, cost_usd, price_of
-from toolselect.testing import FakeClock
+from toolselect.service.parts import compose
+from toolselect.testing import FakeClock, FakeEmbedder, ScriptedTeacher, memory_store
 
 
 def test_budget_allows_per_hour_then_refuses() -> None:
@@ -41,6 +45,31 @@ def test_refund_returns_the_slot_once() -> None:
     budget.refund(slot)
     budget.refund(slot)
     assert budget.remaining() == 1
+
+
+async def test_a_services_budget_refills_by_its_injected_clock() -> None:
+    """The clock given to `compose` decides the oracle's time: with one call an hour, the next
+    flagged request is refused until an hour has passed on that clock (and none in real time),
+    and every traced call is stamped with that clock's time."""
+    clock = FakeClock()
+    settings = Settings(oracle="on", teacher_budget_per_hour=1, embedder="hashing")
+    teacher = ScriptedTeacher(unscripted="web_search")
+    async with memory_store(clock=clock) as store:
+        parts = compose(settings, store, FakeEmbedder(), teacher=teacher, clock=clock)
+        try:
+            results = []
+            for step in (timedelta(), timedelta(minutes=59, seconds=59), timedelta(seconds=1)):
+                clock.advance(step)
+                answer = await parts.oracle.teach(REQUEST, USED, CANDIDATES)
+                results.append(answer.result)
+            calls = await parts.store.oracle_calls()
+        finally:
+            await parts.tuner.close()
+            await parts.store.close()
+    assert results == ["labeled", "limit_reached", "labeled"]
+    assert len(teacher.calls) == 2
+    start = clock() - timedelta(hours=1)
+    assert sorted(call.at for call in calls) == [start, clock()]
 
 
 def test_zero_budget_refuses_everything() -> None:

@@ -1,11 +1,13 @@
-"""The aiohttp application: `create_app(settings)` wires routes, the middleware and the service.
+"""The aiohttp application: `create_app(service)` wires routes and the middleware over a service.
 
-The service is the app's resource: started by a `cleanup_ctx` when the app starts (the store may
-still be down: the service answers `not_ready` and keeps connecting in the background) and
-closed when the app stops, after in-flight requests. Background work (connecting, flushing the
-write backlog, polling for other replicas) belongs to the service. The dashboard's static files
-(`/ui`, `api/ui.py`) need no key: they hold no data, and the page reads `/v1/*` with the key
-its user types.
+`create_app(service)` serves a composed, started `Service` that its caller owns and closes (a
+test can build one with its own parts). `create_app_from_settings(settings)` is what the
+server runs: the service is the app's resource, started by a `cleanup_ctx` when the app starts
+(the store may still be down: the service answers `not_ready` and keeps connecting in the
+background) and closed when the app stops, after in-flight requests. Background work
+(connecting, flushing the write backlog, polling for other replicas) belongs to the service.
+The dashboard's static files (`/ui`, `api/ui.py`) need no key: they hold no data, and the page
+reads `/v1/*` with the key its user types.
 """
 
 from __future__ import annotations
@@ -23,11 +25,29 @@ from toolselect.metrics import Metrics
 from toolselect.service import Service
 
 
-def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.Application:
-    """The HTTP API; its service starts with the app and closes with it (`app[SERVICE]`)."""
+def _app(settings: Settings) -> web.Application:
+    """Routes and the middleware on these settings; `app[SERVICE]` is the caller's to set."""
     app = web.Application(middlewares=[middleware], client_max_size=settings.max_body_bytes)
     app[GATE] = Gate(settings.max_concurrency)
     app[API_KEYS] = tuple(key.encode() for key in settings.api_keys)
+    add_routes(app)
+    add_ui_routes(app)
+    return app
+
+
+def create_app(service: Service) -> web.Application:
+    """The HTTP API over a started `service` (`app[SERVICE]`); the caller closes it, after the
+    app has stopped."""
+    app = _app(service.settings)
+    app[SERVICE] = service
+    return app
+
+
+def create_app_from_settings(
+    settings: Settings, *, metrics: Metrics | None = None
+) -> web.Application:
+    """The HTTP API with its own service: started with the app, closed with it (`app[SERVICE]`)."""
+    app = _app(settings)
 
     async def service(app: web.Application) -> AsyncIterator[None]:
         app[SERVICE] = await Service.start(settings, metrics=metrics, wait_for_store=True)
@@ -37,6 +57,4 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             await app[SERVICE].close()
 
     app.cleanup_ctx.append(service)
-    add_routes(app)
-    add_ui_routes(app)
     return app

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import structlog
 from aiohttp import web
 
-from toolselect.api.app import create_app
+from toolselect.api.app import create_app_from_settings
 from toolselect.api.http import SERVICE
 from toolselect.config import Settings
 from toolselect.errors import ConfigError
@@ -55,7 +55,7 @@ async def run_server(
     A worker of `serve --workers` passes its multiprocess `metrics`, binds with `reuse_port`
     (the kernel spreads connections over the workers' sockets) and reports `on_serving`.
     """
-    app = create_app(settings, metrics=metrics)
+    app = create_app_from_settings(settings, metrics=metrics)
     runner = web.AppRunner(
         app,
         shutdown_timeout=settings.shutdown_timeout_s,

@@ -30,7 +30,8 @@ class Budget:
     Reserve a slot before a call and refund it when the call failed, so failures do not use up
     the budget while concurrent calls can never overshoot it. Slots leave the window only by
     age: there is deliberately no reset (a restart-free way to bypass the limit is a bug).
-    `clock` is monotonic seconds (injected so tests can move time).
+    `clock` counts seconds: monotonic by default; a service passes its injected clock's
+    (`toolselect.clock.window_seconds`), so a test or a replay decides when slots expire.
     """
 
     def __init__(self, per_hour: int, clock: Callable[[], float] = time.monotonic) -> None:

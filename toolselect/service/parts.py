@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolselect.clock import Clock, utc_now
+from toolselect.clock import Clock, epoch_seconds, utc_now, window_seconds
 from toolselect.config import Settings
 from toolselect.embed import CachedEmbedder, Embedder, RecentVectors
 from toolselect.graph.buffered import BufferedStore
@@ -154,10 +154,11 @@ def compose(
     oracle = Oracle(
         teacher,
         enabled=settings.oracle == "on",
-        budget=Budget(settings.teacher_budget_per_hour),
+        budget=Budget(settings.teacher_budget_per_hour, clock=window_seconds(clock)),
         retry=RetryPolicy(retries=settings.teacher_retries),
         timeout_s=settings.teacher_timeout_s,
         record_call=buffered.record_oracle_call,
+        clock=epoch_seconds(clock),
         metrics=metrics,
     )
     learner = Learner(
