@@ -1,14 +1,17 @@
 """What the PydanticAI, OpenAI Agents SDK and LiteLLM tests share: model stand-ins that call the
 tool they are offered (over the Responses or Chat Completions wire format), a toolselect that
-never answers, and the check that an integration's import leaves the model stack out."""
+never answers, the check that an integration's import leaves the model stack out, and the one
+that an example is the README's code block."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -127,3 +130,11 @@ def imported_heavy_modules(module: str, env: dict[str, str] | None = None) -> li
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
     return list(json.loads(out.stdout))
+
+
+def shown_in_readme(example: str) -> bool:
+    """Whether examples/`example` is one of the README's python blocks, character for
+    character."""
+    root = Path(__file__).resolve().parents[2]
+    blocks = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S)
+    return (root / "examples" / example).read_text() in blocks

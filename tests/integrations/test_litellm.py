@@ -12,7 +12,9 @@ import os
 # LiteLLM fetches its model price map from GitHub when first imported; use the packaged copy.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -29,8 +31,10 @@ from tests.integrations.agent_stubs import (
     WEATHER,
     chat_model,
     imported_heavy_modules,
+    shown_in_readme,
     silent_toolselect,
 )
+from tests.integrations.test_examples import environment, run_example
 from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
 from tests.stubs import Stub
@@ -279,3 +283,28 @@ async def test_a_silent_toolselect_costs_the_request_its_timeout(
 def test_import_leaves_the_model_stack_out() -> None:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     assert imported_heavy_modules("toolselect.integrations.litellm", env) == []
+
+
+def test_the_readme_shows_the_example_verbatim() -> None:
+    assert shown_in_readme("litellm_callback.py")
+
+
+async def test_the_example_runs(server: LiveServer, openai_stub: Stub) -> None:
+    """The README's `litellm.acompletion` with the callback, against a local Chat Completions
+    stand-in: the model is offered 2 of the 3 tools, calls get_weather, and the server stores
+    that turn with the ranking's search id."""
+    openai_stub.responder = chat_model("get_weather")
+    env = environment(
+        TOOLSELECT_URL=server.url,
+        OPENAI_BASE_URL=f"{openai_stub.url}/v1",
+        OPENAI_API_KEY="test",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+    )
+    out = await run_example("litellm_callback.py", env)
+    found = re.fullmatch(r"\['get_weather'\]\nreported as turn (\w+)\n", out)
+    assert found is not None, out
+    (first,) = offered(openai_stub)
+    assert len(first) == 2 and "get_weather" in first
+    stored = await asyncio.to_thread(wait_for_turn, server, found.group(1))
+    assert (stored.used_tool, stored.pack, stored.outcome) == ("get_weather", "assistant-ll", None)
+    assert stored.search_id is not None and stored.search_status == "shown"

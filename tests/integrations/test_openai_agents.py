@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -25,8 +26,10 @@ from tests.integrations.agent_stubs import (
     imported_heavy_modules,
     offered_by_responses,
     responses_model,
+    shown_in_readme,
     silent_toolselect,
 )
+from tests.integrations.test_examples import environment, run_example
 from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
 from tests.stubs import Stub, start_stub
@@ -280,3 +283,28 @@ async def test_a_silent_toolselect_costs_the_run_one_timeout(
 
 def test_import_leaves_the_model_stack_out() -> None:
     assert imported_heavy_modules("toolselect.integrations.openai_agents") == []
+
+
+def test_the_readme_shows_the_example_verbatim() -> None:
+    assert shown_in_readme("openai_agents_sdk.py")
+
+
+async def test_the_example_runs(server: LiveServer, responses: Stub) -> None:
+    """The README's agent on the SDK's default Responses model, pointed at a local stand-in:
+    both model calls are offered the 2 tools toolselect ranks first, the model calls
+    get_weather, and the server stores that turn with the ranking's search id."""
+    responses.responder = responses_model("get_weather")
+    env = environment(
+        TOOLSELECT_URL=server.url,
+        OPENAI_BASE_URL=f"{responses.url}/v1",
+        OPENAI_API_KEY="test",
+        OPENAI_AGENTS_DISABLE_TRACING="1",  # no trace export to api.openai.com
+    )
+    out = await run_example("openai_agents_sdk.py", env)
+    found = re.fullmatch(r"Done.\nreported as turn (\w+)\n", out)
+    assert found is not None, out
+    first, second = offered(responses)
+    assert first == second and len(first) == 2 and "get_weather" in first
+    stored = await asyncio.to_thread(wait_for_turn, server, found.group(1))
+    assert (stored.used_tool, stored.pack, stored.outcome) == ("get_weather", "assistant-oa", "ok")
+    assert stored.search_id is not None and stored.search_status == "shown"

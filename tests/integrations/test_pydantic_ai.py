@@ -1,11 +1,14 @@
 """PydanticAI agents narrowed by toolselect, run by PydanticAI's own `FunctionModel` (which sees
 exactly the tools the agent offers each step) against a real toolselect server: the model is
 offered the ranked tools, the tool it calls reaches the store as a turn with its search id and
-outcome, and a toolselect that is down or silent leaves every tool in place."""
+outcome, and a toolselect that is down or silent leaves every tool in place. The README's
+example runs with PydanticAI's OpenAI Responses model against a local stand-in."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -32,10 +35,15 @@ from tests.integrations.agent_stubs import (
     WEATHER,
     first_offered,
     imported_heavy_modules,
+    offered_by_responses,
+    responses_model,
+    shown_in_readme,
     silent_toolselect,
 )
+from tests.integrations.test_examples import environment, run_example
 from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
+from tests.stubs import Stub, start_stub
 from toolselect.client import AsyncClient
 from toolselect.integrations.narrowing import ToolNarrower
 from toolselect.integrations.pydantic_ai import ToolselectCapability, conversation, prepare_tools
@@ -84,6 +92,13 @@ class Scripted:
 
 def agent(model: Scripted, select: ToolselectCapability, **kwargs: Any) -> Agent[None, str]:
     return Agent(FunctionModel(model), tools=tools(**kwargs), capabilities=[select])
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def responses() -> AsyncIterator[Stub]:
+    """A local stand-in for `POST /v1/responses`."""
+    async for stub in start_stub("/v1/responses"):
+        yield stub
 
 
 @pytest_asyncio.fixture(loop_scope="function")
@@ -280,3 +295,25 @@ async def test_a_silent_toolselect_costs_the_run_one_timeout(
 
 def test_import_leaves_the_model_stack_out() -> None:
     assert imported_heavy_modules("toolselect.integrations.pydantic_ai") == []
+
+
+def test_the_readme_shows_the_example_verbatim() -> None:
+    assert shown_in_readme("pydantic_ai_agent.py")
+
+
+async def test_the_example_runs(server: LiveServer, responses: Stub) -> None:
+    """The README's agent, with PydanticAI's OpenAI Responses model on a local stand-in: the
+    model is offered the 2 tools toolselect ranks first, calls get_weather, and the server
+    stores that turn with the ranking's search id."""
+    responses.responder = responses_model("get_weather")
+    env = environment(
+        TOOLSELECT_URL=server.url, OPENAI_BASE_URL=f"{responses.url}/v1", OPENAI_API_KEY="test"
+    )
+    out = await run_example("pydantic_ai_agent.py", env)
+    found = re.fullmatch(r"Done.\nreported as turn (\w+)\n", out)
+    assert found is not None, out
+    first, second = (offered_by_responses(r.body) for r in responses.received)
+    assert first == second and len(first) == 2 and "get_weather" in first
+    stored = await asyncio.to_thread(wait_for_turn, server, found.group(1))
+    assert (stored.used_tool, stored.pack, stored.outcome) == ("get_weather", "assistant-pa", "ok")
+    assert stored.search_id is not None and stored.search_status == "shown"
