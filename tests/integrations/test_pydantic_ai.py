@@ -146,6 +146,27 @@ async def test_each_run_is_ranked_for_its_own_prompt(server: LiveServer) -> None
     assert weather.search_id != stocks.search_id
 
 
+async def test_concurrent_runs_of_one_agent_are_ranked_apart(server: LiveServer) -> None:
+    """Two runs at once on one agent: each run's copy of the capability offers and reports the
+    tool that fits its own prompt."""
+    offered: dict[str, list[list[str]]] = {}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompt, _ = conversation(messages)
+        offered.setdefault(prompt, []).append([t.name for t in info.function_tools])
+        if isinstance(messages[-1].parts[-1], ToolReturnPart):
+            return ModelResponse(parts=[TextPart("Done.")])
+        return ModelResponse(parts=[ToolCallPart(info.function_tools[0].name, {"city": "x"})])
+
+    async with AsyncClient(server.url) as ts:
+        select = ToolselectCapability(ts, agent=AGENT, k=1)
+        run = Agent(FunctionModel(model), tools=tools(), capabilities=[select])
+        await asyncio.gather(run.run(WEATHER), run.run(STOCKS))
+    assert offered == {WEATHER: [["get_weather"]] * 2, STOCKS: [["stock_quote"]] * 2}
+    used = {wait_for_turn(server, t).used_tool for t in select.reported}
+    assert used == {"get_weather", "stock_quote"}
+
+
 async def test_the_conversation_before_the_latest_prompt_joins_the_ranking(
     server: LiveServer,
 ) -> None:
