@@ -2,7 +2,7 @@
 reports the tools the model called.
 
     # toolselect_callbacks.py, beside the proxy's config.yaml
-    from toolselect.client import AsyncClient, Client
+    from toolselect.client import AsyncClient
     from toolselect.integrations.litellm import ToolselectCallback
 
     toolselect = ToolselectCallback(AsyncClient("http://127.0.0.1:8080"), k=5)
@@ -32,7 +32,9 @@ reports the tools the model called.
 
 Every model call is narrowed and reported on its own (a proxy keeps no state between the
 requests of one agent loop). When toolselect is down or slow the request keeps every tool and
-one line is logged; nothing here fails a request. Async calls only (the proxy's are).
+one line is logged; nothing here fails a request. Async calls only (the proxy's are). LiteLLM
+runs success callbacks after a call returns: a process that closes its toolselect client
+awaits `flush()` first, so the last calls are reported.
 
 `pip install 'toolselect[litellm]'`. Importing this loads neither numpy nor onnxruntime.
 """
