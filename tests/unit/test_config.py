@@ -99,3 +99,9 @@ def test_settings_table_lists_every_variable() -> None:
     table = settings_table()
     assert "| `TOOLSELECT_MAX_K` | `100` |" in table
     assert "| `TOOLSELECT_LOAD_DEMO` | `false` |" in table
+
+
+def test_readme_table_is_the_generated_one() -> None:
+    """README's "Configuration" table is `toolselect config`'s output as printed, row for row."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert settings_table() in readme
