@@ -119,6 +119,12 @@ async def save_exemplars(
     ]
     if recounts:
         await rows(tx, "recount_exemplars", {"rows": recounts})
+    if not written:
+        # Only counts moved: no exemplar was added, so no cap can be exceeded (expiry waits for
+        # the next batch that adds one), and the retention pass, which counts every exemplar,
+        # is not worth its cost on every repeat.
+        await bump(tx, exemplar=1)
+        return plan.result(version)
     retention = retention_plan(limits, now, plan.tools)
     params = {
         "cutoff": retention.cutoff,

@@ -96,7 +96,9 @@ def save(
         conn.executemany(_RECOUNT, [recount_row(e, ts, version) for e in plan.recounts])
         # The upsert supersedes an earlier removal of the same query.
         conn.executemany("DELETE FROM exemplar_tombstones WHERE query_norm = ?", rows)
-        evicted = _evict(conn, retention_plan(limits, now, plan.tools), version)
+        # Only counts moved (no row added): no cap can be exceeded; expiry waits for the next
+        # batch that adds a label.
+        evicted = _evict(conn, retention_plan(limits, now, plan.tools), version) if written else 0
     return plan.result(version, evicted)
 
 
