@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # need, so `make run` stays on the lighter `.[dev]` install.
 FULL := $(VENV)/.installed-integrations
 
-.PHONY: run test lint typecheck pytest browser bench neo4j-start neo4j-stop clean
+.PHONY: run test test-fast lint typecheck pytest browser bench neo4j-start neo4j-stop clean
 
 # -qq for the project: setuptools prints an information notice for every editable install of a
 # package mapped from outside its folder (cypher/ -> toolselect.cypher); errors still show.
@@ -48,6 +48,14 @@ pytest: $(FULL) browser
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
+
+# The pure and SQLite tiers while you work (CONTRIBUTING.md): no Neo4j (`neo4j` marker), no
+# Chromium (tests/ui), no spawned processes (`slow` marker; tests/cli, tests/mcp and the
+# framework adapters in tests/integrations). Not a substitute for `make test` before a push.
+FAST_TIERS := tests/unit tests/store tests/learn tests/oracle tests/api tests/client tests/e2e \
+	tests/faults tests/fuzz
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not neo4j and not slow" $(FAST_TIERS)
 
 # Regenerates BENCHMARKS.md from scratch (about 40 minutes on 2 cores; not part of `make test`).
 # bfcl-eval is read for its data only, so it is installed without its pinned dependencies.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from tests.neo4j_server import Neo4jServer, resolve
+from tests.neo4j_server import NEO4J, Neo4jServer, resolve
 from tests.services import ServiceFactory, wipe
 from tests.stubs import Stub, start_stub
 
@@ -42,7 +42,15 @@ async def openai_stub() -> AsyncIterator[Stub]:
         yield stub
 
 
-@pytest_asyncio.fixture(params=["sqlite", "neo4j"], loop_scope="function")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `neo4j` every test that asks for `neo4j_server` itself (a fixture parametrised over
+    stores marks its Neo4j parameter: `NEO4J`; a module with a private server marks itself)."""
+    for item in items:
+        if "neo4j_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.neo4j)
+
+
+@pytest_asyncio.fixture(params=["sqlite", NEO4J], loop_scope="function")
 async def services(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ServiceFactory]:
     """A factory of services on one store kind; the Neo4j database is wiped first."""
     server: Neo4jServer | None = None

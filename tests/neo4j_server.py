@@ -15,9 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 NEO4J_LOCAL = ROOT / "scripts" / "neo4j-local"
 CONTAINER_IMAGE = "neo4j:5.26-community"
+# The Neo4j parameter of a fixture parametrised over stores: it carries the `neo4j` marker, so
+# `-m "not neo4j"` (`make test-fast`) runs the SQLite half alone and never starts the server.
+NEO4J = pytest.param("neo4j", marks=pytest.mark.neo4j)
 
 
 @dataclass

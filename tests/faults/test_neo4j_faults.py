@@ -33,6 +33,8 @@ CATALOG = {
     ]
 }
 
+pytestmark = pytest.mark.neo4j
+
 
 class PrivateNeo4j:
     """A Neo4j of this module alone, on a fixed port, that tests may stop and restart."""

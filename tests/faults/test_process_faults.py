@@ -18,6 +18,8 @@ import pytest
 from tests.services import cli_env, free_port
 from toolselect.graph.sqlite import SqliteStore
 
+pytestmark = pytest.mark.slow
+
 EXE = [sys.executable, "-m", "toolselect.cmd.main"]
 CATALOG = {
     "tools": [

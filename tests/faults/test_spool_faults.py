@@ -40,6 +40,8 @@ LABELS = [
 ]
 TURNS = [f"spooled-{i}" for i in range(6)]
 
+pytestmark = [pytest.mark.neo4j, pytest.mark.slow]
+
 
 @pytest.fixture(scope="module")
 def spool_neo4j() -> Iterator[PrivateNeo4j]:

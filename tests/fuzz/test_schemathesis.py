@@ -35,7 +35,7 @@ from schemathesis.specs.openapi.checks import (
     unsupported_method,
 )
 
-from tests.neo4j_server import Neo4jServer
+from tests.neo4j_server import NEO4J, Neo4jServer
 from tests.services import wipe
 from toolselect.api import models as m
 from toolselect.api.app import create_app_from_settings
@@ -46,6 +46,7 @@ from toolselect.catalog import load_demo_catalog
 from toolselect.config import Settings
 from toolselect.service import Service
 
+pytestmark = pytest.mark.slow
 SEED = 20_240_611
 MAX_EXAMPLES = 50
 CHECKS = [
@@ -128,7 +129,7 @@ def _live(tmp: Path, server: Neo4jServer | None) -> Iterator[LiveServer]:
         live.stop()
 
 
-@pytest.fixture(scope="module", params=["sqlite", "neo4j"])
+@pytest.fixture(scope="module", params=["sqlite", NEO4J])
 def live(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:

@@ -15,6 +15,7 @@ import pytest_asyncio
 from structlog.testing import capture_logs
 
 from tests.learn.test_learner import TOOLS, Harness
+from tests.neo4j_server import NEO4J
 from tests.store.conftest import StoreFactory
 from tests.stubs import Stub
 from toolselect.graph.store import Exemplar, SaveResult, Store, Turn
@@ -55,7 +56,7 @@ class CountingStore:
         return await self.inner.exemplars_for_queries(queries)
 
 
-@pytest_asyncio.fixture(params=["sqlite", "neo4j"], loop_scope="function")
+@pytest_asyncio.fixture(params=["sqlite", NEO4J], loop_scope="function")
 async def real_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     """A migrated store of each kind holding the test catalog."""
     server = request.getfixturevalue("neo4j_server") if request.param == "neo4j" else None

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from tests.neo4j_server import Neo4jServer
+from tests.neo4j_server import NEO4J, Neo4jServer
 from toolselect.graph.sqlite import SqliteStore
 from toolselect.graph.store import Retention, Store
 from toolselect.testing import memory_store
@@ -114,7 +114,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item not in dropped]
 
 
-@pytest_asyncio.fixture(params=["sqlite", "memory", "neo4j"], loop_scope="function")
+@pytest_asyncio.fixture(params=["sqlite", "memory", NEO4J], loop_scope="function")
 async def store_factory(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[StoreFactory]:
