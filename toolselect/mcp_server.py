@@ -31,11 +31,11 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from toolselect.analytics import registry
-from toolselect.api.models import MAX_USED_TOOLS
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput, NotFound, ToolselectError
 from toolselect.graph.store import Tool
 from toolselect.service import Service
+from toolselect.turns import Name, Outcome, ReportedTurn, UsedTools, turn_problem
 
 log = structlog.get_logger("toolselect.mcp")
 
@@ -51,7 +51,6 @@ turn, call report_turn with the tool actually used, the search_id that search_to
 the outcome, so mis-routes are detected and tools that worked are learned from.
 label_turn records a human-confirmed (request, tool) pair."""
 
-Outcome = Literal["ok", "error", "corrected"]
 ToolContext = Context[Service, Any]
 
 
@@ -146,8 +145,7 @@ async def search_tools(
 async def report_turn(
     request: Annotated[str, Field(description="The user's request of the turn.")],
     used_tool: Annotated[
-        str,
-        Field(description="The tool the agent called first for the request.", max_length=256),
+        Name, Field(description="The tool the agent called first for the request.")
     ],
     ctx: ToolContext,
     outcome: Annotated[
@@ -155,55 +153,44 @@ async def report_turn(
         Field(description="How the call went, when known (`ok` teaches the tool's use)."),
     ] = None,
     search_id: Annotated[
-        str | None,
-        Field(
-            description="The search_id of the search_tools result the tool was picked from.",
-            max_length=256,
-        ),
+        Name | None,
+        Field(description="The search_id of the search_tools result the tool was picked from."),
     ] = None,
     used_tools: Annotated[
-        list[Annotated[str, Field(max_length=256)]] | None,
+        UsedTools | None,
         Field(
             description="Every tool the turn called, in order, when it called several "
-            "(used_tool among them).",
-            max_length=MAX_USED_TOOLS,
+            "(used_tool among them)."
         ),
     ] = None,
     session_id: Annotated[
-        str | None, Field(description="The conversation the turn belongs to.", max_length=256)
+        Name | None, Field(description="The conversation the turn belongs to.")
     ] = None,
-    turn_id: Annotated[
-        str | None, Field(description="Your id of the turn (idempotent).", max_length=256)
-    ] = None,
-    agent_id: Annotated[
-        str | None, Field(description="Which agent took the turn.", max_length=256)
-    ] = None,
-    pack: Annotated[
-        str | None, Field(description="The pack the turn ranked in.", max_length=256)
-    ] = None,
+    turn_id: Annotated[Name | None, Field(description="Your id of the turn (idempotent).")] = None,
+    agent_id: Annotated[Name | None, Field(description="Which agent took the turn.")] = None,
+    pack: Annotated[Name | None, Field(description="The pack the turn ranked in.")] = None,
 ) -> TurnReport:
     """Report which tool the agent used for a request, after the turn, with the search_id of
     the search_tools result it picked from. Returns at once: the turn is queued for the learner
     (or dropped when its queue is full, never an error)."""
     service = _service(ctx)
-    limit = service.settings.max_query_bytes
-    for field, value in (("request", request), ("used_tool", used_tool)):
-        size = len(value.encode("utf-8", "surrogatepass"))
-        if size > limit:
-            raise ToolError(f"expected {field} of at most {limit} bytes, got {size}")
-    if used_tools and used_tool not in used_tools:
-        raise ToolError(f"expected used_tool to be one of used_tools, got {used_tool!r}")
-    queued = service.learning.observe(
-        request,
-        used_tool,
+    # The SDK has validated the arguments against the turn's own field types: the value is
+    # made without validating them again, then held to the rules no schema says.
+    turn = ReportedTurn.model_construct(
+        request=request,
+        used_tool=used_tool,
+        used_tools=used_tools,
         turn_id=turn_id,
         agent_id=agent_id,
         pack=pack,
         outcome=outcome,
-        session_id=session_id,
-        used_tools=used_tools or (),
         search_id=search_id,
+        session_id=session_id,
     )
+    problem = turn_problem(turn, service.settings.max_query_bytes)
+    if problem is not None:
+        raise ToolError(problem.message)
+    queued = service.learning.report(turn)
     return TurnReport(queued=queued, reason=None if queued else "queue_full")
 
 

@@ -6,6 +6,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel
 
+from toolselect.turns import MAX_USED_TOOLS as MAX_USED_TOOLS
+from toolselect.turns import ReportedTurn, turn_problem
+
 # Documented in the schema only: the service enforces these (and its configured limits) with
 # its own messages, so the JSON Schema describes what is accepted without changing errors.
 _NON_BLANK: dict[str, Any] = {"minLength": 1, "pattern": "\\S"}
@@ -91,46 +94,14 @@ class SelectResponse(_Strict):
     search_id: str | None = None
 
 
-# Tools one observed turn may list in `used_tools`.
-MAX_USED_TOOLS = 64
+class ObserveRequest(ReportedTurn):
+    # `POST /v1/observe`, and each turn of a batch: the one definition of a reported turn
+    # (`toolselect.turns`), under the API's schema name.
+    pass
 
 
-class ObserveRequest(_Strict):
-    request: str
-    used_tool: str | None = Field(
-        default=None,
-        max_length=256,
-        description="The tool the turn used; required unless `used_tools` is given, and then "
-        "one of them.",
-    )
-    used_tools: list[Annotated[str, Field(max_length=256)]] | None = Field(
-        default=None,
-        max_length=MAX_USED_TOOLS,
-        description="Every tool the turn used, in order; `used_tool` (else the first of these) "
-        "labels the request when the turn worked.",
-    )
-    turn_id: str | None = Field(default=None, max_length=256)
-    agent_id: str | None = Field(default=None, max_length=256)
-    pack: str | None = Field(default=None, max_length=256)
-    outcome: Literal["ok", "error", "corrected"] | None = None
-    search_id: str | None = Field(
-        default=None,
-        max_length=256,
-        description="The `search_id` of the ranking the agent was shown; unknown or expired "
-        "ids are accepted and counted.",
-    )
-    session_id: str | None = Field(default=None, max_length=256)
-
-
-def used_tools_problem(turn: ObserveRequest) -> tuple[str, str] | None:
-    """What is wrong with a turn's used tools (a message and the field), or None: one of
-    `used_tool` and a non-empty `used_tools` is required, and with both, `used_tool` must be one
-    of `used_tools` (the JSON schema cannot say either)."""
-    if turn.used_tool is None and not turn.used_tools:
-        return "expected used_tool or a non-empty used_tools", "used_tool"
-    if turn.used_tool is not None and turn.used_tools and turn.used_tool not in turn.used_tools:
-        return "expected used_tool to be one of used_tools", "used_tool"
-    return None
+# The used-tool rule alone (`turn_problem` without the configured sizes), by its old name.
+used_tools_problem = turn_problem
 
 
 class ObserveResponse(_Strict):

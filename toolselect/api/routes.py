@@ -17,6 +17,7 @@ from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
 from toolselect.graph.store import Exemplar, Tool
 from toolselect.service import Service
+from toolselect.turns import turn_problem
 
 # Larger catalogs go in several PUTs; with the default 1 MiB body limit, the body size usually
 # binds first.
@@ -139,7 +140,7 @@ async def observe(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     turn = await read_model(request, m.ObserveRequest)
     _check_turn(service, turn, "")
-    queued = _observe(service, turn)
+    queued = service.learning.report(turn)
     reason = None if queued else "queue_full"
     return json_response(m.ObserveResponse(queued=queued, reason=reason), status=202)
 
@@ -157,43 +158,24 @@ async def observe_batch(request: web.Request) -> web.Response:
         )
     for i, turn in enumerate(body.turns):
         _check_turn(service, turn, f"turns[{i}].")
-    queued = sum(_observe(service, turn) for turn in body.turns)
+    queued = sum(service.learning.report(turn) for turn in body.turns)
     return json_response(
         m.ObserveBatchResponse(queued=queued, dropped=len(body.turns) - queued), status=202
     )
 
 
-def _observe(service: Service, turn: m.ObserveRequest) -> bool:
-    return service.learning.observe(
-        turn.request,
-        turn.used_tool or "",
-        turn_id=turn.turn_id,
-        agent_id=turn.agent_id,
-        pack=turn.pack,
-        outcome=turn.outcome,
-        session_id=turn.session_id,
-        used_tools=turn.used_tools or (),
-        search_id=turn.search_id,
-    )
-
-
 def _check_turn(service: Service, turn: m.ObserveRequest, prefix: str) -> None:
-    """Text limits of a turn, and its used tools; an empty request or used tool is allowed
-    (never flagged)."""
-    problem = m.used_tools_problem(turn)
-    if problem is not None:
-        message, field = problem
-        raise HttpError(422, "invalid_request", f"{message} ({prefix}{field})", f"{prefix}{field}")
-    for field, value in (("request", turn.request), ("used_tool", turn.used_tool or "")):
-        size = len(value.encode("utf-8", "surrogatepass"))
-        if size > service.settings.max_query_bytes:
-            raise HttpError(
-                422,
-                "invalid_request",
-                f"expected {prefix}{field} of at most {service.settings.max_query_bytes} bytes,"
-                f" got {size}",
-                f"{prefix}{field}",
-            )
+    """The rules of a reported turn (`turn_problem`) as the API words them; `prefix` places
+    a batch's turn (`turns[3].`)."""
+    problem = turn_problem(turn, service.settings.max_query_bytes)
+    if problem is None:
+        return
+    field = f"{prefix}{problem.field}"
+    if problem.oversized:
+        message = f"expected {prefix}{problem.expected}, got {problem.got}"
+    else:
+        message = f"expected {problem.expected} ({field})"
+    raise HttpError(422, "invalid_request", message, field)
 
 
 async def post_exemplar(request: web.Request) -> web.Response:

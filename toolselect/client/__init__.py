@@ -17,10 +17,11 @@ pays a few tens of milliseconds for it, not the service's model load.
 """
 
 from toolselect.client.aio import AsyncClient
-from toolselect.client.observer import ObserveStats, TurnFields
+from toolselect.client.observer import ObserveStats
 from toolselect.client.sync import Client
 from toolselect.client.transport import AiohttpTransport, Response, Transport
 from toolselect.errors import ApiError, ClientError, Unreachable
+from toolselect.turns import TurnFields
 
 __all__ = [
     "AiohttpTransport",

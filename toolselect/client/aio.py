@@ -22,9 +22,10 @@ from urllib.parse import quote, urlencode
 from pydantic import BaseModel, ValidationError
 
 from toolselect.api import models as m
-from toolselect.client.observer import ObserveStats, TurnBuffer, TurnFields, turn_request
+from toolselect.client.observer import ObserveStats, TurnBuffer, turn_request
 from toolselect.client.transport import AiohttpTransport, Response, Transport
 from toolselect.errors import ApiError, ClientError, InvalidInput, Unreachable
+from toolselect.turns import TurnFields
 
 # stdlib logging, not structlog: this module runs inside other people's agent processes,
 # whose logging setup it must follow (an unconfigured structlog would print to stdout, which

@@ -15,10 +15,10 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypedDict
 
 from toolselect.api.models import ObserveBatchResponse, ObserveRequest
 from toolselect.errors import InvalidInput
+from toolselect.turns import TurnFields, turn_problem
 
 # stdlib logging, not structlog: this module runs inside other people's agent processes,
 # whose logging setup it must follow (an unconfigured structlog would print to stdout, which
@@ -31,53 +31,26 @@ Send = Callable[[Sequence[ObserveRequest]], Awaitable[ObserveBatchResponse]]
 MAX_BATCH = 1000
 
 
-class TurnFields(TypedDict, total=False):
-    """What `observe` takes besides the request and the used tool, by keyword (one definition
-    for `AsyncClient.observe`, `Client.observe` and the tool-search adapters).
-
-    - `turn_id`: your id of the turn; the client makes one when absent, so a batch re-sent
-      after a lost answer is stored once;
-    - `agent_id`, `pack`: which agent took the turn, within which pack;
-    - `outcome`: `ok`, `error` or `corrected`, when known (`ok` lets the used tool label the
-      request, tier `usage`);
-    - `search_id`: the `search_id` of the `rank`/`select` answer the agent chose from, so the
-      server knows whether (and where) the used tool was shown;
-    - `used_tools`: every tool the turn used, in order, when it used several (`used_tool`,
-      when given, must be one of them; when absent it is the first);
-    - `session_id`: the conversation the turn belongs to.
-    """
-
-    turn_id: str | None
-    agent_id: str | None
-    pack: str | None
-    outcome: str | None
-    search_id: str | None
-    used_tools: Sequence[str] | None
-    session_id: str | None
-
-
 def turn_request(request: str, used_tool: str | None, fields: TurnFields) -> ObserveRequest:
-    """The turn as the server's request model, checked as the server checks a batch's turns
-    (one bad turn would make it refuse the whole batch); `InvalidInput` when it breaks a rule."""
+    """The turn as the server's request model, held to the rules the server holds a batch's
+    turns to (`turn_problem`; one bad turn would make it refuse the whole batch), but the text
+    sizes, which are the server's settings; `InvalidInput` when it breaks a rule."""
     used_tools = fields.get("used_tools")
-    tools = None if used_tools is None else list(used_tools)
-    if used_tool is None and not tools:
-        raise InvalidInput("expected used_tool or a non-empty used_tools", "used_tool")
-    if used_tool is not None and tools and used_tool not in tools:
-        raise InvalidInput(
-            f"expected used_tool to be one of used_tools, got {used_tool!r}", "used_tool"
-        )
-    return ObserveRequest.model_validate(
+    turn = ObserveRequest.model_validate(
         {
             **fields,
             "request": request,
             "used_tool": used_tool,
-            "used_tools": tools,
+            "used_tools": None if used_tools is None else list(used_tools),
             # Named here, not by the server: a batch re-sent after a lost answer is then
             # stored once.
             "turn_id": fields.get("turn_id") or uuid.uuid4().hex,
         }
     )
+    problem = turn_problem(turn)
+    if problem is not None:
+        raise InvalidInput(problem.message, problem.field)
+    return turn
 
 
 @dataclass

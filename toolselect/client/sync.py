@@ -15,7 +15,8 @@ from typing import Any, TypeVar, Unpack
 
 from toolselect.api import models as m
 from toolselect.client.aio import AsyncClient
-from toolselect.client.observer import ObserveStats, TurnFields
+from toolselect.client.observer import ObserveStats
+from toolselect.turns import TurnFields
 
 T = TypeVar("T")
 

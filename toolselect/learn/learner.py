@@ -10,8 +10,8 @@ module wires the two together and opens, starts, drains and closes them.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Unpack
 
 import structlog
 
@@ -25,6 +25,9 @@ from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.oracle.oracle import Oracle
 from toolselect.ranker import CentroidRanker
+
+if TYPE_CHECKING:
+    from toolselect.turns import TurnFields
 
 # The learner's constructor takes a LearnerConfig, so its callers find both here.
 __all__ = ["Learner", "LearnerConfig", "LearnerStats"]
@@ -81,27 +84,10 @@ class Learner:
     # -- intake ------------------------------------------------------------------------------
 
     def observe(
-        self,
-        request: str,
-        used_tool: str,
-        *,
-        turn_id: str | None = None,
-        agent_id: str | None = None,
-        pack: str | None = None,
-        outcome: str | None = None,
+        self, request: str, used_tool: str | None = None, **turn: Unpack[TurnFields]
     ) -> bool:
         """Queue a turn for the worker and return at once: True when queued, False when dropped."""
-        return self.offer(
-            Observation(
-                request=request,
-                used_tool=used_tool,
-                turn_id=turn_id or uuid.uuid4().hex,
-                at=self._clock(),
-                agent_id=agent_id,
-                pack=pack,
-                outcome=outcome,
-            )
-        )
+        return self.offer(Observation.of(request, used_tool, turn, at=self._clock()))
 
     def offer(self, observation: Observation) -> bool:
         """`observe` for a turn already made into an `Observation` (stamped by the caller)."""

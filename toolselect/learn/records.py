@@ -6,9 +6,14 @@ those can take them without importing the others.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toolselect.turns import TurnFields
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +34,44 @@ class Observation:
     search_status: str | None = None
     shown: tuple[str, ...] = ()
     shown_position: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        request: str,
+        used_tool: str | None,
+        turn: TurnFields,
+        *,
+        at: datetime,
+        search_status: str | None = None,
+        shown: tuple[str, ...] = (),
+        shown_position: int | None = None,
+    ) -> Observation:
+        """A reported turn (`toolselect.turns`: `observe`'s arguments) stamped at `at`: the
+        tool that labels it resolved (`labelled_tool`), an id made when it has none, and
+        `used_tools` kept only when the turn used several."""
+        tools = tuple(turn.get("used_tools") or ())
+        return cls(
+            request=request,
+            used_tool=labelled_tool(used_tool, tools),
+            turn_id=turn.get("turn_id") or uuid.uuid4().hex,
+            at=at,
+            agent_id=turn.get("agent_id"),
+            pack=turn.get("pack"),
+            outcome=turn.get("outcome"),
+            session_id=turn.get("session_id"),
+            used_tools=tools if len(tools) > 1 else (),
+            search_id=turn.get("search_id"),
+            search_status=search_status,
+            shown=shown,
+            shown_position=shown_position,
+        )
+
+
+def labelled_tool(used_tool: str | None, used_tools: Sequence[str] | None) -> str:
+    """The tool a turn's request is labelled with: `used_tool`, else the first of
+    `used_tools`, else none (''); `Observation.of` keeps it as `used_tool`."""
+    return used_tool or (used_tools[0] if used_tools else "")
 
 
 @dataclass(frozen=True, slots=True)

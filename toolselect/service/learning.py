@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from toolselect.analytics.surfaces import analysis_payload
 from toolselect.clock import Clock
@@ -13,12 +12,15 @@ from toolselect.errors import NotFound
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.store import Exemplar, Turn
 from toolselect.learn.learner import Learner
-from toolselect.learn.records import Observation
+from toolselect.learn.records import Observation, labelled_tool
 from toolselect.learn.tuning import Tuner, fit_payload
 from toolselect.metrics import Metrics
 from toolselect.service.index import LiveIndex
 from toolselect.service.ranking import RankingFacade
 from toolselect.service.searches import SearchLog
+
+if TYPE_CHECKING:
+    from toolselect.turns import ReportedTurn, TurnFields
 
 
 class LearningFacade:
@@ -50,45 +52,35 @@ class LearningFacade:
         self._metrics = metrics
 
     def observe(
-        self,
-        request: str,
-        used_tool: str,
-        *,
-        turn_id: str | None = None,
-        agent_id: str | None = None,
-        pack: str | None = None,
-        outcome: str | None = None,
-        session_id: str | None = None,
-        used_tools: Sequence[str] = (),
-        search_id: str | None = None,
+        self, request: str, used_tool: str | None = None, **turn: Unpack[TurnFields]
     ) -> bool:
         """Hand a turn to the learner; never blocks, never raises for a full queue.
 
-        `used_tools` lists every tool of a turn that used several (`used_tool`, when empty, is
-        the first of them); with `search_id` the turn is linked to what that search showed."""
-        tools = tuple(used_tools)
-        used = used_tool or (tools[0] if tools else "")
-        placement = None
-        if search_id:
-            placement = self._searches.place(search_id, used, pack)
-            self._metrics.searched_turns.labels(placement.status).inc()
+        In process, the arguments are taken as typed; the HTTP, MCP and client boundaries
+        validate a `ReportedTurn` and hand it to `report`. `used_tools` lists every tool of a
+        turn that used several (`used_tool`, when absent, is the first of them); with
+        `search_id` the turn is linked to what that search showed."""
+        search_id = turn.get("search_id")
+        if not search_id:
+            return self._learner.offer(Observation.of(request, used_tool, turn, at=self._clock()))
+        used = labelled_tool(used_tool, turn.get("used_tools"))
+        placement = self._searches.place(search_id, used, turn.get("pack"))
+        self._metrics.searched_turns.labels(placement.status).inc()
         return self._learner.offer(
-            Observation(
-                request=request,
-                used_tool=used,
-                turn_id=turn_id or uuid.uuid4().hex,
+            Observation.of(
+                request,
+                used_tool,
+                turn,
                 at=self._clock(),
-                agent_id=agent_id,
-                pack=pack,
-                outcome=outcome,
-                session_id=session_id,
-                used_tools=tools if len(tools) > 1 else (),
-                search_id=search_id,
-                search_status=placement.status if placement else None,
-                shown=placement.shown if placement else (),
-                shown_position=placement.position if placement else None,
+                search_status=placement.status,
+                shown=placement.shown,
+                shown_position=placement.position,
             )
         )
+
+    def report(self, turn: ReportedTurn) -> bool:
+        """`observe` for a turn validated at a boundary (`toolselect.turns.turn_problem`)."""
+        return self.observe(turn.request, turn.used_tool, **turn.fields())
 
     async def turn_when_done(self, turn_id: str, timeout_s: float) -> Turn | None:
         """The stored turn once the learner has worked through its queue (or `timeout_s`)."""
