@@ -15,7 +15,9 @@ from toolselect.cmd.select import read_request, select_once
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput
 from toolselect.graph.store import Tool
-from toolselect.service import Service
+from toolselect.ranker.configured import build_ranker
+from toolselect.service import Service, compose
+from toolselect.testing import FakeEmbedder, memory_store
 
 QUERIES = [
     "quanto costa il bitcoin adesso?",
@@ -72,6 +74,31 @@ async def test_select_once_matches_a_started_service(tmp_path: Path) -> None:
         assert (await select_once(settings, QUERIES[0], [], 3)).reason == "no candidates"
     finally:
         await service.close()
+
+
+@pytest.mark.parametrize(
+    ("pins", "weights", "usage"),
+    [
+        ({}, (8.0, 1.0, 0.0, 0.0), 1.0),
+        (
+            {"description_weight": 3.0, "exemplar_weight": 2.0, "self_label_weight": 0.5,
+             "usage_label_weight": 0.25},
+            (3.0, 2.0, 0.0, 0.5),
+            0.25,
+        ),
+    ],
+)  # fmt: skip
+async def test_the_exec_selector_starts_from_the_services_ranker(
+    pins: dict[str, float], weights: tuple[float, ...], usage: float
+) -> None:
+    """`build_ranker` is the ranker a composed service starts with, pinned or not: the exec
+    selector ranks with the same weights (description, exemplar, shrink, self; usage)."""
+    settings = Settings(embedder="hashing", **pins)  # type: ignore[arg-type]
+    async with memory_store() as store:
+        started = compose(settings, store, FakeEmbedder()).ranker
+    built = build_ranker(settings)
+    assert (built.weights, built.usage_weight) == (weights, usage)
+    assert (started.weights, started.usage_weight) == (weights, usage)
 
 
 async def test_select_once_checks_the_query(tmp_path: Path) -> None:

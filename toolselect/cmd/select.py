@@ -2,9 +2,9 @@
 
 An agent runtime spawns the exec selector once per turn with ~20 candidates. Starting the whole
 service for that (learner, tuner, maintenance task, the full catalog embedded) costs seconds;
-this reads only the candidates' stored tools and their exemplars, builds their centroids with
-the same `CentroidRanker` and the fold weights a service starts from (the tuner's refits are
-the server's), and chooses with the service's `choose`. The dense vectors go through the
+this reads only the candidates' stored tools and their exemplars, builds their centroids in
+the ranker a service starts with (`ranker.configured.build_ranker`: the tuner's refits are the
+server's), and chooses with the service's `choose`. The dense vectors go through the
 vector cache in the data folder (`TOOLSELECT_DATA_DIR/vectors.db`, keyed by embedder id and
 the text's SHA-256), so a spawn whose candidates were seen before embeds only the query; with
 the `minilm`/`http` embedders a query seen before loads no model at all. A query that needs
@@ -32,6 +32,7 @@ from toolselect.graph.factory import open_store
 from toolselect.graph.records import label_group
 from toolselect.graph.store import Exemplar, Store, Tool
 from toolselect.ranker import CentroidRanker, LearnedVector
+from toolselect.ranker.configured import build_ranker
 from toolselect.selection import Selection, check_text, choose
 
 CACHE_FILE = "vectors.db"
@@ -149,7 +150,7 @@ async def _select(
     texts = [text, *(tool_text(t) for t in stored), *(tool_text(c) for c in unknown)]
     vectors = await embedder.embed([*texts, *(e.query for e in stale)])
     fresh = {e.id: vectors[len(texts) + i] for i, e in enumerate(stale)}
-    ranker = _ranker(settings)
+    ranker = build_ranker(settings)
     ranker.set_catalog(stored, vectors[1 : 1 + len(stored)])
     ranker.fold(
         [
@@ -177,15 +178,3 @@ async def _read(
     stored = [t for t in found if t is not None]
     learned = await asyncio.gather(*(store.exemplars_for_tool(t.name) for t in stored))
     return stored, [e for per_tool in learned for e in per_tool]
-
-
-def _ranker(settings: Settings) -> CentroidRanker:
-    """The ranker a service starts with: its description weight, exemplar weight and the
-    self-label and usage-label weights before any refit."""
-    usage = settings.usage_label_weight
-    return CentroidRanker(
-        description_weight=settings.centroid_description_weight,
-        exemplar_weight=settings.exemplar_weight,
-        self_weight=settings.self_label_weight or 0.0,
-        usage_weight=1.0 if usage is None else usage,
-    )

@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from toolselect.ranker import LabelView
+from toolselect.ranker.configured import DEFAULT_USAGE_WEIGHT
 
 Matrix = npt.NDArray[np.float64]
 Scores = tuple[tuple[float, float, float, float, float], ...]
@@ -49,7 +50,6 @@ SELF_WEIGHTS: tuple[float, ...] = (0.0, 0.5, 1.0)
 # How much an agent's successful choice counts against a teacher's or human's label. An agent
 # sometimes uses a wrong tool and still reports `ok`, so a usage label may count for less.
 USAGE_WEIGHTS: tuple[float, ...] = (0.25, 0.5, 1.0)
-DEFAULT_USAGE_WEIGHT = 1.0
 
 # The prior of the free tier: `PRIOR_LABELS` pseudo-labels spread evenly over margins 0..0.5,
 # right with probability 0.5 + 3 * margin (capped at 0.99), so the free tier starts labelling

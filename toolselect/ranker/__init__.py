@@ -6,7 +6,9 @@ The public names are importable from here; the modules behind them, one concept 
 - `centroids`: the exemplar sums writers keep and the weighted fold that makes a centroid;
 - `snapshot`: one immutable state and how queries are scored against it;
 - `topk`: the cut to the top k, with its tie and margin rules, for one query or a batch;
-- `centroid_ranker`: `CentroidRanker`, the writers that swap in new snapshots.
+- `centroid_ranker`: `CentroidRanker`, the writers that swap in new snapshots;
+- `configured`: `build_ranker`, the ranker a service (and the exec selector) starts with
+  from settings (not imported here: the rest of the package knows no settings).
 """
 
 from toolselect.ranker.centroid_ranker import CentroidRanker

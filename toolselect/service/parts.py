@@ -14,12 +14,7 @@ from toolselect.embed import CachedEmbedder, Embedder, RecentVectors
 from toolselect.graph.buffered import BufferedStore
 from toolselect.graph.spool import Spool
 from toolselect.graph.store import Store
-from toolselect.learn.fit import (
-    DEFAULT_TEACHER_DEPTH,
-    DEFAULT_USAGE_WEIGHT,
-    FitPolicy,
-    FoldWeights,
-)
+from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
@@ -27,6 +22,7 @@ from toolselect.oracle.base import Teacher
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import Oracle
 from toolselect.ranker import CentroidRanker
+from toolselect.ranker.configured import build_ranker, self_weight, usage_weight
 from toolselect.service.catalog import CatalogFacade
 from toolselect.service.index import LiveIndex, Progress
 from toolselect.service.learning import LearningFacade
@@ -79,19 +75,14 @@ class Parts:
     searches: SearchLog
 
 
-def _usage_weight(settings: Settings) -> float:
-    pinned = settings.usage_label_weight
-    return DEFAULT_USAGE_WEIGHT if pinned is None else pinned
-
-
 def _tuner(
     settings: Settings, ranker: CentroidRanker, embedder: Embedder, metrics: Metrics, clock: Clock
 ) -> Tuner:
     ew = settings.exemplar_weight
     prior = FoldWeights(
         settings.centroid_description_weight / (ew or 1.0),
-        self_weight=settings.self_label_weight or 0.0,
-        usage_weight=_usage_weight(settings),
+        self_weight=self_weight(settings),
+        usage_weight=usage_weight(settings),
     )
     return Tuner(
         ranker,
@@ -143,12 +134,7 @@ def compose(
         recent = RecentVectors(settings.query_cache, on_lookup=count)
         queries = CachedEmbedder(embedder, recent)
         observed = CachedEmbedder(embedder, recent, keep_misses=False)
-    ranker = CentroidRanker(
-        description_weight=settings.centroid_description_weight,
-        exemplar_weight=settings.exemplar_weight,
-        self_weight=settings.self_label_weight or 0.0,
-        usage_weight=_usage_weight(settings),
-    )
+    ranker = build_ranker(settings)
     tuner = _tuner(settings, ranker, embedder, metrics, clock)
     index = LiveIndex(buffered, embedder, ranker, tuner, metrics, load_progress=load_progress)
     oracle = Oracle(
