@@ -9,8 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime
 
 import pytest
 import pytest_asyncio
@@ -18,7 +16,6 @@ import pytest_asyncio
 from tests.services import free_port
 from tests.stubs import Reply, Stub, start_stub
 from toolselect.client import ApiError, AsyncClient, Client, Unreachable
-from toolselect.client.aio import retry_after
 
 RANKED = {
     "results": [{"tool": "get_weather", "score": 0.7}],
@@ -176,17 +173,6 @@ async def test_a_malformed_turn_is_counted_not_raised() -> None:
         ts.observe("request", "x" * 300)
         ts.observe("request", "web_search", outcome="maybe")
         assert (ts.observe_stats.invalid, ts.observe_stats.pending) == (2, 0)
-
-
-def test_retry_after_reads_seconds_and_http_dates() -> None:
-    """`Retry-After` is delta-seconds or an HTTP date; anything else is ignored."""
-    assert retry_after("3") == 3.0
-    assert retry_after("-1") == 0.0
-    soon = format_datetime(datetime.now(UTC) + timedelta(seconds=60), usegmt=True)
-    waited = retry_after(soon)
-    assert waited is not None and 50 <= waited <= 60
-    assert retry_after("soon") is None
-    assert retry_after(None) is None
 
 
 def test_import_leaves_the_model_stack_out() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from tests.oracle.conftest import CANDIDATES, REQUEST, USED
 from toolselect.config import Settings
-from toolselect.oracle.base import Candidate, match_candidate, parse_retry_after
+from toolselect.oracle.base import Candidate, match_candidate
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import DEFAULT_PRICES, InFlight, cost_usd, price_of
 from toolselect.service.parts import compose
@@ -96,23 +96,6 @@ def test_retry_after_wins_when_longer_within_the_cap() -> None:
     assert policy.delay(0, 3.0) == 3.0
     assert policy.delay(2, 0.1) == 1.0
     assert policy.delay(0, 3600.0) == 30.0
-
-
-@pytest.mark.parametrize(
-    ("headers", "seconds"),
-    [
-        ({"retry-after": "7"}, 7.0),
-        ({"retry-after": "1.5"}, 1.5),
-        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
-        ({"retry-after": "Thu, 01 Jan 1970 00:00:30 GMT"}, 20.0),
-        ({"retry-after": "soon"}, None),
-        ({"retry-after": "-5"}, 0.0),
-        ({}, None),
-    ],
-)
-def test_parse_retry_after(headers: dict[str, str], seconds: float | None) -> None:
-    """retry-after is read as seconds, milliseconds or an HTTP date; junk is ignored."""
-    assert parse_retry_after(headers, now=10.0) == seconds
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,6 @@ import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar, Unpack
 from urllib.parse import quote, urlencode
 
@@ -25,6 +23,7 @@ from toolselect.api import models as m
 from toolselect.client.observer import ObserveStats, TurnBuffer, turn_request
 from toolselect.client.transport import AiohttpTransport, Response, Transport
 from toolselect.errors import ApiError, ClientError, InvalidInput, Unreachable
+from toolselect.retry_after import parse_retry_after
 from toolselect.turns import TurnFields
 
 # stdlib logging, not structlog: this module runs inside other people's agent processes,
@@ -217,7 +216,7 @@ class AsyncClient:
             else:
                 if response.status not in RETRY_STATUSES or attempt >= self.retries:
                     return response
-                delay = self._backoff(attempt, retry_after(response.headers.get("retry-after")))
+                delay = self._backoff(attempt, parse_retry_after(response.headers))
                 log.info(
                     "toolselect_retry",
                     extra={"path": path, "status": response.status, "delay_s": delay},
@@ -279,25 +278,10 @@ def _build(model: type[Model], **fields: Any) -> Model:
 def _api_error(response: Response) -> ApiError:
     """The server's error body, or a stand-in naming the status when the body is not one
     (a proxy's HTML page, say)."""
-    wait = retry_after(response.headers.get("retry-after"))
+    wait = parse_retry_after(response.headers)
     try:
         error = m.ErrorResponse.model_validate_json(response.body, strict=False).error
     except ValidationError:
         text = response.body[:200].decode("utf-8", "replace")
         return ApiError(response.status, f"http_{response.status}", text, retry_after=wait)
     return ApiError(response.status, error.code, error.message, error.field, retry_after=wait)
-
-
-def retry_after(value: str | None) -> float | None:
-    """`Retry-After` in seconds: delta-seconds or an HTTP date; None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())

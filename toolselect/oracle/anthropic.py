@@ -28,9 +28,9 @@ from toolselect.oracle.base import (
     RetryLater,
     choice_schema,
     match_candidate,
-    parse_retry_after,
     user_prompt,
 )
+from toolselect.retry_after import parse_retry_after
 
 DEFAULT_MODEL = "claude-haiku-4-5"
 

@@ -10,10 +10,7 @@ The prompt and the answer schema live here so every provider asks the same quest
 
 from __future__ import annotations
 
-import email.utils
-import math
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -231,27 +228,3 @@ def _cost(name: str, description: str) -> int:
     # The length of `_line(name, description)`, counted without building it.
     line = 2 + len(name) + (2 + len(description) if description else 0)
     return (line + len(name) + 8) // 4 + 1
-
-
-def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds to wait from `retry-after-ms` or `retry-after` (seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            value = float(millis) / 1000.0
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value):
-            return max(value, 0.0)
-    text = headers.get("retry-after")
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError):
-            return None
-        value = when.timestamp() - (time.time() if now is None else now)
-    return max(value, 0.0) if math.isfinite(value) else None

@@ -23,9 +23,9 @@ from toolselect.oracle.base import (
     RetryLater,
     choice_schema,
     match_candidate,
-    parse_retry_after,
     user_prompt,
 )
+from toolselect.retry_after import parse_retry_after
 
 _MAX_BODY_BYTES = 1 << 20
 
