@@ -1,4 +1,5 @@
-"""The oracle policy: the ARCHITECTURE.md table row by row, the ratchet and the tier order."""
+"""The oracle policy: the table of ARCHITECTURE.md's "Oracle policy" (and of `oracle/tiers.py`) row
+by row, the ratchet and the tier order."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ submitted. Several processes (`serve --workers`) may share the file: SQLite seri
 writes, ids are never reused (AUTOINCREMENT), and a record two processes replay is idempotent.
 
 Bounds: past `max_bytes` of records, the oldest records of the least valuable kind go first:
-turns, then oracle calls, then labels by tier (ranker, teacher, feedback). Each drop is
+turns, then oracle calls, then labels by tier (ranker, usage, teacher, feedback). Each drop is
 returned to the caller, who counts and logs it.
 """
 

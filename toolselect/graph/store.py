@@ -145,7 +145,8 @@ class Store(Protocol):
         """Keep each exemplar as the label of its normalised query, unless that would downgrade.
 
         One transaction per call. A stored exemplar of a stronger tier (feedback > teacher >
-        ranker) is never replaced by a weaker one; the same tool and tier again is no change;
+        usage > ranker) is never replaced by a weaker one; the same tool and tier again is no
+        change, except that a usage label seen again counts on its exemplar (`supersedes`);
         items are applied in order (`plan_saves`). An exemplar whose tool is not in the catalog
         is skipped and reported in `unknown_tool`. When anything changed, `exemplar_version`
         moves once and every change of the call (writes and retention evictions) carries the

@@ -1,6 +1,7 @@
 """The oracle policy: which tier labels a flagged turn (pure; no I/O, no clock).
 
-The default policy of ARCHITECTURE.md ("Oracle policy"), row by row:
+The default policy, row by row (ARCHITECTURE.md at the repository's top, section "Oracle policy",
+holds the same table and says where each rule lives):
 
 | why flagged             | outcome          | margin >= floor      | margin < floor |
 |-------------------------|------------------|----------------------|----------------|
