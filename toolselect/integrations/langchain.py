@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ExtendedModelResponse, ToolCallRequest
@@ -46,8 +46,8 @@ from langgraph.types import Command
 
 from toolselect.client import AsyncClient, Client
 from toolselect.integrations.narrowing import (
-    DEFAULT_TIMEOUT_S,
     Narrowed,
+    NarrowingOptions,
     ToolNarrower,
     ToolSpec,
     log,
@@ -71,20 +71,10 @@ class ToolselectMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         client: AsyncClient | Client,
         *,
         agent: str,
-        k: int = 5,
-        always: Collection[str] = (),
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        context_chars: int = 1000,
+        **options: Unpack[NarrowingOptions],
     ) -> None:
         super().__init__()
-        self.narrower = ToolNarrower(
-            client,
-            agent=agent,
-            k=k,
-            always=always,
-            timeout_s=timeout_s,
-            context_chars=context_chars,
-        )
+        self.narrower = ToolNarrower(client, agent=agent, **options)
         # Tool objects are long-lived; their schema is converted once (id -> (tool, spec)).
         self._specs: dict[int, tuple[BaseTool, ToolSpec]] = {}
         self._catalog: set[str] = set()

@@ -41,7 +41,7 @@ import time
 import uuid
 from collections.abc import Collection, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypedDict, TypeVar
 
 from toolselect.api.models import MAX_USED_TOOLS
 from toolselect.client import AsyncClient, Client
@@ -56,6 +56,16 @@ DEFAULT_TIMEOUT_S = 0.25
 MAX_QUERY_CHARS = 8000
 MAX_RANK_K = 100
 OUTCOMES = frozenset({"ok", "error", "corrected"})
+
+
+class NarrowingOptions(TypedDict, total=False):
+    """How a `ToolNarrower` narrows (see its docstring), as every framework's adapter takes it:
+    one statement of the keywords instead of one per framework."""
+
+    k: int
+    always: Collection[str]
+    timeout_s: float
+    context_chars: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,9 +35,9 @@ import hashlib
 import inspect
 import json
 import weakref
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, Unpack
 
 from agents import Agent, FunctionTool, RunContextWrapper, RunHooks, Tool
 from agents.agent import AgentBase
@@ -46,9 +46,9 @@ from agents.tool import default_tool_error_function
 
 from toolselect.client import AsyncClient, Client
 from toolselect.integrations.narrowing import (
-    DEFAULT_TIMEOUT_S,
     Narrowed,
     NarrowedTurn,
+    NarrowingOptions,
     ToolNarrower,
     ToolSpec,
 )
@@ -119,19 +119,9 @@ class ToolselectTools:
         client: AsyncClient | Client,
         *,
         agent: str,
-        k: int = 5,
-        always: Collection[str] = (),
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        context_chars: int = 1000,
+        **options: Unpack[NarrowingOptions],
     ) -> None:
-        self.narrower = ToolNarrower(
-            client,
-            agent=agent,
-            k=k,
-            always=always,
-            timeout_s=timeout_s,
-            context_chars=context_chars,
-        )
+        self.narrower = ToolNarrower(client, agent=agent, **options)
         # Per run (its context, weakly held): the rankings made, by input and catalog.
         self._runs: weakref.WeakKeyDictionary[
             RunContextWrapper[Any], dict[str, asyncio.Future[tuple[str, Narrowed]]]

@@ -35,8 +35,8 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import deque
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Unpack
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import (
@@ -59,9 +59,9 @@ from pydantic_ai.tools import ToolDefinition, ToolsPrepareFunc
 
 from toolselect.client import AsyncClient, Client
 from toolselect.integrations.narrowing import (
-    DEFAULT_TIMEOUT_S,
     Narrowed,
     NarrowedTurn,
+    NarrowingOptions,
     ToolNarrower,
     ToolSpec,
 )
@@ -139,19 +139,9 @@ class ToolselectCapability(AbstractCapability[Any]):
         client: AsyncClient | Client,
         *,
         agent: str,
-        k: int = 5,
-        always: Collection[str] = (),
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        context_chars: int = 1000,
+        **options: Unpack[NarrowingOptions],
     ) -> None:
-        self.narrower = ToolNarrower(
-            client,
-            agent=agent,
-            k=k,
-            always=always,
-            timeout_s=timeout_s,
-            context_chars=context_chars,
-        )
+        self.narrower = ToolNarrower(client, agent=agent, **options)
         # The ids of the turns reported, newest last (shared by the runs' copies).
         self.reported: deque[str] = deque(maxlen=1000)
         self._turn: NarrowedTurn | None = None
