@@ -25,6 +25,7 @@ import numpy as np
 
 from bench.cache import Encoders
 from bench.data import TEXT_VARIANTS, Dataset, Query, variant_text
+from bench.stats import percentile
 from toolselect.catalog import tool_text
 from toolselect.config import Settings
 from toolselect.embed import Embedder, build_embedder
@@ -72,8 +73,8 @@ def summarise(seconds: Sequence[float]) -> dict[str, float]:
     if ms.size == 0:
         return {"p50": float("nan"), "p99": float("nan"), "mean": float("nan")}
     return {
-        "p50": float(np.percentile(ms, 50)),
-        "p99": float(np.percentile(ms, 99)),
+        "p50": percentile(ms.tolist(), 0.5),
+        "p99": percentile(ms.tolist(), 0.99),
         "mean": float(ms.mean()),
     }
 

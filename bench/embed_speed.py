@@ -31,7 +31,6 @@ import math
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from tokenizers import Tokenizer
 from bench import OUT, RESULTS
 from bench.data import load as load_bfcl
 from bench.perf.machine import machine_facts
+from bench.stats import percentile
 from toolselect.catalog import load_demo_catalog
 from toolselect.embed import HashingEmbedder, MiniLMEmbedder, normalise_rows
 from toolselect.embed.hashing import prepare
@@ -124,11 +124,10 @@ def queries(n: int, rng: random.Random) -> list[str]:
 
 
 def _summary(seconds: Sequence[float], unit: float = 1e3) -> dict[str, float]:
-    ordered = sorted(seconds)
     return {
-        "p50": round(statistics.median(ordered) * unit, 3),
-        "p90": round(ordered[int(0.9 * (len(ordered) - 1))] * unit, 3),
-        "n": len(ordered),
+        "p50": round(percentile(seconds, 0.5) * unit, 3),
+        "p90": round(percentile(seconds, 0.9) * unit, 3),
+        "n": len(seconds),
     }
 
 
@@ -190,7 +189,7 @@ def dense(reps: int) -> dict[str, Any]:
     tokenizer.no_padding()  # the file pads to 128; the embedder pads a batch to its longest
     out: dict[str, Any] = {name: _summary(ts) for name, ts in times.items()}
     out["median_tokens"] = {
-        name: statistics.median(len(tokenizer.encode(t).ids) for t in texts)
+        name: percentile((len(tokenizer.encode(t).ids) for t in texts), 0.5)
         for name, texts in arms.items()
     }
     out["load_and_first_ms"] = round(load * 1e3, 1)

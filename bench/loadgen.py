@@ -29,6 +29,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from bench.stats import percentile
+
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -64,17 +66,12 @@ class _Tally:
 def _percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {"p50_ms": 0.0, "p90_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0, "mean_ms": 0.0}
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
-
     return {
-        "p50_ms": round(at(0.50), 3),
-        "p90_ms": round(at(0.90), 3),
-        "p99_ms": round(at(0.99), 3),
-        "max_ms": round(ordered[-1] * 1e3, 3),
-        "mean_ms": round(sum(ordered) / len(ordered) * 1e3, 3),
+        "p50_ms": round(percentile(values, 0.50) * 1e3, 3),
+        "p90_ms": round(percentile(values, 0.90) * 1e3, 3),
+        "p99_ms": round(percentile(values, 0.99) * 1e3, 3),
+        "max_ms": round(max(values) * 1e3, 3),
+        "mean_ms": round(sum(values) / len(values) * 1e3, 3),
     }
 
 

@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
 from toolselect.client import AsyncClient
 from toolselect.integrations.narrowing import ToolNarrower, ToolSpec
 
@@ -91,11 +91,6 @@ def catalog() -> list[dict[str, Any]]:
     text = files("toolselect.data").joinpath("demo_tools.json").read_text()
     tools: list[dict[str, Any]] = json.loads(text)["tools"]
     return tools
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def measure(url: str, rounds: int) -> dict[str, Any]:
@@ -171,9 +166,9 @@ async def measure(url: str, rounds: int) -> dict[str, Any]:
     for name, values in timings.items():
         diffs = [v - r for v, r in zip(values, rank, strict=True)]
         summary[name] = {
-            "p50_ms": round(statistics.median(values), 3),
+            "p50_ms": round(percentile(values, 0.5), 3),
             "p90_ms": round(percentile(values, 0.9), 3),
-            "overhead_p50_ms": round(statistics.median(diffs), 3),
+            "overhead_p50_ms": round(percentile(diffs, 0.5), 3),
         }
     return summary
 

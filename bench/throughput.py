@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from bench import RESULTS
 from bench.perf.catalog import catalog_file, synth_catalog, synth_queries
 from bench.perf.machine import machine_facts
 from bench.perf.server import ServerProcess, free_port, import_catalog, server_env
+from bench.stats import percentile
 
 CONNECTIONS = 16
 WORKERS = 2
@@ -171,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  round {round_ + 1} {name}: {result['rps']:.0f} req/s", flush=True)
     summary: dict[str, dict[str, Any]] = {
         name: {
-            "rps": statistics.median(r["rps"] for r in runs),
-            "p50_ms": statistics.median(r["p50_ms"] for r in runs),
+            "rps": percentile((r["rps"] for r in runs), 0.5),
+            "p50_ms": percentile((r["p50_ms"] for r in runs), 0.5),
             "non_2xx": sum(r["non_2xx"] for r in runs),
             "runs": runs,
         }

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any
 from bench.perf.catalog import SEED, as_tools, synth_queries
 from bench.perf.stores import store_settings, turn_outcomes, wipe_neo4j
 from bench.perf.timing import summarise
+from bench.stats import percentile
 from toolselect.config import Settings
 from toolselect.service import Service
 
@@ -173,5 +173,5 @@ def _median_of(results: list[dict[str, Any]]) -> dict[str, Any]:
     out["rounds"] = len(results)
     for name in ("unflagged", "flagged_ranker_tier", "usage_labelled"):
         each = [r[name]["turns_per_s"] for r in results]
-        out[name] = {**results[0][name], "turns_per_s": statistics.median(each), "rounds": each}
+        out[name] = {**results[0][name], "turns_per_s": percentile(each, 0.5), "rounds": each}
     return out

@@ -10,20 +10,17 @@ from contextlib import contextmanager, nullcontext
 
 from threadpoolctl import threadpool_limits
 
+from bench.stats import percentile
+
 
 def summarise(seconds: list[float]) -> dict[str, float]:
     """Median, p90, p99 and mean in milliseconds."""
-    ordered = sorted(seconds)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
-
     return {
-        "n": len(ordered),
-        "p50_ms": round(statistics.median(ordered) * 1e3, 4),
-        "p90_ms": round(at(0.90), 4),
-        "p99_ms": round(at(0.99), 4),
-        "mean_ms": round(statistics.fmean(ordered) * 1e3, 4),
+        "n": len(seconds),
+        "p50_ms": round(percentile(seconds, 0.50) * 1e3, 4),
+        "p90_ms": round(percentile(seconds, 0.90) * 1e3, 4),
+        "p99_ms": round(percentile(seconds, 0.99) * 1e3, 4),
+        "mean_ms": round(statistics.fmean(seconds) * 1e3, 4),
     }
 
 
