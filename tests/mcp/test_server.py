@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client, MCPError
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import CallToolResult, TextContent, TextResourceContents
 
-from tests.mcp.conftest import EXE, Connect, run_cli, stdio_params
-from tests.services import cli_env
+from tests.mcp.conftest import CATALOG, EXE, Connect, run_cli, stdio_params
+from tests.neo4j_server import Neo4jServer
+from tests.services import cli_env, wipe
 from toolselect.analytics import registry
 from toolselect.config import Settings
 from toolselect.graph.factory import open_store
@@ -341,3 +342,50 @@ async def test_default_hybrid_embedder_serves(store_db: Path) -> None:
     assert result.structured_content is not None
     assert result.structured_content["embedder"].startswith("hybrid")
     assert result.structured_content["tools"][0]["name"] == "get_weather"
+
+
+async def test_search_ids_over_mcp_on_neo4j(neo4j_server: Neo4jServer, tmp_path: Path) -> None:
+    """The same link on the production store: `toolselect mcp` over stdio on the test Neo4j,
+    the catalog imported by the CLI, the turns read back through a Neo4j store."""
+    await wipe(neo4j_server)
+    env = cli_env(tmp_path / "unused.db", TOOLSELECT_STORE="neo4j", **neo4j_server.env())
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps(CATALOG))
+    done = run_cli(["tools", "import", str(catalog)], env)
+    assert done.returncode == 0, done.stderr
+    params = StdioServerParameters(command=EXE[0], args=[*EXE[1:], "mcp"], env=env)
+    query = "send the quarterly report to Marco by email"
+    reports: list[dict[str, Any]] = []
+    async with Client(params, read_timeout_seconds=60) as client:
+        found = await client.call_tool("search_tools", {"query": query, "k": 2})
+        body = found.structured_content
+        assert body is not None, text(found)
+        shown = [t["name"] for t in body["tools"]]
+        reports = [
+            {"turn_id": "shown", "used_tool": shown[1], "outcome": "ok"},
+            {"turn_id": "not-shown", "used_tool": "shell_exec"},
+        ]
+        for report in reports:
+            arguments = {"request": query, "search_id": body["search_id"], **report}
+            result = await client.call_tool("report_turn", arguments)
+            assert result.structured_content == {"queued": True, "reason": None}, text(result)
+        store = await open_store(
+            Settings(
+                store="neo4j",
+                data_dir=str(tmp_path),
+                neo4j_uri=neo4j_server.uri,
+                neo4j_username=neo4j_server.username,
+                neo4j_password=neo4j_server.password,
+                neo4j_database=neo4j_server.database,
+            )
+        )
+        try:
+            turns = [await stored_turn(store, r["turn_id"]) for r in reports]
+            label = await stored_label(store, query)
+        finally:
+            await store.close()
+    assert [(t.search_id, t.search_status, t.shown_position) for t in turns] == [
+        (body["search_id"], "shown", 2),
+        (body["search_id"], "not_shown", None),
+    ]
+    assert (label.tool, label.tier) == (shown[1], "usage")
