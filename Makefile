@@ -52,10 +52,13 @@ test: lint typecheck pytest
 # The pure and SQLite tiers while you work (CONTRIBUTING.md): no Neo4j (`neo4j` marker), no
 # Chromium (tests/ui), no spawned processes (`slow` marker; tests/cli, tests/mcp and the
 # framework adapters in tests/integrations). Not a substitute for `make test` before a push.
+# The schemathesis module is all `slow`, and importing it (and LangSmith's pytest plugin, which
+# the framework extras install) would cost ~5 s of a run that only deselects it.
 FAST_TIERS := tests/unit tests/store tests/learn tests/oracle tests/api tests/client tests/e2e \
 	tests/faults tests/fuzz
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not neo4j and not slow" $(FAST_TIERS)
+	$(BIN)/python -m pytest -q -m "not neo4j and not slow" -p no:langsmith_plugin \
+	    --ignore=tests/fuzz/test_schemathesis.py $(FAST_TIERS)
 
 # Regenerates BENCHMARKS.md from scratch (about 40 minutes on 2 cores; not part of `make test`).
 # bfcl-eval is read for its data only, so it is installed without its pinned dependencies.
