@@ -11,6 +11,7 @@ Modules:
   perf      latency and throughput (`python -m bench.perf`, a package: one module per section)
             -> bench/results/perf.json, perf.md; its hand-written reading is perf/FINDINGS.md
   report    BENCHMARKS.md from the JSON results (regenerated from scratch)
+  experiments  one-off experiments, on demand, feeding no table (`python -m bench.experiments.NAME`)
 
 Committed results live in bench/results/; bench/out/ is scratch (git-ignored).
 """

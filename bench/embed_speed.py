@@ -4,9 +4,9 @@ Run on demand (not part of `make bench`); every figure is a median over many cal
 arms compared interleaved in the same run because this machine is shared and noisy.
 
   lexical  one query at a time through the hashing embedder: scikit-learn's
-           `HashingVectorizer.transform` (`reference_vectors`), the previous inline path
-           (scikit-learn's murmurhash per n-gram, memoised, then `bincount`; copied below as
-           it was) and the current one (`mmh3`, per-word memo, sparse sums)
+           `HashingVectorizer.transform` (`reference_vectors`) and the inline path (`mmh3`,
+           per-word memo, sparse sums); the path before `mmh3` is timed against it by
+           `python -m bench.experiments.previous_hashing`
   dense    the `minilm` ONNX embedder, one query per call, one intra-op thread (p50, p90), on
            agent-like requests and on BFCL's held-out queries (when the bench data is there)
   spawn    `toolselect select` (in-process, default `hybrid` embedder) with 20 candidates
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import shutil
@@ -47,8 +46,7 @@ from bench.data import load as load_bfcl
 from bench.perf.machine import machine_facts
 from bench.stats import percentile
 from toolselect.catalog import load_demo_catalog
-from toolselect.embed import HashingEmbedder, MiniLMEmbedder, normalise_rows
-from toolselect.embed.hashing import prepare
+from toolselect.embed import HashingEmbedder, MiniLMEmbedder
 from toolselect.embed.minilm import MINILM
 
 SECTIONS = ("lexical", "dense", "spawn")
@@ -62,56 +60,6 @@ _VOCABULARY = (
 WORDS = tuple(_VOCABULARY.split())
 
 
-class PreviousHashing:
-    """The inline path as it was before `mmh3` (for the side-by-side figure only)."""
-
-    def __init__(self, dim: int = 1 << 11, word_weight: float = 0.5) -> None:
-        from sklearn.feature_extraction.text import HashingVectorizer
-        from sklearn.utils import murmurhash3_32
-
-        self._murmur = murmurhash3_32
-        self._dim = dim
-        common: dict[str, Any] = {
-            "n_features": dim,
-            "preprocessor": prepare,
-            "lowercase": False,
-            "norm": "l2",
-            "alternate_sign": True,
-            "dtype": np.float64,
-        }
-        self._analyzers = (
-            HashingVectorizer(
-                analyzer="word", ngram_range=(1, 2), token_pattern=r"\S+", **common
-            ).build_analyzer(),
-            HashingVectorizer(analyzer="char_wb", ngram_range=(3, 5), **common).build_analyzer(),
-        )
-        self._weights = (math.sqrt(word_weight), math.sqrt(1.0 - word_weight))
-        self._hashes: dict[str, int] = {}
-
-    def embed_now(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self._dim), dtype=np.float64)
-        for row, text in zip(out, texts, strict=True):
-            for analyzer, weight in zip(self._analyzers, self._weights, strict=True):
-                features = analyzer(text)
-                if features and weight:
-                    part = self._bucket(features)
-                    norm = math.sqrt(float(part @ part))
-                    if norm > 0.0:
-                        row += (weight / norm) * part
-        return normalise_rows(out)
-
-    def _bucket(self, features: list[str]) -> np.ndarray:
-        hashes = np.empty(len(features), dtype=np.int64)
-        for i, feature in enumerate(features):
-            h = self._hashes.get(feature)
-            if h is None:
-                h = self._hashes[feature] = self._murmur(feature, seed=0)
-            hashes[i] = h
-        signs = np.where(hashes >= 0, 1.0, -1.0)
-        counts: np.ndarray = np.bincount(np.abs(hashes) % self._dim, signs, minlength=self._dim)
-        return counts
-
-
 def queries(n: int, rng: random.Random) -> list[str]:
     """Agent-like requests: 4..12 words from a tool vocabulary, a name or number now and then."""
     out = []
@@ -123,7 +71,7 @@ def queries(n: int, rng: random.Random) -> list[str]:
     return out
 
 
-def _summary(seconds: Sequence[float], unit: float = 1e3) -> dict[str, float]:
+def summary(seconds: Sequence[float], unit: float = 1e3) -> dict[str, float]:
     return {
         "p50": round(percentile(seconds, 0.5) * unit, 3),
         "p90": round(percentile(seconds, 0.9) * unit, 3),
@@ -132,15 +80,14 @@ def _summary(seconds: Sequence[float], unit: float = 1e3) -> dict[str, float]:
 
 
 def lexical(reps: int) -> dict[str, Any]:
-    """Per-query microseconds of the three hashing paths, interleaved query by query."""
+    """Per-query microseconds of the two hashing paths, interleaved query by query."""
     texts = queries(reps, random.Random(SEED))
-    current, previous = HashingEmbedder(), PreviousHashing()
+    current = HashingEmbedder()
     arms: dict[str, Callable[[str], object]] = {
         "sklearn_transform": lambda q: current.reference_vectors([q]),
-        "previous_inline": lambda q: previous.embed_now([q]),
         "current_inline": lambda q: current.embed_now([q]),
     }
-    for text in texts[:50]:  # same warm memo for both inline paths
+    for text in texts[:50]:  # a warm memo for the inline path
         for arm in arms.values():
             arm(text)
     times: dict[str, list[float]] = {name: [] for name in arms}
@@ -152,7 +99,7 @@ def lexical(reps: int) -> dict[str, Any]:
     same = all(
         np.array_equal(current.embed_now([t]), current.reference_vectors([t])) for t in texts[:200]
     )
-    out: dict[str, Any] = {name: _summary(ts, 1e6) for name, ts in times.items()}
+    out: dict[str, Any] = {name: summary(ts, 1e6) for name, ts in times.items()}
     out["unit"] = "us"
     out["bit_identical_to_sklearn"] = same
     return out
@@ -187,7 +134,7 @@ def dense(reps: int) -> dict[str, Any]:
                 times[name].append(time.perf_counter() - started)
     tokenizer = Tokenizer.from_file(str(MINILM.tokenizer_file()))
     tokenizer.no_padding()  # the file pads to 128; the embedder pads a batch to its longest
-    out: dict[str, Any] = {name: _summary(ts) for name, ts in times.items()}
+    out: dict[str, Any] = {name: summary(ts) for name, ts in times.items()}
     out["median_tokens"] = {
         name: percentile((len(tokenizer.encode(t).ids) for t in texts), 0.5)
         for name, texts in arms.items()
@@ -273,11 +220,11 @@ def spawn(reps: int, python: str = sys.executable) -> dict[str, Any]:
             # Described, not named: the path is this machine's.
             "interpreter": "the bench's own" if python == sys.executable else "given by --python",
             "dev_extras_installed": _has(python, "pytest"),
-            "python_startup": _summary(bare),
-            "cold_no_cache": _summary(cold),
-            "warm_new_query": _summary(warm),
-            "warm_new_query_packaged_graph": _summary(packaged),
-            "warm_repeated_query": _summary(repeated),
+            "python_startup": summary(bare),
+            "cold_no_cache": summary(cold),
+            "warm_new_query": summary(warm),
+            "warm_new_query_packaged_graph": summary(packaged),
+            "warm_repeated_query": summary(repeated),
             "candidates": 20,
             "embedder": "hybrid",
         }

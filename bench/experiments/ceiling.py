@@ -1,4 +1,4 @@
-"""How far learning can lift held-out top-1 at all: `python -m bench.ceiling`.
+"""How far learning can lift held-out top-1 at all: `python -m bench.experiments.ceiling`.
 
 Run on demand (not part of `make bench`). Every learn-half query is folded with its true label
 (a perfect teacher that labels every turn), so no labeller can do better than these figures with

@@ -1,0 +1,13 @@
+"""One-off experiments: each answers one question once, on demand, outside `python -m bench all`.
+
+What belongs here: a measurement that informed a decision (a change adopted or rejected) and is
+kept so the figure quoted for it can be re-made, but that no table of BENCHMARKS.md is
+generated from and no stage runs. Each module is `python -m bench.experiments.NAME`, prints
+what it measured and writes nothing under bench/results/. A figure quoted from one names that
+command. What the report publishes (the evaluation, the agent loop, perf) stays in `bench/`.
+
+  ceiling           how far learning can lift held-out top-1 with a perfect teacher, and the
+                    ranker families tried against the fold (nearest exemplar, prior, linear
+                    head, query adapter)
+  previous_hashing  the hashing embedder's single-query path before `mmh3` against today's
+"""
