@@ -49,6 +49,7 @@ import numpy as np
 from bench import RESULTS
 from bench.cache import Encoders
 from bench.multiturn_data import Conversation, Dataset, Turn, load
+from bench.report_table import table
 from toolselect.catalog import tool_text
 from toolselect.config import Settings
 from toolselect.ranker import CentroidRanker
@@ -362,21 +363,19 @@ def run(data: Dataset, encoders: Encoders) -> dict[str, Any]:
     }
 
 
-def table(result: dict[str, Any]) -> str:
+def baseline_table(result: dict[str, Any]) -> str:
     """The baseline as a Markdown table: base turns on the whole catalog, then the extras."""
-    lines = [
-        "| method | query | turns | n | share@5 | all@5 | top-1 |",
-        "|---|---|---|---:|---:|---:|---:|",
-    ]
-    rows = [
+    header = ["method", "query", "turns", "n", "share@5", "all@5", "top-1"]
+    rows: list[list[Any]] = []
+    groups = [
         (CATEGORY, "catalog", half, kind)
         for half in ("dev", "held")
         for kind in ("all", "first", "follow_up")
     ]
-    rows += [(CATEGORY, "restricted", half, "all") for half in ("dev", "held")]
-    rows += [("supplying", "catalog", half, "all") for half in ("dev", "held")]
+    groups += [(CATEGORY, "restricted", half, "all") for half in ("dev", "held")]
+    groups += [("supplying", "catalog", half, "all") for half in ("dev", "held")]
     for m in result["methods"]:
-        for group, scope, half, kind in rows:
+        for group, scope, half, kind in groups:
             for mode in MODES:
                 if kind == "first" and mode != "latest":
                     continue  # a first turn has one message: both queries are the same
@@ -384,11 +383,11 @@ def table(result: dict[str, Any]) -> str:
                 what = f"{half} {kind}" if group == CATEGORY else f"{half} {group}"
                 if scope == "restricted":
                     what += " (own classes only)"
-                lines.append(
-                    f"| {m['method']} | {mode} | {what} | {r['n']} | {r['share5']:.1%} | "
-                    f"{r['all5']:.1%} | {r['top1']:.1%} |"
-                )
-    return "\n".join(lines)
+                rows.append(
+                    [m["method"], mode, what, r["n"], f"{r['share5']:.1%}", f"{r['all5']:.1%}",
+                     f"{r['top1']:.1%}"]
+                )  # fmt: skip
+    return table(header, rows, "lllrrrr")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -409,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     result["machine"] = machine()
     result["loadavg_end"] = list(os.getloadavg())
     result["wall_s"] = time.perf_counter() - started
-    print(table(result))
+    print(baseline_table(result))
     print(json.dumps(result["observations"], indent=1))
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(result, indent=1) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,16 @@ def ms(x: float | None) -> str:
     return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
 
 
-def table(header: list[str], rows: list[list[Any]], align: str = "") -> str:
-    align = align or "l" + "r" * (len(header) - 1)
-    marks = ["---:" if a == "r" else "---" for a in align]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(marks) + "|"]
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> str:
+    """The one Markdown table writer of bench/: `| a | b |` rows, no padding, `---:` under a
+    right-aligned column and `---` under the others. `align` has a letter per column (`r`:
+    right); unset, the first column is left and the rest right.
+
+    Hand-written because no library writes this text: tabulate's `pipe` format pads every cell
+    to its column's width and marks a left column `:---`, its `github` format has no alignment
+    markers, and the published pages (and their diffs) are in this compact form."""
+    align = (align or "l" + "r" * (len(header) - 1)).ljust(len(header), "l")
+    lines = ["| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join("---:" if a == "r" else "---" for a in align) + "|")
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)

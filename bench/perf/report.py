@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.perf.targets import targets
-from bench.report_table import hand_written
+from bench.report_table import hand_written, table
 
 FINDINGS = Path(__file__).with_name("FINDINGS.md")
 
@@ -43,14 +43,6 @@ def _ms(x: float) -> str:
     return f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 100 else f"{x:.0f}"
 
 
-def _table(head: list[str], rows: list[list[Any]], align: str = "") -> list[str]:
-    """A Markdown table; `align` has one letter per column, `r` right-aligns it."""
-    rule = ["---:" if a == "r" else "---" for a in align.ljust(len(head), "l")]
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return out
-
-
 def render_markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     blas = "; ".join(
@@ -71,7 +63,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "other work to leave the CPU (bounded), and every table says how many cores other "
         "processes used while it was measured.",
         "",
-        *_table(["machine", ""], [
+        table(["machine", ""], [
             ["CPU", f"{m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB RAM"],
             ["Python / numpy", f"{m['python']} / {m['numpy']}"],
             ["scheduling of the run", f"nice {m.get('nice', 0)}, session {m.get('autogroup')}"],
@@ -79,14 +71,14 @@ def render_markdown(results: dict[str, Any]) -> str:
             ["load average at start / end", f"{m['loadavg_at_start']} / {m.get('loadavg_at_end')}"],
             ["busy cores before each section", ", ".join(
                 f"{k} {v}" for k, v in results.get("busy_cores_before", {}).items())],
-        ]),
+        ], "ll"),
         "",
         "### Targets",
         "",
-        *_table(["target", "measured", "limit", "met", "missed by"], [
+        table(["target", "measured", "limit", "met", "missed by"], [
             [t["target"], t["measured"], t["limit"], "yes" if t["met"] else "**no**", t["miss"]]
             for t in targets(results)
-        ]),
+        ], "lllll"),
     ]  # fmt: skip
     if "inproc" in results:
         rows = [
@@ -95,7 +87,7 @@ def render_markdown(results: dict[str, Any]) -> str:
              _ms(r["embed_and_rank"]["p50_ms"]), _ms(r["embed_and_rank"]["p99_ms"])]
             for r in results["inproc"]["rows"]
         ]  # fmt: skip
-        lines += ["", "### In-process rank (k = 5, 500 distinct queries)", "", *_table(
+        lines += ["", "### In-process rank (k = 5, 500 distinct queries)", "", table(
             ["embedder", "tools", "BLAS threads", "ranker p50 ms", "ranker p99 ms",
              "embed + rank p50 ms", "embed + rank p99 ms"], rows, "lrlrrrr")]  # fmt: skip
     if "http" in results:
@@ -106,7 +98,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             for lv in results["http"]["levels"]
         ]  # fmt: skip
         lines += ["", "### HTTP `/v1/rank` (1,000 tools, hashing, SQLite store, closed loop)", "",
-                  *_table(["clients", "req/s", "p50 ms", "p99 ms", "errors", "server CPU cores",
+                  table(["clients", "req/s", "p50 ms", "p99 ms", "errors", "server CPU cores",
                            "server CPU µs/request", "load generator CPU cores",
                            "other processes' cores"], rows, "rrrrrrrrr")]  # fmt: skip
     if "cold" in results:
@@ -121,11 +113,11 @@ def render_markdown(results: dict[str, Any]) -> str:
             )
         ]  # fmt: skip
         lines += ["", "### Cold start of `toolselect select`, spawned per call (20 candidates)",
-                  "", *_table(["what", "calls", "p50 ms", "p90 ms"], rows, "lrrr"), "",
+                  "", table(["what", "calls", "p50 ms", "p90 ms"], rows, "lrrr"), "",
                   f"`python -X importtime` of one `--url` call "
                   f"({c['importtime_url'][0]['total_import_ms']} ms of imports in all, inflated "
                   "by the tracing itself); top-level imports by cumulative time:", "",
-                  *_table(["module", "cumulative ms", "self ms"],
+                  table(["module", "cumulative ms", "self ms"],
                           [[f"`{r['module']}`", f"{r['cumulative_ms']:.1f}", f"{r['self_ms']:.1f}"]
                            for r in c["importtime_url"][1:]], "lrr")]  # fmt: skip
     if "intake" in results:
@@ -155,7 +147,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                   "ranked once before the run (as a runtime ranks before it reports a turn): "
                   "with the default query cache (`TOOLSELECT_QUERY_CACHE`) the intake worker "
                   "reuses those vectors, with 0 it embeds every turn.", "",
-                  *_table(["store", "query cache", "`observe()` p50 µs", "`observe()` p99 µs",
+                  table(["store", "query cache", "`observe()` p50 µs", "`observe()` p99 µs",
                            "turns", "recorded / sent", "turns/s",
                            "decided as (tier/result: turns)"],
                           rows, "lrrrlrrl")]  # fmt: skip
@@ -178,7 +170,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                   "", "Latency counts from each request's scheduled send time (no coordinated "
                   "omission). RSS of the server from /proc/PID/status, sampled every second "
                   "after the warm-up. One in five observed turns used `shell_exec` (flagged).",
-                  "", *_table(["store", "rate req/s × time", "sent", "errors", "p50 ms",
+                  "", table(["store", "rate req/s × time", "sent", "errors", "p50 ms",
                                "p99 ms", "rank p99 ms", "observe p99 ms", "RSS MB start → end",
                                "observe drops", "turns recorded / queued", "SIGTERM exit, stop",
                                "server / other CPU cores"], rows, "llrrrrrrlrrll")]  # fmt: skip
