@@ -1,11 +1,12 @@
-"""The learning stage's part of BENCHMARKS.md (targets, findings, tables), from learning.json."""
+"""The learning stage's part of BENCHMARKS.md (targets, findings, tables), from learning.json;
+its prose is bench/templates/learning.md."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from bench.report_table import hand_written, pct, table
+from bench.report_table import hand_written, pct, prose, table
 
 # What was tried on the loop and measured by hand (A/B runs of patched copies): prose that the
 # generated tables cannot carry, put after them verbatim.
@@ -89,28 +90,50 @@ def findings(learn: dict[str, Any]) -> list[str]:
         if not (v1 and v2 and off1 and off2):
             continue
         a1, a2 = v1["audit"], v2["audit"]
-        fit = v2["fit"]
         out.append(
-            f"- **{method}, v1 against v2 (teacher on)**: held-out top-1 "
-            f"{100 * v1['gain_top1']:+.1f} against {100 * v2['gain_top1']:+.1f} points; free "
-            f"labels right {pct(a1['free_precision'])}% against {pct(a2['free_precision'])}%; "
-            f"teacher asked for {pct(a1['escalated_share'])}% against "
-            f"{pct(a2['escalated_share'])}% of the flagged turns; teacher declines (true tool "
-            f"not among the candidates) {pct(a1['decline_rate'])}% against "
-            f"{pct(a2['decline_rate'])}% of its calls. At the end v2 had chosen description "
-            f"weight {fit['fold']['description_weight']:g}, shrink {fit['fold']['shrink']:g} "
-            f"({fit['fold']['source']}), free-tier floor {_floor(fit)}, teacher depth "
-            f"{fit['teacher']['depth']}."
+            _text(
+                "v1_against_v2",
+                method=method,
+                v1_gain=f"{100 * v1['gain_top1']:+.1f}",
+                v2_gain=f"{100 * v2['gain_top1']:+.1f}",
+                v1_free=pct(a1["free_precision"]),
+                v2_free=pct(a2["free_precision"]),
+                v1_asked=pct(a1["escalated_share"]),
+                v2_asked=pct(a2["escalated_share"]),
+                v1_declines=pct(a1["decline_rate"]),
+                v2_declines=pct(a2["decline_rate"]),
+                **_fitted(v2["fit"]),
+            )
         )
         out.append(
-            f"- **{method}, free tier alone (teacher off)**: v1 {100 * off1['gain_top1']:+.1f} "
-            f"points (free labels right {pct(off1['audit']['free_precision'])}%, lowest point "
-            f"{100 * _dip(off1):+.1f}), v2 {100 * off2['gain_top1']:+.1f} (right "
-            f"{pct(off2['audit']['free_precision'])}%, lowest point {100 * _dip(off2):+.1f}). "
-            "Without teacher or human labels nothing can be calibrated, so v2 keeps the "
-            "conservative prior: it labels only clear winners."
+            _text(
+                "free_tier_alone",
+                method=method,
+                v1_gain=f"{100 * off1['gain_top1']:+.1f}",
+                v1_free=pct(off1["audit"]["free_precision"]),
+                v1_lowest=f"{100 * _dip(off1):+.1f}",
+                v2_gain=f"{100 * off2['gain_top1']:+.1f}",
+                v2_free=pct(off2["audit"]["free_precision"]),
+                v2_lowest=f"{100 * _dip(off2):+.1f}",
+            )
         )
     return out
+
+
+def _text(block: str, /, **values: object) -> str:
+    return prose("learning", block, **values)
+
+
+def _fitted(fit: dict[str, Any]) -> dict[str, str]:
+    """What v2 had chosen at the end of a run, as the prose names it."""
+    fold = fit["fold"]
+    return {
+        "weight": f"{fold['description_weight']:g}",
+        "shrink": f"{fold['shrink']:g}",
+        "source": fold["source"],
+        "floor": _floor(fit),
+        "depth": str(fit["teacher"]["depth"]),
+    }
 
 
 def _floor(fit: dict[str, Any]) -> str:
@@ -155,50 +178,22 @@ def section(learn: dict[str, Any]) -> str:
                     ]
                 )
     bound = ", ".join(f"{k} {pct(v['top1'])}%" for k, v in learn.get("truth_bound", {}).items())
-    parts = [
-        "## Learning curve (real learner, held-out top-1 against observed turns)",
-        "",
-        "![learning curve](bench/results/learning_curve.png)",
-        "",
-        "Each arm is a real `Service` on the embedded SQLite store (temporary folder), the catalog "
-        "upserted through it, the learner's intake worker, the oracle tiers, the tuner and the "
-        "Anthropic teacher through the official SDK against a local stub of `POST /v1/messages` "
-        "that answers the ground-truth label (the service still refuses an answer outside the "
-        f"candidates it offered: it is `declined`). Each learn-half query is observed as a turn "
-        f"with used tool `{learn['used_tool']}` (a fallback, so every turn is flagged), in steps; "
-        "after each step the learner is drained, a refit in progress is awaited, and the "
-        "held-out half is ranked by the service's own ranker. **v1** pins the first loop's "
-        "constants (margin floor 0.05, description weight 16, or 8 for `hashing`, the teacher "
-        "shown the top 10); **v2** is the default, fitted from the teacher's labels at run "
-        "time (the teacher is shown as many ranked candidates as its answers say hold the true "
-        "tool, all that the 6,000-token budget buys until they do, the first ten with their "
-        "descriptions and the rest shortened to fit before any is dropped). Arms: "
-        "**teacher on** (ratchet > ranker > teacher), **teacher off** "
-        "(`TOOLSELECT_ORACLE=off`: free tiers only), **teacher only** (ratchet > teacher). "
-        "Lowest = the curve's lowest point against its start; free labels = ranker-tier labels "
-        "and the share equal to the ground truth; to teacher = flagged turns escalated; "
-        "declines = teacher answers refused because the true tool was not among the candidates.",
-        "",
-        table(
-            ["embedder", "loop", "arm"]
-            + [f"top-1 % @{s}" for s in steps]
-            + ["recall@5 % end", "gain", "lowest", "free labels / right %", "to teacher", "declines"],
-            rows,
-            "lll" + "r" * (len(steps) + 6),
-        ),
-        "",
-        f"Ceiling, every learn-half query folded in with its true label (v1 fold): {bound}.",
-        "",
-        "What v2 had chosen at the end of each run (`GET /v1/analytics/learning` serves the same):",
-        "",
-        table(
-            ["embedder", "arm", "trusted labels", "description weight / shrink", "free-tier floor", "teacher depth"],
-            fits,
-        ),
-    ]  # fmt: skip
-    parts += ["", _splits(learn), "", _sensitivity(learn), "", _knobs(learn)]
-    parts += ["", hand_written(FINDINGS)]
-    return "\n".join(parts)
+    head = (
+        ["embedder", "loop", "arm"]
+        + [f"top-1 % @{s}" for s in steps]
+        + ["recall@5 % end", "gain", "lowest", "free labels / right %", "to teacher", "declines"]
+    )
+    fit_head = ["embedder", "arm", "trusted labels", "description weight / shrink",
+                "free-tier floor", "teacher depth"]  # fmt: skip
+    curve = _text(
+        "curve",
+        used_tool=learn["used_tool"],
+        curve=table(head, rows, "lll" + "r" * (len(steps) + 6)),
+        bound=bound,
+        fits=table(fit_head, fits),
+    )
+    parts = [curve, _splits(learn), _sensitivity(learn), _knobs(learn), hand_written(FINDINGS)]
+    return "\n\n".join(parts)
 
 
 def _splits(learn: dict[str, Any]) -> str:
@@ -226,27 +221,9 @@ def _splits(learn: dict[str, Any]) -> str:
              f"{100 * sum(r['gain_top1'] for r in group) / len(group):+.1f}",
              f"{pct(sum(r['audit']['escalated_share'] for r in group) / len(group))}%", "", ""]
         )  # fmt: skip
-    return "\n".join(
-        [
-            "### Other splits (teacher on, the whole learn half at once)",
-            "",
-            "The same data split into learn and held-out halves with other seeds (split 0 is the "
-            "curve above, taught in steps there, here all at once): one split is one sample. The "
-            "fitted fold is chosen on the learn half's labels, and the best description weight "
-            "of one half is not always the other's (on split 0, leave-one-out over the learn "
-            "half's true labels peaks at 4, the held-out half at 16; swapped, both peak at 8), "
-            "which is why v2 leaves its prior only for a paired gain over two standard errors. "
-            "On the loop's own labels the gap is also a bias, not only sampling: they are the "
-            "turns the ranker was surest and least sure of (see 'Tried on the loop and not "
-            "adopted' below).",
-            "",
-            table(
-                ["embedder", "split", "loop", "top-1 % before", "top-1 % after", "gain", "to teacher", "free labels / right %", "declines"],
-                rows,
-                "lllrrrrrr",
-            ),
-        ]
-    )  # fmt: skip
+    head = ["embedder", "split", "loop", "top-1 % before", "top-1 % after", "gain", "to teacher",
+            "free labels / right %", "declines"]  # fmt: skip
+    return _text("splits", table=table(head, rows, "lllrrrrrr"))
 
 
 def _sensitivity(learn: dict[str, Any]) -> str:
@@ -283,75 +260,28 @@ def _sensitivity(learn: dict[str, Any]) -> str:
                        (f"{pct(a['escalated_share'])}%", f"{pct(a['decline_rate'])}%"))]
                 )  # fmt: skip
     rows.sort(key=lambda row: (row[0], row[2], row[1]))
-    return "\n".join(
-        [
-            "### How sensitive v2's targets are (after the whole learn half at once)",
-            "",
-            "`TOOLSELECT_FREE_TIER_PRECISION` (the calibrated probability the free tier needs), "
-            "`TOOLSELECT_TEACHER_RECALL` (how often the teacher's candidates should contain "
-            "the true tool) and `TOOLSELECT_TEACHER_SHARE` (the most uncertain share of "
-            "disagreements on turns that worked the teacher is spent on; it does not apply to "
-            "this curve's fallback turns, which always reach the teacher) are the targets v2 "
-            "keeps; everything else is fitted to them.",
-            "",
-            table(
-                ["embedder", "setting", "arm", "top-1 % end", "gain", "free labels / right %", "to teacher", "declines"],
-                rows,
-                "lllrrrrr",
-            ),
-        ]
-    )  # fmt: skip
+    head = ["embedder", "setting", "arm", "top-1 % end", "gain", "free labels / right %",
+            "to teacher", "declines"]  # fmt: skip
+    return _text("sensitivity", table=table(head, rows, "lllrrrrr"))
 
 
 def _knobs(learn: dict[str, Any]) -> str:
-    out = [
-        "### What a fixed description weight would have given",
-        "",
-        "The exemplars v2 saved with the teacher on (and the ground truth of the whole learn "
-        "half) folded into fresh rankers at fixed description weights (exemplars summed, weight "
-        "1): the spread is what a constant risks on a catalog it was not chosen on.",
-    ]
+    out = [_text("knobs")]
     for label, rows_in in learn["knobs"].items():
+        top1 = {(r["exemplars"], r["description_weight"]): r["top1"] for r in rows_in}
         sources = list(dict.fromkeys(r["exemplars"] for r in rows_in))
         weights = list(dict.fromkeys(r["description_weight"] for r in rows_in))
-        rows = [
-            [src]
-            + [
-                pct(
-                    next(
-                        r["top1"]
-                        for r in rows_in
-                        if r["exemplars"] == src and r["description_weight"] == w
-                    )
-                )
-                for w in weights
-            ]
-            for src in sources
-        ]
-        out += [
-            "",
-            f"**{label}**, held-out top-1 % by description weight:",
-            "",
-            table(["exemplars from"] + [f"dw {w:g}" for w in weights], rows),
-        ]
-    return "\n".join(out)
+        rows = [[src] + [pct(top1[src, w]) for w in weights] for src in sources]
+        head = ["exemplars from"] + [f"dw {w:g}" for w in weights]
+        out.append(_text("knob", label=label, table=table(head, rows)))
+    return "\n\n".join(out)
 
 
 def defaults(learn: dict[str, Any]) -> list[str]:
     lines = []
     for method in methods(learn):
         on = _one(learn, method, "v2", "teacher on")
-        if on is None:
-            continue
-        f = on["fit"]
-        lines.append(
-            f"- **{method}: fold, free-tier floor and teacher depth are fitted, not set**: on "
-            f"this data, after {f['labels']} teacher labels, v2 chose description weight "
-            f"{f['fold']['description_weight']:g} with shrink {f['fold']['shrink']:g} "
-            f"({f['fold']['source']}; the prior is 16, or 8 for `hashing`), a free-tier floor of "
-            f"{_floor(f)} for 95% precision and a teacher depth of {f['teacher']['depth']}. On "
-            "another catalog the same code chooses other values from that catalog's labels; "
-            "pin any of them with `TOOLSELECT_DESCRIPTION_WEIGHT`, `TOOLSELECT_MARGIN_FLOOR` or "
-            "`TOOLSELECT_TEACHER_CANDIDATES`."
-        )
+        if on is not None:
+            f = on["fit"]
+            lines.append(_text("fitted", method=method, labels=f["labels"], **_fitted(f)))
     return lines

@@ -1,10 +1,29 @@
-"""Markdown table cells and tables for the generated pages, and the hand-written parts."""
+"""Markdown for the generated pages: table cells, the one table writer, the prose templates
+(bench/templates/*.md) and the hand-written parts."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
+from functools import cache
 from pathlib import Path
+from string import Template
 from typing import Any
+
+TEMPLATES = Path(__file__).with_name("templates")
+_BLOCK = re.compile(r"^<!-- (\w+) -->\n", re.MULTILINE)
+
+
+@cache
+def _blocks(page: str) -> dict[str, str]:
+    parts = _BLOCK.split((TEMPLATES / f"{page}.md").read_text(encoding="utf-8"))
+    return {name: text.strip("\n") for name, text in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def prose(page: str, block: str, /, **values: object) -> str:
+    """Block `block` of bench/templates/PAGE.md with its `$placeholders` filled
+    (`string.Template`: a placeholder without a value is an error, a value without one is not)."""
+    return Template(_blocks(page)[block]).substitute(values)
 
 
 def hand_written(path: Path) -> str:
