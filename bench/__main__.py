@@ -28,10 +28,10 @@ def accuracy() -> None:
     from bench import accuracy as stage
     from bench.cache import Encoders
     from bench.data import load
-    from bench.report import machine
+    from bench.perf.machine import stage_machine
 
     print("accuracy: loading data and embedders", flush=True)
-    info = machine()
+    info = stage_machine()
     result = stage.run(load(), Encoders(), url=os.environ.get("TOOLSELECT_EMBED_URL", ""))
     result["machine"] = info
     result["loadavg_end"] = list(os.getloadavg())
@@ -43,14 +43,14 @@ def learning() -> None:
     from bench import learning as stage
     from bench.cache import Encoders
     from bench.data import load
-    from bench.report import machine
+    from bench.perf.machine import stage_machine
 
     acc = _read("accuracy.json")
     weight = acc["best_hybrid_weight_before"] if acc else 0.5
     specs = [("hashing", 0.5), ("hybrid", weight)]
     sweep = [f"hybrid w={weight:g}"]
     print(f"learning: hashing, hybrid w={weight:g}", flush=True)
-    info = machine()
+    info = stage_machine()
     result = stage.run(load(), Encoders(), specs, sweep)
     result["machine"] = info
     result["loadavg_end"] = list(os.getloadavg())
@@ -69,12 +69,12 @@ def agent() -> None:
     from bench import agent as stage
     from bench.cache import Encoders
     from bench.data import load
-    from bench.report import machine
+    from bench.perf.machine import stage_machine
 
     acc = _read("accuracy.json")
     weight = acc["best_hybrid_weight_before"] if acc else 0.5
     print(f"agent: hybrid w={weight:g}, hashing", flush=True)
-    info = machine()
+    info = stage_machine()
     result = stage.run(load(), Encoders(), [("hybrid", weight), ("hashing", 0.5)])
     result["machine"] = info
     result["loadavg_end"] = list(os.getloadavg())

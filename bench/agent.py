@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -34,12 +32,10 @@ import numpy as np
 from bench.accuracy import rank_all, score
 from bench.cache import Encoders
 from bench.data import Dataset, Query
-from bench.learning import teacher_stub
-from toolselect.config import Settings
+from bench.learning import bench_service, teacher_stub
 from toolselect.embed import Embedder
-from toolselect.graph.factory import open_store
 from toolselect.names import normalise_query
-from toolselect.service import Service, build_teacher, compose
+from toolselect.service import Service
 
 STEPS = (0, 100, 200, 400)  # then all of the learn half
 SHOWN = 5
@@ -104,36 +100,6 @@ class Tally:
     wrong_turns: int = 0
 
 
-@asynccontextmanager
-async def _service(
-    data: Dataset, embedder: Embedder, kind: str, weight: float, variant: Variant, stub_url: str
-) -> AsyncIterator[Service]:
-    """A fresh service with the catalog loaded, as bench.learning's arms open theirs."""
-    with tempfile.TemporaryDirectory(prefix="toolselect-agent-") as tmp:
-        settings = Settings().override(
-            store=f"sqlite:{tmp}/bench.db",
-            data_dir=tmp,
-            embedder=kind,
-            hybrid_weight=weight,
-            oracle=variant.oracle,
-            teacher="anthropic",
-            anthropic_api_key="bench",
-            anthropic_base_url=stub_url,
-            teacher_budget_per_hour=1_000_000,
-            queue_size=4096,
-            shutdown_timeout_s=60.0,
-            **variant.overrides,
-        )
-        store = await open_store(settings)
-        service = Service(compose(settings, store, embedder, teacher=build_teacher(settings)))
-        try:
-            await service.connect()
-            await service.catalog.upsert_tools(data.tools)
-            yield service
-        finally:
-            await service.close()
-
-
 async def _search(service: Service, query: str) -> tuple[tuple[str, ...], str]:
     found = await service.ranking.search(query, SHOWN)
     return found.ranking.tools, found.search_id
@@ -190,7 +156,8 @@ async def run_variant(
     steps = (*STEPS, len(data.learn))
     tally = Tally([], set(), {})
     points: list[dict[str, Any]] = []
-    async with _service(data, embedder, kind, weight, variant, stub.url) as service:
+    overrides = {"oracle": variant.oracle, **variant.overrides}
+    async with bench_service(data, embedder, kind, weight, stub.url, **overrides) as service:
         done = 0
         linked = (0, 0)
         for step in steps:

@@ -25,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +125,38 @@ async def teacher_stub(truth: dict[str, str]) -> AsyncGenerator[Any, None]:
         yield stub
 
 
+@asynccontextmanager
+async def bench_service(
+    data: Dataset, embedder: Embedder, kind: str, weight: float, stub_url: str, **overrides: Any
+) -> AsyncIterator[Service]:
+    """A fresh real service for one arm (here and in bench.agent): the embedded SQLite store in
+    a temporary folder, the Anthropic teacher against the stub at `stub_url` with no hourly
+    budget limit, the catalog upserted; `overrides` are the arm's own settings. What
+    `Service.start` does, minus the replica poll loop, with the bench's (cached) embedder."""
+    with tempfile.TemporaryDirectory(prefix="toolselect-bench-") as tmp:
+        settings = Settings().override(
+            store=f"sqlite:{tmp}/bench.db",
+            data_dir=tmp,
+            embedder=kind,
+            hybrid_weight=weight,
+            teacher="anthropic",
+            anthropic_api_key="bench",
+            anthropic_base_url=stub_url,
+            teacher_budget_per_hour=1_000_000,
+            queue_size=4096,
+            shutdown_timeout_s=60.0,
+            **overrides,
+        )
+        store = await open_store(settings)
+        service = Service(compose(settings, store, embedder, teacher=build_teacher(settings)))
+        try:
+            await service.connect()
+            await service.catalog.upsert_tools(data.tools)
+            yield service
+        finally:
+            await service.close()
+
+
 # -- one arm ------------------------------------------------------------------------------------
 
 
@@ -141,58 +174,36 @@ async def run_arm(
     started = time.perf_counter()
     truth = {q.id: q.label for q in data.learn}
     held_vectors = await embedder.embed([q.text for q in data.held])
-    with tempfile.TemporaryDirectory(prefix="toolselect-bench-") as tmp:
-        settings = Settings().override(
-            store=f"sqlite:{tmp}/bench.db",
-            data_dir=tmp,
-            embedder=kind,
-            hybrid_weight=weight,
-            oracle=arm.oracle,
-            oracle_tiers=arm.tiers,
-            teacher="anthropic",
-            anthropic_api_key="bench",
-            anthropic_base_url=stub.url,
-            teacher_budget_per_hour=1_000_000,
-            queue_size=4096,
-            shutdown_timeout_s=60.0,
-            **arm.overrides,
-        )
-        store = await open_store(settings)
-        service = Service(compose(settings, store, embedder, teacher=build_teacher(settings)))
-        try:
-            # What `Service.start` does, minus the replica poll loop, with our (cached) embedder.
-            await service.connect()
-            await service.catalog.upsert_tools(data.tools)
-            received = len(stub.received)
-            points = []
-            observed = 0
-            for step in steps:
-                target = min(step, len(data.learn))
-                for q in data.learn[observed:target]:
-                    if not service.learning.observe(q.text, USED_TOOL, turn_id=q.id):
-                        raise RuntimeError("the observe queue overflowed; raise queue_size")
-                observed = target
-                if not await service.learner.drain(600.0):
-                    raise RuntimeError(f"the learner did not drain at step {step}")
-                await service.tuner.settle()
-                point = score(rank_all(service.ranker, held_vectors), data.held)
-                point.pop("by_category")
-                dw, _, shrink, self_weight = service.ranker.weights
-                point.update(
-                    observed=observed,
-                    exemplars=service.ranker.exemplar_total,
-                    teacher_calls=len(stub.received) - received,
-                    description_weight=dw,
-                    shrink=shrink,
-                    self_weight=self_weight,
-                    free_floor=service.tuner.free_floor,
-                )
-                points.append(point)
-            audit = await _audit(service, data, truth)
-            exemplars = list((await service.store.exemplars_since(0)).upserted)
-            fitted = fit_payload(service.tuner.current)
-        finally:
-            await service.close()
+    overrides = {"oracle": arm.oracle, "oracle_tiers": arm.tiers, **arm.overrides}
+    async with bench_service(data, embedder, kind, weight, stub.url, **overrides) as service:
+        received = len(stub.received)
+        points = []
+        observed = 0
+        for step in steps:
+            target = min(step, len(data.learn))
+            for q in data.learn[observed:target]:
+                if not service.learning.observe(q.text, USED_TOOL, turn_id=q.id):
+                    raise RuntimeError("the observe queue overflowed; raise queue_size")
+            observed = target
+            if not await service.learner.drain(600.0):
+                raise RuntimeError(f"the learner did not drain at step {step}")
+            await service.tuner.settle()
+            point = score(rank_all(service.ranker, held_vectors), data.held)
+            point.pop("by_category")
+            dw, _, shrink, self_weight = service.ranker.weights
+            point.update(
+                observed=observed,
+                exemplars=service.ranker.exemplar_total,
+                teacher_calls=len(stub.received) - received,
+                description_weight=dw,
+                shrink=shrink,
+                self_weight=self_weight,
+                free_floor=service.tuner.free_floor,
+            )
+            points.append(point)
+        audit = await _audit(service, data, truth)
+        exemplars = list((await service.store.exemplars_since(0)).upserted)
+        fitted = fit_payload(service.tuner.current)
     final = points[-1]
     return {
         "embedder": embedder.id,

