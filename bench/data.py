@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from toolselect.catalog import tool_text
-from toolselect.graph.store import Tool, canonical_json
 from toolselect.names import name_words
+from toolselect.records import Tool, canonical_json
 
 CATEGORIES = ("live_multiple", "simple_python")
 SEED = 0

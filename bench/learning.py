@@ -39,12 +39,12 @@ from bench.data import load as load_split
 from toolselect.catalog import tool_text
 from toolselect.config import Settings
 from toolselect.embed import Embedder
-from toolselect.graph.factory import open_store
-from toolselect.graph.store import Exemplar
 from toolselect.learn.tuning import fit_payload
 from toolselect.names import normalise_query
 from toolselect.ranker import LearnedVector
+from toolselect.records import Exemplar
 from toolselect.service import Service, build_teacher, compose
+from toolselect.store.factory import open_store
 
 STEPS = (0, 50, 100, 200, 400)  # then all of the learn half
 DESCRIPTION_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.data import INSTALL_HINT, data_dir
-from toolselect.graph.store import Tool, canonical_json
+from toolselect.records import Tool, canonical_json
 
 HELD_BACK_CLASS = "VehicleControlAPI"
 # BFCL's MULTI_TURN_FUNC_DOC_FILE_MAPPING, restricted to the multi-turn classes (its other

@@ -1,5 +1,5 @@
 from toolselect.config import Settings
-from toolselect.graph.store import Tool
+from toolselect.records import Tool
 from toolselect.service import Service, compose
 from toolselect.testing import FakeClock, FakeEmbedder, ScriptedTeacher, memory_store
 

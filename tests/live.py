@@ -18,7 +18,7 @@ from aiohttp import web
 from tests.api.conftest import HAND_CATALOG
 from tests.services import ServiceFactory
 from toolselect.api.app import create_app
-from toolselect.graph.store import Turn
+from toolselect.records import Turn
 from toolselect.service import Service
 
 T = TypeVar("T")

@@ -12,8 +12,8 @@ from functools import cache
 from typing import Any
 
 from toolselect.errors import InvalidInput
-from toolselect.graph.store import Tool
 from toolselect.names import name_words
+from toolselect.records import Tool
 
 MAX_NAME_CHARS = 256
 MAX_DESCRIPTION_BYTES = 8 << 10

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, ValidationError
 from toolselect.analytics import registry
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput, NotFound, ToolselectError
-from toolselect.graph.store import Tool
+from toolselect.records import Tool
 from toolselect.service import Service
 from toolselect.turns import Name, Outcome, ReportedTurn, UsedTools, turn_problem
 

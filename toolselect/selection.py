@@ -13,8 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from toolselect.errors import InvalidInput
-from toolselect.graph.store import Tool
 from toolselect.ranker import CentroidRanker, Ranked
+from toolselect.records import Tool
 
 DEFAULT_K = 5
 

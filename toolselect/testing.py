@@ -27,8 +27,6 @@ from toolselect.clock import Clock, utc_now
 from toolselect.embed.base import Vectors, normalise_rows
 from toolselect.embed.hashing import prepare
 from toolselect.errors import TeacherError
-from toolselect.graph.sqlite import SqliteStore
-from toolselect.graph.store import Retention, Tool, canonical_json
 from toolselect.names import normalise_query
 from toolselect.oracle.base import (
     NONE_CHOICE,
@@ -39,6 +37,8 @@ from toolselect.oracle.base import (
     match_candidate,
     user_prompt,
 )
+from toolselect.records import Retention, Tool, canonical_json
+from toolselect.store.sqlite.store import SqliteStore
 
 __all__ = [
     "Answer",

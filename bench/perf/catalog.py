@@ -18,7 +18,7 @@ import numpy as np
 from bench import OUT
 from toolselect.catalog import load_demo_catalog, parse_tools
 from toolselect.embed import Embedder
-from toolselect.graph.store import Tool
+from toolselect.records import Tool
 
 SEED = 20240611
 

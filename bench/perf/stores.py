@@ -12,8 +12,8 @@ from datetime import datetime
 from pathlib import Path
 
 from toolselect.config import Settings
-from toolselect.graph.factory import open_store
-from toolselect.graph.store import Store
+from toolselect.store.factory import open_store
+from toolselect.store.port import Store
 
 
 def store_settings(

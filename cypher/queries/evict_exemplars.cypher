@@ -1,4 +1,4 @@
-// The end of save_exemplars: one RetentionPlan (toolselect/graph/rules.py) over the exemplars
+// The end of save_exemplars: one RetentionPlan (toolselect/store/rules.py) over the exemplars
 // whose tier is not in $exempt, in order (each step sees what the previous ones removed): older
 // than $cutoff; beyond the newest $per_tool of each of $tools; beyond the newest $total overall
 // (ties by version, then id). Every evicted exemplar leaves a tombstone at $version; then the

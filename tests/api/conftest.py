@@ -9,7 +9,7 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient
 
 from tests.services import ClientFactory, ServiceFactory, service_of
-from toolselect.graph.store import Tool
+from toolselect.records import Tool
 from toolselect.service import Service
 
 HAND_CATALOG = [

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
 from tests.services import ServiceFactory
-from toolselect.graph.store import Tool
+from toolselect.records import Tool
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 KEYS = ("k-alpha-5f1c", "k-beta-93ad")

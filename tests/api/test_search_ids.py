@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from toolselect.service import Service
+from toolselect.store.port import lookup_one
 
 Client = TestClient[Any, Any]
 
@@ -83,7 +84,7 @@ async def test_a_turn_that_worked_becomes_a_usage_label(client: Client, service:
     assert [(e["query"], e["tier"], e["count"]) for e in listed["exemplars"]] == [
         (query, "usage", 2)
     ]
-    stored = await service.store.exemplar_for_query(query)
+    stored = await lookup_one(service.store, query)
     assert stored is not None and stored.count == 2
 
 
@@ -97,7 +98,7 @@ async def test_several_used_tools_are_kept_in_order(client: Client, service: Ser
     turn = await service.store.get_turn("m")
     assert turn is not None
     assert (turn.used_tool, turn.used_tools) == ("web_search", ("web_search", "send_email"))
-    label = await service.store.exemplar_for_query("find flights and email them")
+    label = await lookup_one(service.store, "find flights and email them")
     assert label is not None and (label.tool, label.tier) == ("web_search", "usage")
 
 

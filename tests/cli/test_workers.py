@@ -22,7 +22,7 @@ import pytest_asyncio
 from tests.services import cli_env, free_port
 from toolselect.api import workers as workers_module
 from toolselect.config import Settings
-from toolselect.graph.sqlite import SqliteStore
+from toolselect.store.sqlite.store import SqliteStore
 
 EXE = [sys.executable, "-m", "toolselect.cmd.main"]
 CATALOG = {

@@ -13,7 +13,7 @@ import pytest_asyncio
 from tests.api.conftest import HAND_CATALOG
 from tests.live import LiveServer, live_server
 from tests.services import ClientFactory, ServiceFactory
-from toolselect.graph.store import Turn
+from toolselect.records import Turn
 from toolselect.service import Service
 
 API_KEY = "k-test-0123456789"

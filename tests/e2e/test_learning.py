@@ -14,7 +14,8 @@ from aiohttp.test_utils import TestClient
 
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, anthropic_message
-from toolselect.graph.store import Tool
+from toolselect.records import Tool
+from toolselect.store.port import lookup_one
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
@@ -89,7 +90,7 @@ async def test_observed_misroutes_are_learned_over_http(
         turn = await service.store.get_turn(f"t{i}")
         assert turn is not None and turn.flagged and turn.flag_reason == "fallback"
         assert turn.result == "labeled" and turn.label == TRUTH[query]
-        exemplar = await service.store.exemplar_for_query(query)
+        exemplar = await lookup_one(service.store, query)
         assert exemplar is not None and exemplar.tool == TRUTH[query]
     unflagged = await service.store.get_turn("ok1")
     assert unflagged is not None and not unflagged.flagged
@@ -158,14 +159,14 @@ async def test_feedback_is_never_overridden(
     turn = await service.store.get_turn("f1")
     assert turn is not None and (turn.tier, turn.label) == ("ratchet", "web_search")
     assert anthropic_stub.received == []
-    stored = await service.store.exemplar_for_query("il prezzo di BTC ora")
+    stored = await lookup_one(service.store, "il prezzo di BTC ora")
     assert stored is not None and stored.tier == "feedback" and stored.tool == "web_search"
     resp = await client.post("/v1/exemplars", json={"query": "x", "tool": "nope"})
     assert resp.status == 404
     # Undo the label: the exemplar goes, and the ranking forgets it.
     resp = await client.delete(f"/v1/exemplars/{body['exemplar']['id']}")
     assert resp.status == 200
-    assert await service.store.exemplar_for_query("il prezzo di BTC ora") is None
+    assert await lookup_one(service.store, "il prezzo di BTC ora") is None
 
 
 async def test_observe_batch_limit(services: ServiceFactory, aiohttp_client: ClientFactory) -> None:

@@ -12,7 +12,8 @@ import pytest_asyncio
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, start_stub
 from toolselect.embed import HashingEmbedder
-from toolselect.graph.store import Exemplar, Tool
+from toolselect.records import Exemplar, Tool
+from toolselect.store.port import lookup_one, save_one
 
 TOOLS = [
     Tool("get_weather", "Current weather and forecast for a city."),
@@ -60,7 +61,7 @@ async def test_restart_with_another_embedder_reembeds(
     assert before.results[0].tool != "crypto_price"
     await first.learning.feedback(LEARNED, "crypto_price")
     assert (await first.ranking.rank(LEARNED, 1)).results[0].tool == "crypto_price"
-    stored = await first.store.exemplar_for_query(LEARNED)
+    stored = await lookup_one(first.store, LEARNED)
     assert stored is not None and stored.embedder == "hashing-v1"
     await first.close()
     services.started.remove(first)
@@ -91,7 +92,8 @@ async def test_exemplars_of_the_torch_minilm_are_reembedded_by_the_onnx_one(
     # Same width as the new vectors, so only the id tells them apart: here it points at
     # weather, while the query is about bitcoin.
     (stale,) = await service.embedder.embed(["weather forecast for Turin"])
-    await service.store.save_exemplar(
+    await save_one(
+        service.store,
         Exemplar(
             id="ex-torch",
             query=LEARNED,
@@ -100,7 +102,7 @@ async def test_exemplars_of_the_torch_minilm_are_reembedded_by_the_onnx_one(
             embedder="minilm-all-MiniLM-L6-v2",
             embedding=tuple(float(x) for x in stale),
             created_at=datetime.now(UTC),
-        )
+        ),
     )
     await service.index.reload()
     top = (await service.ranking.rank(LEARNED, 1)).results[0]

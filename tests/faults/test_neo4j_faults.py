@@ -20,8 +20,9 @@ from tests.neo4j_server import start_local, stop_local
 from tests.services import service_of
 from toolselect.api.app import create_app_from_settings
 from toolselect.config import Settings
-from toolselect.graph.neo4j import Neo4jStore
-from toolselect.graph.store import Turn
+from toolselect.records import Turn
+from toolselect.store.neo4j.store import Neo4jStore
+from toolselect.store.port import lookup_one
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 CATALOG = {
@@ -180,7 +181,7 @@ async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
     for i in range(20):
         turn = await service.store.get_turn(f"down-{i}")
         assert turn is not None and turn.label == "send_email"
-    label = await service.store.exemplar_for_query("il prezzo di BTC ora")
+    label = await lookup_one(service.store, "il prezzo di BTC ora")
     assert label is not None and label.tier == "feedback" and label.tool == "crypto_price"
     assert (await client.get("/readyz")).status == 200
 

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from tests.services import cli_env, free_port
-from toolselect.graph.sqlite import SqliteStore
+from toolselect.store.sqlite.store import SqliteStore
 
 pytestmark = pytest.mark.slow
 
@@ -120,8 +120,8 @@ import asyncio, sys
 from datetime import UTC, datetime
 from pathlib import Path
 from tests.services import cli_env, free_port
-from toolselect.graph.sqlite import SqliteStore
-from toolselect.graph.store import Turn
+from toolselect.store.sqlite.store import SqliteStore
+from toolselect.records import Turn
 
 async def main():
     store = SqliteStore(Path(sys.argv[1]))

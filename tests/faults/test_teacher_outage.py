@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient
 
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub
+from toolselect.store.port import lookup_one
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 CATALOG = {
@@ -64,7 +65,7 @@ async def test_hung_teacher_does_not_touch_ranking_or_budget(
             "error",
             None,
         )
-        assert await service.store.exemplar_for_query(query) is None
+        assert await lookup_one(service.store, query) is None
     calls = await service.store.oracle_calls()
     assert len(calls) == 2 * len(LOW_MARGIN)  # 1 + 1 retry each
     assert {c.result for c in calls} == {"error"}

@@ -23,6 +23,7 @@ from tests.services import ServiceFactory
 from toolselect.catalog import MAX_DESCRIPTION_BYTES
 from toolselect.names import normalise_query
 from toolselect.service import Service
+from toolselect.store.port import lookup_one
 
 Client = TestClient[Any, Any]
 
@@ -214,7 +215,7 @@ async def test_feedback_labels_are_stored_verbatim(hostile: Hostile) -> None:
         assert body["saved"] is True
         assert (body["exemplar"]["query"], body["exemplar"]["tool"]) == (query, name)
         ids[name] = body["exemplar"]["id"]
-        stored = await store.exemplar_for_query(query)
+        stored = await lookup_one(store, query)
         assert stored is not None and (stored.query, stored.tool) == (query, name)
     for i, name in enumerate(HOSTILE):
         if name in BRACED:
@@ -405,7 +406,7 @@ async def test_long_values_are_stored_or_refused_never_lost(
     for query in (CJK_8K, "\ufdfa" * 2730):
         resp = await client.post("/v1/exemplars", json={"query": query, "tool": "get_weather"})
         if resp.status == 201:
-            stored = await service.store.exemplar_for_query(query)
+            stored = await lookup_one(service.store, query)
             assert stored is not None and stored.query == query
         else:
             assert resp.status == 422, (await resp.text())[:300]

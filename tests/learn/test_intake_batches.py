@@ -18,8 +18,9 @@ from tests.learn.test_learner import TOOLS, Harness
 from tests.neo4j_server import NEO4J
 from tests.store.conftest import StoreFactory
 from tests.stubs import Stub
-from toolselect.graph.store import Exemplar, SaveResult, Store, Turn
 from toolselect.names import normalise_query
+from toolselect.records import Exemplar, SaveResult, Turn
+from toolselect.store.port import Store
 
 CONFIDENT = "send an email message to Marco"  # the ranker's top-1 is send_email, clearly
 RATCHETED = "quanto costa un bitcoin adesso"  # labelled before the batch: the ratchet answers

@@ -14,9 +14,6 @@ import pytest_asyncio
 from tests.stubs import Reply, Stub, anthropic_message
 from toolselect.catalog import tool_text
 from toolselect.embed import HashingEmbedder
-from toolselect.graph.neo4j import Neo4jStore
-from toolselect.graph.sqlite import SqliteStore
-from toolselect.graph.store import Exemplar, SaveResult, Store, Tool
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.metrics import Metrics
 from toolselect.names import DEFAULT_FALLBACK_TOOLS
@@ -24,6 +21,10 @@ from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import Oracle
 from toolselect.ranker import CentroidRanker
+from toolselect.records import Exemplar, SaveResult, Tool
+from toolselect.store.neo4j.store import Neo4jStore
+from toolselect.store.port import Store, lookup_one
+from toolselect.store.sqlite.store import SqliteStore
 from toolselect.testing import memory_store
 
 TOOLS = [
@@ -159,7 +160,7 @@ async def test_low_margin_fallback_turn_is_escalated_to_the_teacher(harness: Har
     assert LOW_MARGIN in str(sent["messages"])
     calls = await harness.store.oracle_calls("t3")
     assert [c.result for c in calls] == ["labeled"]
-    exemplar = await harness.store.exemplar_for_query(LOW_MARGIN.upper())
+    exemplar = await lookup_one(harness.store, LOW_MARGIN.upper())
     assert exemplar is not None and exemplar.tier == "teacher" and exemplar.tool == "crypto_price"
 
 
@@ -184,7 +185,7 @@ async def test_teacher_error_saves_nothing_and_records_error(harness: Harness) -
     turn = await harness.store.get_turn("t4")
     assert turn is not None and turn.result == "error"
     assert harness.saved == []
-    assert await harness.store.exemplar_for_query(LOW_MARGIN) is None
+    assert await lookup_one(harness.store, LOW_MARGIN) is None
 
 
 async def test_spent_budget_builds_no_candidates_and_records_limit_reached(
@@ -300,7 +301,7 @@ async def test_cancelled_turn_saves_nothing(harness: Harness) -> None:
     await asyncio.wait_for(harness.stub.arrived.wait(), 5.0)
     await harness.learner.close(0.2)
     assert harness.saved == []
-    assert await harness.store.exemplar_for_query(LOW_MARGIN) is None
+    assert await lookup_one(harness.store, LOW_MARGIN) is None
     turn = await harness.store.get_turn("c1")
     assert turn is not None and turn.tier == "teacher" and turn.label is None
 

@@ -9,9 +9,9 @@ import pytest_asyncio
 
 from tests.learn.test_learner import LOW_MARGIN, Harness, sqlite_store, teacher_answers
 from tests.stubs import Stub
-from toolselect.graph.sqlite import SqliteStore
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.names import DEFAULT_FALLBACK_TOOLS
+from toolselect.store.sqlite.store import SqliteStore
 from toolselect.testing import FakeClock
 
 __all__ = ["sqlite_store"]  # the fixture, imported for the tests below

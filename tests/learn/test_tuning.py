@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolselect.graph.store import Tool
 from toolselect.learn.fit import FitPolicy, FoldWeights
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.ranker import CentroidRanker, LearnedVector
+from toolselect.records import Tool
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:

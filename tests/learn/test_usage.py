@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 from tests.learn.test_learner import LOW_MARGIN, TOOLS, Harness, teacher_answers
 from tests.stubs import Stub
 from toolselect.catalog import tool_text
-from toolselect.graph.sqlite import SqliteStore
-from toolselect.graph.store import Exemplar, Tool
 from toolselect.learn.records import Observation
+from toolselect.records import Exemplar, Tool
+from toolselect.store.port import lookup_one
+from toolselect.store.sqlite.store import SqliteStore
 
 
 def observation(request: str, used_tool: str, **fields: object) -> Observation:
@@ -33,13 +34,13 @@ async def test_a_turn_that_worked_labels_its_request_with_the_used_tool(harness:
     assert turn is not None and (turn.tier, turn.label, turn.result) == (
         "usage", "send_email", "labeled",
     )  # fmt: skip
-    stored = await harness.store.exemplar_for_query("mail the invoice to anna")
+    stored = await lookup_one(harness.store, "mail the invoice to anna")
     assert stored is not None and (stored.tool, stored.tier, stored.count) == (
         "send_email", "usage", 1,
     )  # fmt: skip
     harness.learner.observe("Mail the invoice to  Anna", "send_email", turn_id="u2", outcome="ok")
     assert await harness.learner.drain(30.0)
-    again = await harness.store.exemplar_for_query("mail the invoice to anna")
+    again = await lookup_one(harness.store, "mail the invoice to anna")
     assert again is not None and (again.tool, again.count) == ("send_email", 2)
     assert len(await harness.store.exemplars_for_tool("send_email")) == 1
     assert harness.stub.received == []
@@ -118,7 +119,7 @@ async def test_a_usage_label_never_overrides_a_teacher_or_human_label(harness: H
     assert (await harness.store.save_exemplars([human])).changed
     harness.learner.observe("price of ether", "web_search", outcome="ok")
     assert await harness.learner.drain(30.0)
-    stored = await harness.store.exemplar_for_query("price of ether")
+    stored = await lookup_one(harness.store, "price of ether")
     assert stored is not None and (stored.tool, stored.tier) == ("crypto_price", "feedback")
 
 

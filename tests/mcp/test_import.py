@@ -11,8 +11,8 @@ from pathlib import Path
 from tests.mcp.conftest import run_cli
 from tests.services import cli_env
 from toolselect.config import Settings
-from toolselect.graph.factory import open_store
-from toolselect.graph.store import Tool
+from toolselect.records import Tool
+from toolselect.store.factory import open_store
 
 TINY_SERVER = Path(__file__).with_name("tiny_server.py")
 TINY_COMMAND = f"{shlex.quote(sys.executable)} {shlex.quote(str(TINY_SERVER))}"

@@ -21,8 +21,9 @@ from tests.neo4j_server import Neo4jServer
 from tests.services import cli_env, wipe
 from toolselect.analytics import registry
 from toolselect.config import Settings
-from toolselect.graph.factory import open_store
-from toolselect.graph.store import Exemplar, Store, Turn
+from toolselect.records import Exemplar, Turn
+from toolselect.store.factory import open_store
+from toolselect.store.port import Store, lookup_one
 
 
 def text(result: CallToolResult) -> str:
@@ -62,7 +63,7 @@ async def stored_turn(store: Store, turn_id: str) -> Turn:
 async def stored_label(store: Store, query: str) -> Exemplar:
     """The label the server's learner saved for `query`."""
     deadline = time.monotonic() + 30
-    while (exemplar := await store.exemplar_for_query(query)) is None:
+    while (exemplar := await lookup_one(store, query)) is None:
         assert time.monotonic() < deadline, f"no label for {query!r} reached the store"
         await asyncio.sleep(0.2)
     return exemplar
@@ -216,7 +217,7 @@ async def test_label_turn_stores_a_feedback_exemplar(connect: Connect, store_db:
         assert ranked.structured_content is not None
         assert ranked.structured_content["tools"][0]["name"] == "web_search"
     async with project_store(store_db) as store:
-        exemplar = await store.exemplar_for_query(query)
+        exemplar = await lookup_one(store, query)
     assert exemplar is not None
     assert (exemplar.id, exemplar.tool, exemplar.tier) == (body["id"], "web_search", "feedback")
 

@@ -5,9 +5,9 @@ The teacher stubs themselves (`anthropic_stub`, `openai_stub`) are in tests/stub
 
 from __future__ import annotations
 
-from toolselect.graph.store import OracleCall
 from toolselect.metrics import Metrics
 from toolselect.oracle.base import Candidate
+from toolselect.records import OracleCall
 
 CANDIDATES = (
     Candidate("whatsapp__send_message", "Send a WhatsApp message to a contact."),

@@ -23,11 +23,11 @@ from tests.oracle.conftest import (
 from tests.stubs import ANTHROPIC_MODEL as MODEL
 from tests.stubs import Reply, Stub
 from tests.stubs import anthropic_message as message
-from toolselect.graph.store import OracleCall
 from toolselect.metrics import Metrics
 from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import Oracle
+from toolselect.records import OracleCall
 from toolselect.testing import FakeClock
 
 

@@ -18,8 +18,9 @@ import pytest
 import pytest_asyncio
 
 from tests.neo4j_server import NEO4J, Neo4jServer
-from toolselect.graph.sqlite import SqliteStore
-from toolselect.graph.store import Retention, Store
+from toolselect.records import Retention
+from toolselect.store.port import Store
+from toolselect.store.sqlite.store import SqliteStore
 from toolselect.testing import memory_store
 
 Clock = Callable[[], datetime]
@@ -67,7 +68,7 @@ class StoreFactory:
             import neo4j
 
             # Imported here so the SQLite half runs even before the Neo4j store exists.
-            from toolselect.graph.neo4j import Neo4jStore
+            from toolselect.store.neo4j.store import Neo4jStore
 
             server = self._server
             driver = neo4j.AsyncGraphDatabase.driver(server.uri, auth=server.auth)

@@ -20,16 +20,9 @@ from tests.neo4j_server import Neo4jServer
 from tests.store.conftest import StoreFactory
 from toolselect.analytics import registry, surfaces
 from toolselect.errors import InvalidInput, NotFound
-from toolselect.graph import cypher
-from toolselect.graph.store import (
-    AnalyticsResult,
-    Exemplar,
-    OracleCall,
-    Retention,
-    Store,
-    Tool,
-    Turn,
-)
+from toolselect.records import AnalyticsResult, Exemplar, OracleCall, Retention, Tool, Turn
+from toolselect.store.neo4j import cypher
+from toolselect.store.port import Store, save_one
 
 DAY1, DAY2, DAY3, DAY4 = (datetime(2025, 3, d, tzinfo=UTC) for d in (1, 2, 3, 4))
 # The data set is from 2025: keep exemplars from expiring on save.
@@ -308,7 +301,7 @@ async def seeded(store_factory: StoreFactory) -> Store:
     for call in CALLS:
         await store.record_oracle_call(call)
     for ex in EXEMPLARS:
-        assert await store.save_exemplar(ex)
+        assert await save_one(store, ex)
     assert await store.delete_exemplar("e10")
     return store
 
@@ -453,9 +446,9 @@ async def test_usage_label_seen_again_counts_once_on_its_latest_day(
     the day of its latest sighting, under tier `usage`."""
     store = await store_factory.make(retention=KEEP_ALL)
     await store.upsert_tools([Tool("send_email"), Tool("search_web")])
-    assert await store.save_exemplar(exemplar("u1", "send it", "send_email", "usage", DAY1))
-    assert await store.save_exemplar(exemplar("u2", "Send  it", "send_email", "usage", DAY3))
-    assert await store.save_exemplar(exemplar("r1", "look", "search_web", "ranker", DAY1))
+    assert await save_one(store, exemplar("u1", "send it", "send_email", "usage", DAY1))
+    assert await save_one(store, exemplar("u2", "Send  it", "send_email", "usage", DAY3))
+    assert await save_one(store, exemplar("r1", "look", "search_web", "ranker", DAY1))
     assert rows(await store.analytics("exemplar_growth")) == [
         ("search_web", "2025-03-01", "ranker", 1),
         ("send_email", "2025-03-03", "usage", 1),

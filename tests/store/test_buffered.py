@@ -13,12 +13,13 @@ import pytest
 import pytest_asyncio
 
 from toolselect.errors import StoreUnavailable
-from toolselect.graph.buffered import BufferedStore
-from toolselect.graph.neo4j import Neo4jStore
-from toolselect.graph.spool import Spool
-from toolselect.graph.sqlite import SqliteStore
-from toolselect.graph.store import Exemplar, OracleCall, Tool, Turn
 from toolselect.metrics import Metrics
+from toolselect.records import Exemplar, OracleCall, Tool, Turn
+from toolselect.store.buffered import BufferedStore
+from toolselect.store.neo4j.store import Neo4jStore
+from toolselect.store.port import lookup_one, save_one
+from toolselect.store.spool import Spool
+from toolselect.store.sqlite.store import SqliteStore
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -56,7 +57,7 @@ async def test_writes_wait_in_a_bounded_spool(down: tuple[BufferedStore, Metrics
     """Past the spool's bound the oldest turns are dropped before any oracle call or label,
     and each drop is counted by kind."""
     store, metrics = down
-    await store.save_exemplar(exemplar("keep me", "a", "feedback"))
+    await save_one(store, exemplar("keep me", "a", "feedback"))
     call = OracleCall(id="c1", provider="anthropic", model="m", result="error", latency_ms=1.0,
                       at=NOW)  # fmt: skip
     await store.record_oracle_call(call)
@@ -76,12 +77,12 @@ async def test_pending_labels_keep_the_tier_order(down: tuple[BufferedStore, Met
     """While down, a weaker label never replaces a pending stronger one, and the ratchet
     lookup answers from the backlog."""
     store, _ = down
-    assert await store.save_exemplar(exemplar("Hello  World", "a", "feedback"))
-    assert not await store.save_exemplar(exemplar("hello world", "b", "teacher"))
-    assert not await store.save_exemplar(exemplar("hello world", "a", "feedback"))
-    pending = await store.exemplar_for_query("HELLO world")
+    assert await save_one(store, exemplar("Hello  World", "a", "feedback"))
+    assert not await save_one(store, exemplar("hello world", "b", "teacher"))
+    assert not await save_one(store, exemplar("hello world", "a", "feedback"))
+    pending = await lookup_one(store, "HELLO world")
     assert pending is not None and (pending.tool, pending.tier) == ("a", "feedback")
-    assert await store.exemplar_for_query("unknown query") is None
+    assert await lookup_one(store, "unknown query") is None
 
 
 async def test_reads_fail_fast_while_down(down: tuple[BufferedStore, Metrics]) -> None:
@@ -104,13 +105,13 @@ async def test_flush_writes_in_order_into_a_live_store(tmp_path: Path) -> None:
     await store.record_turns([turn(1)])
     await store.record_turns([Turn(id="t1", request="request 1", used_tool="shell_exec", at=NOW,
                                    result="labeled", label="a")])  # fmt: skip
-    await store.save_exemplar(exemplar("q", "a", "teacher"))
+    await save_one(store, exemplar("q", "a", "teacher"))
     assert store.backlog == 3
     assert await store.flush() == 3
     assert not store.down and store.backlog == 0
     stored = await inner.get_turn("t1")
     assert stored is not None and stored.label == "a"
-    assert (await inner.exemplar_for_query("q")) is not None
+    assert (await lookup_one(inner, "q")) is not None
     await store.close()
 
 
@@ -161,7 +162,7 @@ async def test_flush_replays_in_order_and_rejects_unknown(tmp_path: Path) -> Non
     assert store.backlog == 0 and not store.down
     delta = await inner.exemplars_since(0)
     assert [e.query for e in delta.upserted] == ["r", "t", "f"]  # by version
-    assert await inner.exemplar_for_query("ghost") is None
+    assert await lookup_one(inner, "ghost") is None
     await store.close()
 
 

@@ -15,21 +15,21 @@ import pytest
 
 from tests.store.conftest import StoreFactory
 from toolselect.errors import NotFound, StoreError
-from toolselect.graph.rules import StoredLabel, evictions, newest_first, plan_saves, retention_plan
-from toolselect.graph.store import (
+from toolselect.names import normalise_query
+from toolselect.records import (
     TIER_STRENGTH,
     Exemplar,
     ExemplarDelta,
     OracleCall,
     Retention,
     SaveResult,
-    Store,
     StoreState,
     Tier,
     Tool,
     Turn,
 )
-from toolselect.names import normalise_query
+from toolselect.store.port import Store, lookup_one, save_one
+from toolselect.store.rules import StoredLabel, evictions, newest_first, plan_saves, retention_plan
 from toolselect.testing import FakeClock
 
 # Recent enough for the default 90-day expiry, whole milliseconds so every backend keeps it exactly.
@@ -142,7 +142,7 @@ async def test_reopen_after_close_keeps_data(store_factory: StoreFactory) -> Non
     await store.upsert_tools([tool("alpha", "first", type="object")], pack="kit")
     await store.record_turns([turn("t-1", flagged=True, label="alpha")])
     saved = exemplar("open the first thing", "alpha", "teacher", turn_id="t-1")
-    await store.save_exemplar(saved)
+    await save_one(store, saved)
     await store.record_oracle_call(call("c-1", NOW, turn_id="t-1"))
     state = await store.state()
 
@@ -150,7 +150,7 @@ async def test_reopen_after_close_keeps_data(store_factory: StoreFactory) -> Non
     assert await again.state() == state
     assert await again.get_tool("alpha") == Tool("alpha", "first", {"type": "object"}, ("kit",))
     assert await again.get_turn("t-1") == turn("t-1", flagged=True, label="alpha")
-    same_exemplar(await again.exemplar_for_query("Open the first thing"), saved)
+    same_exemplar(await lookup_one(again, "Open the first thing"), saved)
     assert await again.oracle_calls("t-1") == [call("c-1", NOW, turn_id="t-1")]
 
 
@@ -227,9 +227,9 @@ async def test_pack_change_alone_is_unchanged_content_but_bumps(store: Store) ->
 async def test_delete_tool_cascades(store: Store) -> None:
     """Deleting a tool removes it, its pack membership and its exemplars (reported as deleted)."""
     await store.upsert_tools([tool("gone"), tool("kept")], pack="kit")
-    await store.save_exemplar(exemplar("q one", "gone"))
-    await store.save_exemplar(exemplar("q two", "gone", "feedback"))
-    await store.save_exemplar(exemplar("q three", "kept"))
+    await save_one(store, exemplar("q one", "gone"))
+    await save_one(store, exemplar("q two", "gone", "feedback"))
+    await save_one(store, exemplar("q three", "kept"))
     before = await store.state()
 
     assert await store.delete_tool("gone") is True
@@ -239,8 +239,8 @@ async def test_delete_tool_cascades(store: Store) -> None:
     assert await store.get_tool("gone") is None
     assert [t.name for t in await store.list_tools("kit")] == ["kept"]
     assert await store.exemplars_for_tool("gone") == []
-    assert await store.exemplar_for_query("q one") is None
-    assert await store.exemplar_for_query("q three") is not None
+    assert await lookup_one(store, "q one") is None
+    assert await lookup_one(store, "q three") is not None
     delta = await store.exemplars_since(before.exemplar_version)
     assert set(delta.deleted) == {"q one", "q two"}
     assert delta.upserted == ()
@@ -320,7 +320,7 @@ async def test_a_usage_label_seen_again_is_counted_on_one_exemplar(store: Store)
     before = await store.state()
     result = await store.save_exemplars([again, replace(again, id=f"ex-{uuid.uuid4().hex}")])
     assert [e.count for e in result.changed] == [2, 3]
-    stored = await store.exemplar_for_query("BOOK A ROOM")
+    stored = await lookup_one(store, "BOOK A ROOM")
     assert stored is not None
     assert (stored.id, stored.tool, stored.count, stored.created_at) == (first.id, "t", 3, later)
     assert len(await store.exemplars_for_tool("t")) == 1
@@ -328,12 +328,12 @@ async def test_a_usage_label_seen_again_is_counted_on_one_exemplar(store: Store)
     other = exemplar("book a room", "u", "usage")
     assert (await store.save_exemplars([other])).changed == ()
     assert (await store.save_exemplars([replace(other, count=3)])).changed != ()
-    stored = await store.exemplar_for_query("book a room")
+    stored = await lookup_one(store, "book a room")
     assert stored is not None and (stored.tool, stored.count) == ("u", 3)
     teacher = exemplar("book a room", "t", "teacher")
     assert (await store.save_exemplars([teacher])).changed != ()
     assert (await store.save_exemplars([exemplar("book a room", "u", "usage")])).changed == ()
-    stored = await store.exemplar_for_query("book a room")
+    stored = await lookup_one(store, "book a room")
     assert stored is not None and (stored.tier, stored.count) == ("teacher", 1)
 
 
@@ -370,8 +370,8 @@ async def test_save_exemplar_for_unknown_tool_raises_not_found(store: Store) -> 
     """Saving a label for a tool not in the catalog raises NotFound and writes nothing."""
     await seed_tools(store, "known")
     with pytest.raises(NotFound, match="unknown tool 'ghost'"):
-        await store.save_exemplar(exemplar("query", "ghost"))
-    assert await store.exemplar_for_query("query") is None
+        await save_one(store, exemplar("query", "ghost"))
+    assert await lookup_one(store, "query") is None
     assert (await store.state()).exemplar_version == 0
 
 
@@ -379,20 +379,20 @@ async def test_exemplar_round_trips_and_gets_version(store: Store) -> None:
     """A saved exemplar comes back with every field, found by any spelling of its query."""
     await seed_tools(store, "weather__get")
     saved = exemplar("Weather in Turin", "weather__get", "teacher", turn_id="t-9")
-    assert await store.save_exemplar(saved) is True
-    got = await store.exemplar_for_query("  WEATHER\tin   turin ")
+    assert await save_one(store, saved) is True
+    got = await lookup_one(store, "  WEATHER\tin   turin ")
     same_exemplar(got, saved)
     assert got is not None and got.version == (await store.state()).exemplar_version
     assert got.query_norm == "weather in turin"
-    assert await store.exemplar_for_query("weather in milan") is None
+    assert await lookup_one(store, "weather in milan") is None
 
 
 async def test_embedding_round_trips_as_float32(store: Store) -> None:
     """A 384-dimension embedding comes back with the same length and values within 1e-6."""
     await seed_tools(store, "t")
     vector = tuple(math.sin(i * 0.37) / 3 for i in range(384))
-    await store.save_exemplar(exemplar("vector query", "t", embedding=vector))
-    got = await store.exemplar_for_query("vector query")
+    await save_one(store, exemplar("vector query", "t", embedding=vector))
+    got = await lookup_one(store, "vector query")
     assert got is not None and len(got.embedding) == 384
     assert max(abs(a - b) for a, b in zip(got.embedding, vector, strict=True)) <= 1e-6
     assert all(isinstance(v, float) for v in got.embedding)
@@ -403,9 +403,9 @@ async def test_one_exemplar_per_normalised_query(store: Store) -> None:
     await seed_tools(store, "weather__get", "maps__route")
     first = exemplar("Weather  in TURIN", "maps__route", "teacher")
     second = exemplar("weather in turin", "weather__get", "teacher")
-    assert await store.save_exemplar(first) is True
-    assert await store.save_exemplar(second) is True
-    same_exemplar(await store.exemplar_for_query("Weather  in TURIN"), second)
+    assert await save_one(store, first) is True
+    assert await save_one(store, second) is True
+    same_exemplar(await lookup_one(store, "Weather  in TURIN"), second)
     assert await store.exemplars_for_tool("maps__route") == []
     assert [e.id for e in await store.exemplars_for_tool("weather__get")] == [second.id]
     delta = await store.exemplars_since(0)
@@ -418,10 +418,10 @@ async def test_never_downgrade_a_stronger_tier(store: Store) -> None:
     for stored_tier, new_tier in itertools.product(TIERS, TIERS):
         query = f"pair {stored_tier} then {new_tier}"
         original = exemplar(query, "old", stored_tier)
-        await store.save_exemplar(original)
+        await save_one(store, original)
         before = await store.state()
-        changed = await store.save_exemplar(exemplar(query, "new", new_tier))
-        kept = await store.exemplar_for_query(query)
+        changed = await save_one(store, exemplar(query, "new", new_tier))
+        kept = await lookup_one(store, query)
         assert kept is not None
         if TIER_STRENGTH[new_tier] < TIER_STRENGTH[stored_tier]:
             assert changed is False, (stored_tier, new_tier)
@@ -437,11 +437,11 @@ async def test_same_tool_and_tier_again_is_no_change(store: Store) -> None:
     """Relabelling a query with its stored tool and tier changes nothing, not even the id."""
     await seed_tools(store, "t")
     original = exemplar("Same Query", "t", "teacher")
-    assert await store.save_exemplar(original) is True
+    assert await save_one(store, original) is True
     before = await store.state()
-    assert await store.save_exemplar(exemplar("same query", "t", "teacher")) is False
+    assert await save_one(store, exemplar("same query", "t", "teacher")) is False
     assert await store.state() == before
-    same_exemplar(await store.exemplar_for_query("same query"), original)
+    same_exemplar(await lookup_one(store, "same query"), original)
     assert (await store.exemplars_since(before.exemplar_version)).upserted == ()
 
 
@@ -450,9 +450,9 @@ async def test_stronger_tier_same_tool_replaces_all_fields(store: Store) -> None
     await seed_tools(store, "t")
     weak = exemplar("upgrade me", "t", "ranker", embedding=(1.0, 0.0))
     strong = exemplar("Upgrade Me", "t", "feedback", embedding=(0.0, 1.0), turn_id="t-5")
-    await store.save_exemplar(weak)
-    assert await store.save_exemplar(strong) is True
-    same_exemplar(await store.exemplar_for_query("upgrade me"), strong)
+    await save_one(store, weak)
+    assert await save_one(store, strong) is True
+    same_exemplar(await lookup_one(store, "upgrade me"), strong)
     assert await store.delete_exemplar(weak.id) is False
     assert [e.id for e in await store.exemplars_for_tool("t")] == [strong.id]
 
@@ -461,8 +461,8 @@ async def test_exemplars_for_tool_newest_first(store: Store) -> None:
     """A tool's exemplars come newest first by creation time, not by save order."""
     await seed_tools(store, "t", "other")
     for offset in (3, 1, 2):
-        await store.save_exemplar(exemplar(f"q{offset}", "t", at=NOW - timedelta(hours=offset)))
-    await store.save_exemplar(exemplar("elsewhere", "other"))
+        await save_one(store, exemplar(f"q{offset}", "t", at=NOW - timedelta(hours=offset)))
+    await save_one(store, exemplar("elsewhere", "other"))
     assert [e.query for e in await store.exemplars_for_tool("t")] == ["q1", "q2", "q3"]
     assert await store.exemplars_for_tool("none") == []
 
@@ -471,12 +471,12 @@ async def test_delete_exemplar(store: Store) -> None:
     """Deleting an exemplar by id removes it, tombstones its query and moves the version."""
     await seed_tools(store, "t")
     saved = exemplar("Bad Label", "t")
-    await store.save_exemplar(saved)
+    await save_one(store, saved)
     before = await store.state()
     assert await store.delete_exemplar("no-such-id") is False
     assert await store.state() == before
     assert await store.delete_exemplar(saved.id) is True
-    assert await store.exemplar_for_query("bad label") is None
+    assert await lookup_one(store, "bad label") is None
     delta = await store.exemplars_since(before.exemplar_version)
     assert delta.deleted == ("bad label",)
     assert delta.version == before.exemplar_version + 1 == (await store.state()).exemplar_version
@@ -491,7 +491,7 @@ async def test_exemplars_since_reports_writes_and_deletions(store: Store) -> Non
     b = exemplar("b", "u", at=NOW - timedelta(hours=1))
     c = exemplar("c", "t", at=NOW - timedelta(hours=2))
     for e in (a, b, c):
-        await store.save_exemplar(e)
+        await save_one(store, e)
     everything = await store.exemplars_since(0)
     assert [e.id for e in everything.upserted] == [a.id, b.id, c.id]
     versions = [e.version for e in everything.upserted]
@@ -528,7 +528,7 @@ async def test_replica_applying_deltas_converges(store_factory: StoreFactory) ->
     for i in range(12):
         tier = TIERS[i % 3]
         e = exemplar(f"query {i % 7}", "tuv"[i % 3], tier, at=NOW + timedelta(minutes=i))
-        await store.save_exemplar(e)
+        await save_one(store, e)
         saved.append(e)
         if i % 4 == 1:
             await store.delete_exemplar(saved[i - 1].id)
@@ -569,13 +569,13 @@ async def test_versions_are_monotonic_across_all_writes(store: Store) -> None:
     await step(lambda: store.upsert_tools([tool("a")], pack="p"), True, False)
     await step(lambda: store.upsert_tools([tool("b", "edited")]), True, False)
     await step(lambda: store.record_turns([turn("t")]), False, False)
-    await step(lambda: store.save_exemplar(first), False, True)
-    await step(lambda: store.save_exemplar(exemplar("Q", "a")), False, False)
-    await step(lambda: store.save_exemplar(exemplar("q", "b", "teacher")), False, True)
-    await step(lambda: store.save_exemplar(exemplar("q", "a", "ranker")), False, False)
+    await step(lambda: save_one(store, first), False, True)
+    await step(lambda: save_one(store, exemplar("Q", "a")), False, False)
+    await step(lambda: save_one(store, exemplar("q", "b", "teacher")), False, True)
+    await step(lambda: save_one(store, exemplar("q", "a", "ranker")), False, False)
     await step(lambda: store.record_oracle_call(call("c", NOW)), False, False)
     await step(lambda: store.delete_exemplar(first.id), False, False)
-    await step(lambda: store.save_exemplar(exemplar("r", "b")), False, True)
+    await step(lambda: save_one(store, exemplar("r", "b")), False, True)
     await step(lambda: store.delete_tool("b"), True, True)
     await step(lambda: store.delete_tool("b"), False, False)
 
@@ -587,10 +587,10 @@ async def test_retention_per_tool_cap_evicts_oldest(store_factory: StoreFactory)
     """Beyond per_tool, a tool's oldest exemplars (by creation time) go; other tools keep theirs."""
     store = await store_factory.make(Retention(per_tool=3, total=100))
     await seed_tools(store, "t", "other")
-    await store.save_exemplar(exemplar("other 1", "other", at=NOW - timedelta(days=9)))
+    await save_one(store, exemplar("other 1", "other", at=NOW - timedelta(days=9)))
     start = (await store.state()).exemplar_version
     for day in (5, 1, 4, 2, 3):  # save order differs from age order
-        await store.save_exemplar(exemplar(f"day {day}", "t", at=NOW - timedelta(days=10 - day)))
+        await save_one(store, exemplar(f"day {day}", "t", at=NOW - timedelta(days=10 - day)))
     assert [e.query for e in await store.exemplars_for_tool("t")] == ["day 5", "day 4", "day 3"]
     assert [e.query for e in await store.exemplars_for_tool("other")] == ["other 1"]
     assert set((await store.exemplars_since(start)).deleted) == {"day 1", "day 2"}
@@ -601,7 +601,7 @@ async def test_retention_total_cap_evicts_oldest_overall(store_factory: StoreFac
     store = await store_factory.make(Retention(per_tool=100, total=4))
     await seed_tools(store, "t", "u", "v")
     for i in range(6):
-        await store.save_exemplar(exemplar(f"q{i}", "tuv"[i % 3], at=NOW + timedelta(seconds=i)))
+        await save_one(store, exemplar(f"q{i}", "tuv"[i % 3], at=NOW + timedelta(seconds=i)))
     kept = {e.query for name in "tuv" for e in await store.exemplars_for_tool(name)}
     assert kept == {"q2", "q3", "q4", "q5"}
     assert set((await store.exemplars_since(0)).deleted) == {"q0", "q1"}
@@ -612,15 +612,15 @@ async def test_retention_expiry_follows_the_injected_clock(store_factory: StoreF
     clock = FakeClock(NOW)
     store = await store_factory.make(Retention(max_age_days=10), clock=clock)
     await seed_tools(store, "t")
-    await store.save_exemplar(exemplar("aging ranker", "t", "ranker", at=NOW))
-    await store.save_exemplar(exemplar("aging teacher", "t", "teacher", at=NOW))
-    await store.save_exemplar(exemplar("aging feedback", "t", "feedback", at=NOW))
+    await save_one(store, exemplar("aging ranker", "t", "ranker", at=NOW))
+    await save_one(store, exemplar("aging teacher", "t", "teacher", at=NOW))
+    await save_one(store, exemplar("aging feedback", "t", "feedback", at=NOW))
     clock.set(NOW + timedelta(days=9))
-    await store.save_exemplar(exemplar("nine days on", "t", at=clock()))
+    await save_one(store, exemplar("nine days on", "t", at=clock()))
     assert len(await store.exemplars_for_tool("t")) == 4
 
     clock.set(NOW + timedelta(days=11))
-    await store.save_exemplar(exemplar("eleven days on", "t", at=clock()))
+    await save_one(store, exemplar("eleven days on", "t", at=clock()))
     kept = [e.query for e in await store.exemplars_for_tool("t")]
     assert kept == ["eleven days on", "nine days on", "aging feedback"]
 
@@ -632,11 +632,9 @@ async def test_feedback_is_exempt_from_retention(store_factory: StoreFactory) ->
     store = await store_factory.make(retention, clock=clock)
     await seed_tools(store, "t")
     for i in range(4):
-        await store.save_exemplar(
-            exemplar(f"human {i}", "t", "feedback", at=NOW - timedelta(days=30))
-        )
+        await save_one(store, exemplar(f"human {i}", "t", "feedback", at=NOW - timedelta(days=30)))
     for i in range(3):
-        await store.save_exemplar(exemplar(f"machine {i}", "t", at=NOW + timedelta(seconds=i)))
+        await save_one(store, exemplar(f"machine {i}", "t", at=NOW + timedelta(seconds=i)))
     kept = {e.query for e in await store.exemplars_for_tool("t")}
     assert kept == {"human 0", "human 1", "human 2", "human 3", "machine 1", "machine 2"}
 
@@ -682,8 +680,8 @@ async def test_hostile_text_is_stored_verbatim(store: Store) -> None:
 
     query = "Query " + NASTY
     saved = exemplar(query, name, exemplar_id="ex " + NASTY, turn_id=turn_id)
-    assert await store.save_exemplar(saved) is True
-    same_exemplar(await store.exemplar_for_query(query), saved)
+    assert await save_one(store, saved) is True
+    same_exemplar(await lookup_one(store, query), saved)
     assert [e.id for e in await store.exemplars_for_tool(name)] == [saved.id]
     assert await store.delete_exemplar(saved.id) is True
     assert (await store.exemplars_since(0)).deleted == (normalise_query(query),)
@@ -705,7 +703,7 @@ async def test_concurrent_writers_all_land_with_unique_versions(store: Store) ->
     await seed_tools(store, "t", "u")
 
     async def writer(i: int) -> None:
-        await store.save_exemplar(exemplar(f"concurrent {i}", "tu"[i % 2]))
+        await save_one(store, exemplar(f"concurrent {i}", "tu"[i % 2]))
         await store.record_turns([turn(f"ct-{i}"), turn("shared")])
 
     await asyncio.gather(*(writer(i) for i in range(20)))
@@ -724,8 +722,8 @@ async def test_concurrent_labels_of_one_query_keep_the_strongest(store: Store) -
     await seed_tools(store, "a", "b", "c")
     labels = [exemplar("Contested", "abc"[i % 3], TIERS[i % 3]) for i in range(18)]
     labels += [exemplar("contested", "a", "feedback")]
-    results = await asyncio.gather(*(store.save_exemplar(e) for e in labels))
-    final = await store.exemplar_for_query("contested")
+    results = await asyncio.gather(*(save_one(store, e) for e in labels))
+    final = await lookup_one(store, "contested")
     assert final is not None and final.tier == "feedback"
     assert (await store.state()).exemplar_version == sum(results)
     delta = await store.exemplars_since(0)
@@ -760,7 +758,7 @@ async def test_batch_of_saves_moves_the_version_once(store: Store) -> None:
 async def test_batch_refuses_downgrades_against_stored_and_within(store: Store) -> None:
     """A weaker label loses to a stored stronger one and to a stronger one earlier in the batch."""
     await seed_tools(store, "a", "b")
-    await store.save_exemplar(exemplar("stored teacher", "a", "teacher"))
+    await save_one(store, exemplar("stored teacher", "a", "teacher"))
     strong = exemplar("inside", "a", "feedback")
     result = await store.save_exemplars(
         [
@@ -770,9 +768,9 @@ async def test_batch_refuses_downgrades_against_stored_and_within(store: Store) 
         ]
     )
     assert [e.id for e in result.changed] == [strong.id]
-    kept = await store.exemplar_for_query("stored teacher")
+    kept = await lookup_one(store, "stored teacher")
     assert kept is not None and (kept.tool, kept.tier) == ("a", "teacher")
-    same_exemplar(await store.exemplar_for_query("inside"), strong)
+    same_exemplar(await lookup_one(store, "inside"), strong)
 
 
 async def test_batch_duplicates_apply_in_order(store: Store) -> None:
@@ -783,7 +781,7 @@ async def test_batch_duplicates_apply_in_order(store: Store) -> None:
     repeat = exemplar("TWICE", "b", "teacher")  # same tool and tier as the item before: no change
     result = await store.save_exemplars([first, second, repeat])
     assert [e.id for e in result.changed] == [first.id, second.id]
-    same_exemplar(await store.exemplar_for_query("twice"), second)
+    same_exemplar(await lookup_one(store, "twice"), second)
     assert [e.id for e in await store.exemplars_for_tool("b")] == [second.id]
     assert await store.exemplars_for_tool("a") == []
     delta = await store.exemplars_since(0)
@@ -798,7 +796,7 @@ async def test_batch_reports_unknown_tools_without_raising(store: Store) -> None
     result = await store.save_exemplars([ghost, good])
     assert [e.id for e in result.unknown_tool] == [ghost.id]
     assert [e.id for e in result.changed] == [good.id]
-    assert await store.exemplar_for_query("ghost query") is None
+    assert await lookup_one(store, "ghost query") is None
     only_ghosts = await store.save_exemplars([exemplar("another ghost", "ghost")])
     assert only_ghosts.changed == () and len(only_ghosts.unknown_tool) == 1
     assert (await store.state()).exemplar_version == 1
@@ -938,7 +936,7 @@ async def test_retention_ties_on_creation_time_go_by_version_then_id(
     store = await store_factory.make(Retention(per_tool=100, total=2))
     await seed_tools(store, "t")
     for exemplar_id in ("ex-z", "ex-y", "ex-x"):  # later saves, higher versions, lower ids
-        await store.save_exemplar(exemplar(f"query {exemplar_id}", "t", exemplar_id=exemplar_id))
+        await save_one(store, exemplar(f"query {exemplar_id}", "t", exemplar_id=exemplar_id))
     assert sorted(e.id for e in await store.exemplars_for_tool("t")) == ["ex-x", "ex-y"]
 
     for kept in ("ex-x", "ex-y"):

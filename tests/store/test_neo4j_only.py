@@ -19,8 +19,7 @@ import pytest_asyncio
 
 from tests.neo4j_server import Neo4jServer
 from toolselect.errors import InvalidInput, NotFound, StoreError, StoreUnavailable
-from toolselect.graph.neo4j import Neo4jStore, connect_neo4j
-from toolselect.graph.store import (
+from toolselect.records import (
     Exemplar,
     ExemplarDelta,
     OracleCall,
@@ -30,6 +29,8 @@ from toolselect.graph.store import (
     Turn,
     UpsertResult,
 )
+from toolselect.store.neo4j.store import Neo4jStore, connect_neo4j
+from toolselect.store.port import lookup_one, save_one
 
 pytestmark = pytest.mark.neo4j
 
@@ -194,7 +195,7 @@ async def test_embeddings_are_float32_bytes_and_old_lists_still_read(
 async def test_migrate_backfills_query_keys(store: Neo4jStore, driver: neo4j.AsyncDriver) -> None:
     """Exemplars and tombstones from before `query_key` get it at migrate() and stay findable."""
     await store.upsert_tools([Tool("a")])
-    await store.save_exemplar(exemplar("Old Query", "a"))
+    await save_one(store, exemplar("Old Query", "a"))
     await driver.execute_query(
         "MATCH (n) WHERE n:ToolSelectionExample OR n:ExemplarTombstone REMOVE n.query_key",
         database_="neo4j",
@@ -202,9 +203,9 @@ async def test_migrate_backfills_query_keys(store: Neo4jStore, driver: neo4j.Asy
     await driver.execute_query(
         "CREATE (:ExemplarTombstone {query_norm: 'gone', version: 1})", database_="neo4j"
     )
-    assert await store.exemplar_for_query("old query") is None  # unreachable by key now
+    assert await lookup_one(store, "old query") is None  # unreachable by key now
     await store.migrate()
-    found = await store.exemplar_for_query("old query")
+    found = await lookup_one(store, "old query")
     assert found is not None and found.tool == "a"
     missing = await rows(
         driver, "neo4j", "MATCH (n) WHERE n.query_norm IS NOT NULL AND n.query_key IS NULL "
@@ -289,11 +290,11 @@ async def test_operations_on_an_unreachable_server_raise_store_unavailable() -> 
 async def test_a_refused_write_raises_store_error(store: Neo4jStore) -> None:
     """An exemplar id already used by another query is refused as StoreError, not unavailability."""
     await store.upsert_tools([Tool("a")])
-    await store.save_exemplar(exemplar("first", "a", id="same-id"))
+    await save_one(store, exemplar("first", "a", id="same-id"))
     with pytest.raises(StoreError) as caught:
-        await store.save_exemplar(exemplar("second", "a", id="same-id"))
+        await save_one(store, exemplar("second", "a", id="same-id"))
     assert not isinstance(caught.value, StoreUnavailable)
-    assert (await store.exemplar_for_query("first")) is not None
+    assert (await lookup_one(store, "first")) is not None
 
 
 # --- every operation ----------------------------------------------------------------------
@@ -330,17 +331,17 @@ async def test_smoke_every_operation(store: Neo4jStore) -> None:
     assert await store.get_turn("nope") is None
 
     ex = exemplar("Open  an ISSUE", "gh__create_issue", turn_id="t1", created_at=T0)
-    assert await store.save_exemplar(ex)
-    assert not await store.save_exemplar(ex)
-    stored = await store.exemplar_for_query("open an issue")
+    assert await save_one(store, ex)
+    assert not await save_one(store, ex)
+    stored = await lookup_one(store, "open an issue")
     assert stored is not None and stored.version == 1
     assert stored == Exemplar(**{**_fields(ex), "version": 1})
     assert await store.exemplars_for_tool("gh__create_issue") == [stored]
     assert await store.exemplars_since(0) == ExemplarDelta(1, (stored,), ())
     with pytest.raises(NotFound, match="unknown tool 'nope'"):
-        await store.save_exemplar(exemplar("x", "nope"))
+        await save_one(store, exemplar("x", "nope"))
     with pytest.raises(InvalidInput):
-        await store.save_exemplar(exemplar("x", "fs_read", tier="guess"))
+        await save_one(store, exemplar("x", "fs_read", tier="guess"))
 
     call = OracleCall("c1", "anthropic", "claude", "labeled", 12.5, T0, turn_id="t1", cost_usd=0.01)
     await store.record_oracle_call(call)
@@ -351,7 +352,7 @@ async def test_smoke_every_operation(store: Neo4jStore) -> None:
     assert await store.delete_exemplar(stored.id)
     assert not await store.delete_exemplar(stored.id)
     assert await store.exemplars_since(1) == ExemplarDelta(2, (), ("open an issue",))
-    await store.save_exemplar(exemplar("read it", "fs_read"))
+    await save_one(store, exemplar("read it", "fs_read"))
     assert await store.delete_tool("fs_read")
     assert not await store.delete_tool("fs_read")
     assert await store.get_tool("fs_read") is None
@@ -374,8 +375,8 @@ async def test_hostile_strings_round_trip_verbatim(store: Neo4jStore) -> None:
         await store.record_turns([turn])
         assert await store.get_turn(text) == turn
         ex = exemplar(text, text, id=text, turn_id=text, embedder=text)
-        assert await store.save_exemplar(ex)
-        got = await store.exemplar_for_query(text)
+        assert await save_one(store, ex)
+        got = await lookup_one(store, text)
         assert got is not None and (got.id, got.query, got.tool) == (text, text, text)
         call = OracleCall(text, text, text, "error", 1.0, T0, turn_id=text, error=text)
         await store.record_oracle_call(call)
@@ -393,7 +394,7 @@ async def test_edges_link_turns_tools_exemplars_and_calls_in_any_order(
     """USED, PRODUCED, ESCALATED, SELECTS and IN_PACK exist, also when the turn is recorded last."""
     await store.upsert_tools([Tool("a"), Tool("b")], pack="p")
     await store.record_oracle_call(OracleCall("c1", "x", "m", "labeled", 1.0, T0, turn_id="t1"))
-    await store.save_exemplar(exemplar("q", "a", turn_id="t1"))
+    await save_one(store, exemplar("q", "a", turn_id="t1"))
     await store.record_turns([Turn("t1", "q", "b", T0), Turn("t2", "r", "unknown-tool", T0)])
     edges = await rows(
         driver,
@@ -434,7 +435,7 @@ async def test_a_usage_label_seen_again_is_a_count_not_a_node(
         "RETURN e.id AS id, e.count AS count, collect(t.id) AS turns",
     )
     assert found == [{"id": "ex-0", "count": 3, "turns": ["u2"]}]
-    stored = await store.exemplar_for_query("q")
+    stored = await lookup_one(store, "q")
     assert stored is not None and stored.created_at == T0 + timedelta(seconds=2)
 
 
@@ -488,13 +489,13 @@ async def test_concurrent_saves_get_unique_consecutive_versions(store: Neo4jStor
         for tool in "ab"
         for tier in ("ranker", "teacher")
     ]
-    changed = await asyncio.gather(*(store.save_exemplar(e) for e in saves))
+    changed = await asyncio.gather(*(save_one(store, e) for e in saves))
     state = await store.state()
     delta = await store.exemplars_since(0)
     assert state.exemplar_version == sum(changed)
     versions = [e.version for e in delta.upserted]
     assert versions == sorted(set(versions)) and versions[-1] <= state.exemplar_version
-    contested = await store.exemplar_for_query("contested")
+    contested = await lookup_one(store, "contested")
     assert contested is not None and contested.tier == "teacher"
 
 
@@ -506,11 +507,11 @@ async def test_retention_evicts_oldest_and_tombstones_them(
     small = Neo4jStore(driver, retention=Retention(per_tool=2, total=100, max_age_days=30))
     await small.upsert_tools([Tool("a")])
     now = datetime.now(UTC)
-    await small.save_exemplar(
-        exemplar("old feedback", "a", "feedback", created_at=now - timedelta(days=400))
+    await save_one(
+        small, exemplar("old feedback", "a", "feedback", created_at=now - timedelta(days=400))
     )
     for i in range(3):
-        await small.save_exemplar(exemplar(f"q{i}", "a", created_at=now - timedelta(hours=3 - i)))
+        await save_one(small, exemplar(f"q{i}", "a", created_at=now - timedelta(hours=3 - i)))
     left = [e.query for e in await small.exemplars_for_tool("a")]
     assert left == ["q2", "q1", "old feedback"]
     delta = await small.exemplars_since(3)

@@ -1,4 +1,4 @@
-"""The store rules of `toolselect.graph.rules` on their own: no store, no I/O."""
+"""The store rules of `toolselect.store.rules` on their own: no store, no I/O."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from toolselect.errors import InvalidInput
-from toolselect.graph.records import (
+from toolselect.records import (
     Exemplar,
     OracleCall,
     Retention,
@@ -17,7 +17,7 @@ from toolselect.graph.records import (
     Turn,
     pack_vector,
 )
-from toolselect.graph.rules import (
+from toolselect.store.rules import (
     RETENTION_EXEMPT,
     StoredLabel,
     call_from_row,

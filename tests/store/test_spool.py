@@ -13,11 +13,11 @@ import pytest
 from tests.store.conftest import StoreFactory
 from toolselect.config import Settings
 from toolselect.errors import SpoolError
-from toolselect.graph.buffered import BufferedStore
-from toolselect.graph.spool import Spool
-from toolselect.graph.store import Exemplar, OracleCall, Tool, Turn
 from toolselect.metrics import Metrics
+from toolselect.records import Exemplar, OracleCall, Tool, Turn
 from toolselect.service import Service
+from toolselect.store.buffered import BufferedStore
+from toolselect.store.spool import Spool
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

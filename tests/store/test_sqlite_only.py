@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from toolselect.errors import StoreError, StoreUnavailable
-from toolselect.graph.sqlite import SqliteStore
-from toolselect.graph.store import Tool
+from toolselect.records import Tool
+from toolselect.store.port import lookup_one
+from toolselect.store.sqlite.store import SqliteStore
 
 
 async def test_construction_does_no_io_and_first_use_creates_folders(tmp_path: Path) -> None:
@@ -143,7 +144,7 @@ async def test_a_version_1_file_gains_the_new_columns_and_keeps_its_rows(tmp_pat
         await store.migrate()
         turn = await store.get_turn("old")
         assert turn is not None and (turn.search_id, turn.used_tools) == (None, ())
-        found = await store.exemplar_for_query("q")
+        found = await lookup_one(store, "q")
         assert found is not None and (found.tier, found.count, found.embedding) == (
             "teacher", 1, (1.0,),
         )  # fmt: skip

@@ -26,7 +26,7 @@ from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.live import LiveServer
-from toolselect.graph.store import Turn
+from toolselect.records import Turn
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -14,9 +14,9 @@ from typing import get_args
 
 from toolselect.analytics import charts, registry
 from toolselect.analytics.registry import LEARNING, Analysis, ChartKind
-from toolselect.graph import cypher
-from toolselect.graph.sqlite import SqliteStore
-from toolselect.graph.store import AnalyticsResult
+from toolselect.records import AnalyticsResult
+from toolselect.store.neo4j import cypher
+from toolselect.store.sqlite.store import SqliteStore
 
 
 def test_every_registry_name_has_a_cypher_file_and_no_file_is_unregistered() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from toolselect.analytics import charts, registry, render, surfaces
 from toolselect.errors import InvalidInput, NotFound, ToolselectError
-from toolselect.graph.store import AnalyticsResult
+from toolselect.records import AnalyticsResult
 
 MISROUTE = AnalyticsResult(
     "misroute_rate",

@@ -9,8 +9,8 @@ import pytest
 
 from toolselect.catalog import candidates_to_tools, load_demo_catalog, parse_tools, tool_text
 from toolselect.errors import InvalidInput
-from toolselect.graph.store import Tool, canonical_json
 from toolselect.names import DEFAULT_FALLBACK_TOOLS, name_words
+from toolselect.records import Tool, canonical_json
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "description": "City"}}}
 

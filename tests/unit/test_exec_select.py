@@ -14,8 +14,8 @@ from toolselect.catalog import candidates_to_tools, load_demo_catalog
 from toolselect.cmd.select import read_request, select_once
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput
-from toolselect.graph.store import Tool
 from toolselect.ranker.configured import build_ranker
+from toolselect.records import Tool
 from toolselect.service import Service, compose
 from toolselect.testing import FakeEmbedder, memory_store
 

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolselect.graph.store import Tool
 from toolselect.learn import fit as F
 from toolselect.oracle.base import (
     FULL_DESCRIPTIONS,
@@ -21,6 +20,7 @@ from toolselect.oracle.base import (
     within_budget,
 )
 from toolselect.ranker import CentroidRanker, LearnedVector
+from toolselect.records import Tool
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:

@@ -21,9 +21,9 @@ PURE = (
     "learn/batch.py",
     "learn/window.py",
     "oracle/tiers.py",
-    "graph/store.py",
-    "graph/records.py",
-    "graph/rules.py",
+    "store/port.py",
+    "records.py",
+    "store/rules.py",
 )
 FORBIDDEN = frozenset({"neo4j", "anthropic", "aiohttp", "sqlite3", "structlog"})
 
@@ -99,9 +99,9 @@ def test_the_checker_sees_direct_relative_and_nested_imports() -> None:
         "def f():\n"
         "    import structlog\n"
     )
-    found = imported_modules(source, "toolselect.graph.thing")
-    assert {"neo4j.exceptions", "aiohttp", "structlog", "toolselect.graph.sibling"} <= found
+    found = imported_modules(source, "toolselect.store.thing")
+    assert {"neo4j.exceptions", "aiohttp", "structlog", "toolselect.store.sibling"} <= found
     assert {name.split(".")[0] for name in found} & FORBIDDEN == {"neo4j", "aiohttp", "structlog"}
-    assert "toolselect.graph" in imported_modules(
-        "from . import x", "toolselect.graph", is_package=True
+    assert "toolselect.store" in imported_modules(
+        "from . import x", "toolselect.store", is_package=True
     )

@@ -15,8 +15,8 @@ from hypothesis.extra.numpy import arrays
 from toolselect.catalog import tool_text
 from toolselect.embed.hashing import HashingEmbedder
 from toolselect.errors import InvalidInput
-from toolselect.graph.store import Tool
 from toolselect.ranker import CentroidRanker, LearnedVector, Ranking
+from toolselect.records import Tool
 
 EMBEDDER = HashingEmbedder()
 

@@ -7,8 +7,8 @@ import pytest
 
 from tests.unit.test_ranker import CATALOG, EMBEDDER, build
 from toolselect.errors import InvalidInput
-from toolselect.graph.store import Tool
 from toolselect.ranker import EMPTY_RANKING, CentroidRanker
+from toolselect.records import Tool
 
 QUERIES = [
     "what is the weather in Turin",

@@ -19,10 +19,11 @@ import pytest
 import toolselect.testing
 from toolselect.embed import Embedder, LocalEmbedder
 from toolselect.errors import EmbedderUnavailable, StoreError, TeacherError, TeacherUnavailable
-from toolselect.graph.store import Store, Tool
 from toolselect.oracle.base import Candidate, RawAnswer, RetryLater, Teacher
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import Oracle
+from toolselect.records import Tool
+from toolselect.store.port import Store
 from toolselect.testing import (
     EPOCH,
     FakeClock,

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from toolselect.analytics.registry import Analysis, ChartKind, get_analysis
 from toolselect.errors import ToolselectError
-from toolselect.graph.records import TIER_STRENGTH
-from toolselect.graph.store import AnalyticsResult
 from toolselect.names import namespace
+from toolselect.records import TIER_STRENGTH, AnalyticsResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -2,7 +2,7 @@
 are finished. Both stores import this module and nothing else of `toolselect.analytics`.
 
 Each analysis is one Cypher file `cypher/analytics/<name>.cypher` (the Neo4j store runs it; it also
-runs as is in Neo4j Browser), the same query in SQL (`graph/sqlite_analytics.py`) and one entry of
+runs as is in Neo4j Browser), the same query in SQL (`store/sqlite/analytics.py`) and one entry of
 `_ALL` below; the HTTP, MCP and CLI surfaces, the OpenAPI document and the dashboard list it from
 here. Both stores return exact raw values (ints, unrounded float ratios, cost sums added smallest
 first) and pass them through `finish()`, the one place that rounds, sorts lists, merges and orders
@@ -19,8 +19,8 @@ from functools import reduce
 from typing import Any, Literal
 
 from toolselect.errors import NotFound
-from toolselect.graph.store import AnalyticsResult
 from toolselect.names import normalise_query
+from toolselect.records import AnalyticsResult
 
 Row = tuple[Any, ...]
 # What `charts.plot` draws. Each kind reads columns by name, never the analysis's name, so a new

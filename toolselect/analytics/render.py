@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from toolselect.graph.store import AnalyticsResult
+from toolselect.records import AnalyticsResult
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json")
 

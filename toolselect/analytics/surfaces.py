@@ -16,7 +16,7 @@ from toolselect.analytics.charts import require_matplotlib
 from toolselect.analytics.registry import NAMES, get_analysis
 from toolselect.analytics.render import FORMATS, RENDERERS, to_payload
 from toolselect.errors import InvalidInput
-from toolselect.graph.store import Store
+from toolselect.store.port import AnalyticsStore
 
 _SPACED_OFFSET = re.compile(r"(?<=\d) (\d{2}(?::?\d{2})?)$")
 
@@ -43,7 +43,7 @@ def analyses_payload() -> dict[str, Any]:
     return {"analyses": list(NAMES)}
 
 
-async def analysis_payload(store: Store, name: str, since: str | None) -> dict[str, Any]:
+async def analysis_payload(store: AnalyticsStore, name: str, since: str | None) -> dict[str, Any]:
     """The body of `GET /v1/analytics/{name}?since=`; NotFound (404) or InvalidInput (422)."""
     get_analysis(name)
     result = await store.analytics(name, parse_since(since))
@@ -51,7 +51,7 @@ async def analysis_payload(store: Store, name: str, since: str | None) -> dict[s
 
 
 async def cli_analytics(
-    store: Store, name: str | None, since: datetime | None, fmt: str, plot: Path | None
+    store: AnalyticsStore, name: str | None, since: datetime | None, fmt: str, plot: Path | None
 ) -> str:
     """The output of `toolselect analytics [NAME] [--since] [--format] [--plot PATH]`.
 

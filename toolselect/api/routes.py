@@ -15,7 +15,7 @@ from toolselect.api.errors import HttpError
 from toolselect.api.http import DEADLINE, SERVICE, json_response, read_body, read_model
 from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
-from toolselect.graph.store import Exemplar, Tool
+from toolselect.records import Exemplar, Tool
 from toolselect.service import Service
 from toolselect.turns import turn_problem
 

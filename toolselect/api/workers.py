@@ -68,7 +68,7 @@ def _migrate_embedded(settings: Settings) -> None:
     """Create or upgrade an embedded store before several processes open it at once."""
     if settings.store_kind != "sqlite":
         return
-    from toolselect.graph.factory import open_store
+    from toolselect.store.factory import open_store
 
     async def migrate() -> None:
         store = await open_store(settings)

@@ -266,7 +266,7 @@ def cmd_analytics(args: argparse.Namespace) -> int:
         return _run(_with_service(args, fitted))
 
     from toolselect.analytics.surfaces import cli_analytics, parse_since
-    from toolselect.graph.factory import open_store
+    from toolselect.store.factory import open_store
 
     since = parse_since(args.since)
     plot = Path(args.plot) if args.plot else None

@@ -28,12 +28,12 @@ from toolselect.catalog import load_demo_catalog, tool_text
 from toolselect.config import Settings
 from toolselect.embed import Embedder, VectorCache, embedder_for
 from toolselect.errors import InvalidInput
-from toolselect.graph.factory import open_store
-from toolselect.graph.records import label_group
-from toolselect.graph.store import Exemplar, Store, Tool
 from toolselect.ranker import CentroidRanker, LearnedVector
 from toolselect.ranker.configured import build_ranker
+from toolselect.records import Exemplar, Tool, label_group
 from toolselect.selection import Selection, check_text, choose
+from toolselect.store.factory import open_store
+from toolselect.store.port import Store
 
 CACHE_FILE = "vectors.db"
 MODELS_DIR = "models"

@@ -28,7 +28,6 @@ import structlog
 from toolselect.clock import Clock
 from toolselect.embed import Embedder
 from toolselect.errors import StoreUnavailable, ToolselectError
-from toolselect.graph.store import Exemplar, SaveResult, Store, Tier, Turn
 from toolselect.learn.batch import Prepared
 from toolselect.learn.detect import is_fallback
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
@@ -39,6 +38,8 @@ from toolselect.oracle.base import Candidate, within_budget
 from toolselect.oracle.oracle import InFlight, Oracle
 from toolselect.oracle.tiers import plan
 from toolselect.ranker import CentroidRanker, Ranking, Snapshot
+from toolselect.records import Exemplar, SaveResult, Tier, Turn
+from toolselect.store.port import LearnerStore
 
 log = structlog.get_logger("toolselect.learn")
 
@@ -52,7 +53,7 @@ class Labeller:
     def __init__(
         self,
         *,
-        store: Store,
+        store: LearnerStore,
         embedder: Embedder,
         ranker: CentroidRanker,
         oracle: Oracle,

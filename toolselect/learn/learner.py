@@ -17,7 +17,6 @@ import structlog
 
 from toolselect.clock import Clock, utc_now
 from toolselect.embed import Embedder
-from toolselect.graph.store import SaveResult, Store
 from toolselect.learn.intake import Intake
 from toolselect.learn.labelling import Labeller
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
@@ -25,6 +24,8 @@ from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.oracle.oracle import Oracle
 from toolselect.ranker import CentroidRanker
+from toolselect.records import SaveResult
+from toolselect.store.port import LearnerStore
 
 if TYPE_CHECKING:
     from toolselect.turns import TurnFields
@@ -41,7 +42,7 @@ class Learner:
     def __init__(
         self,
         *,
-        store: Store,
+        store: LearnerStore,
         embedder: Embedder,
         ranker: CentroidRanker,
         oracle: Oracle,

@@ -30,7 +30,6 @@ from datetime import UTC, datetime
 import structlog
 
 from toolselect.errors import TeacherError, TeacherUnavailable
-from toolselect.graph.store import OracleCall
 from toolselect.metrics import Metrics
 from toolselect.oracle.base import (
     Candidate,
@@ -41,6 +40,7 @@ from toolselect.oracle.base import (
     TeacherResult,
 )
 from toolselect.oracle.budget import Budget, RetryPolicy
+from toolselect.records import OracleCall
 
 log = structlog.get_logger("toolselect.oracle")
 

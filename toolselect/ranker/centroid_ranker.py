@@ -17,7 +17,6 @@ import numpy as np
 import numpy.typing as npt
 
 from toolselect.errors import InvalidInput
-from toolselect.graph.store import Tool
 from toolselect.ranker.centroids import (
     GROUPS,
     CatalogState,
@@ -27,6 +26,7 @@ from toolselect.ranker.centroids import (
 )
 from toolselect.ranker.records import Group, LabelView, LearnedVector, Ranking, Vector
 from toolselect.ranker.snapshot import EMPTY_SNAPSHOT, Snapshot
+from toolselect.records import Tool
 
 
 class CentroidRanker:

@@ -21,8 +21,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from toolselect.graph.store import Tool
 from toolselect.ranker.records import Group, Vector
+from toolselect.records import Tool
 
 # Where a label's truth comes from: a teacher or a human (`trusted`), the agent's own successful
 # choice (`usage`), or the ranker's own confident top-1 (`own`).

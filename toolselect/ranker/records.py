@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from toolselect.graph.records import LabelGroup
+from toolselect.records import LabelGroup
 
 Vector = npt.NDArray[np.float32]
 Group = LabelGroup

@@ -9,9 +9,10 @@ import structlog
 
 from toolselect.catalog import tool_text
 from toolselect.errors import NotFound
-from toolselect.graph.buffered import BufferedStore
-from toolselect.graph.store import Exemplar, Tool, UpsertResult, last_per_name
+from toolselect.records import Exemplar, Tool, UpsertResult
 from toolselect.service.index import LiveIndex, Progress, guarded
+from toolselect.store.buffered import BufferedStore
+from toolselect.store.rules import last_per_name
 
 log = structlog.get_logger("toolselect.service")
 

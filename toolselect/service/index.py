@@ -16,12 +16,11 @@ import structlog
 from toolselect.catalog import tool_text
 from toolselect.embed import Embedder
 from toolselect.errors import NotReady, StoreUnavailable
-from toolselect.graph.buffered import BufferedStore
-from toolselect.graph.records import label_group
-from toolselect.graph.store import Exemplar, SaveResult, Tool
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.ranker import CentroidRanker, LearnedVector
+from toolselect.records import Exemplar, SaveResult, Tool, label_group
+from toolselect.store.buffered import BufferedStore
 
 log = structlog.get_logger("toolselect.service")
 

@@ -9,15 +9,16 @@ from toolselect.analytics.surfaces import analysis_payload
 from toolselect.clock import Clock
 from toolselect.embed import Embedder
 from toolselect.errors import NotFound
-from toolselect.graph.buffered import BufferedStore
-from toolselect.graph.store import Exemplar, Turn
 from toolselect.learn.learner import Learner
 from toolselect.learn.records import Observation, labelled_tool
 from toolselect.learn.tuning import Tuner, fit_payload
 from toolselect.metrics import Metrics
+from toolselect.records import Exemplar, Turn
 from toolselect.service.index import LiveIndex
 from toolselect.service.ranking import RankingFacade
 from toolselect.service.searches import SearchLog
+from toolselect.store.buffered import BufferedStore
+from toolselect.store.port import lookup_one
 
 if TYPE_CHECKING:
     from toolselect.turns import ReportedTurn, TurnFields
@@ -110,7 +111,7 @@ class LearningFacade:
         if result.unknown_tool:
             raise NotFound(f"unknown tool {tool!r}", "tool")
         await self._index.saved(result)
-        stored = await self._store.exemplar_for_query(query)
+        stored = await lookup_one(self._store, query)
         return bool(result.changed), stored or exemplar
 
     async def delete_exemplar(self, exemplar_id: str) -> None:

@@ -11,9 +11,6 @@ from dataclasses import dataclass
 from toolselect.clock import Clock, epoch_seconds, utc_now, window_seconds
 from toolselect.config import Settings
 from toolselect.embed import CachedEmbedder, Embedder, RecentVectors
-from toolselect.graph.buffered import BufferedStore
-from toolselect.graph.spool import Spool
-from toolselect.graph.store import Store
 from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.learn.tuning import Tuner
@@ -28,6 +25,9 @@ from toolselect.service.index import LiveIndex, Progress
 from toolselect.service.learning import LearningFacade
 from toolselect.service.ranking import RankingFacade
 from toolselect.service.searches import SearchLog
+from toolselect.store.buffered import BufferedStore
+from toolselect.store.port import Store
+from toolselect.store.spool import Spool
 
 
 def build_teacher(settings: Settings) -> Teacher | None:

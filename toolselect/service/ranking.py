@@ -17,9 +17,9 @@ from toolselect.catalog import tool_text
 from toolselect.config import Settings
 from toolselect.embed import Embedder
 from toolselect.errors import InvalidInput
-from toolselect.graph.store import Tool
 from toolselect.metrics import Metrics
 from toolselect.ranker import Ranking
+from toolselect.records import Tool
 from toolselect.selection import Selection, check_text, choose
 from toolselect.service.index import LiveIndex
 from toolselect.service.searches import SearchLog

@@ -21,11 +21,11 @@ from toolselect.clock import Clock, utc_now
 from toolselect.config import Settings
 from toolselect.embed import embedder_for
 from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
-from toolselect.graph.factory import open_store
-from toolselect.graph.spool import Spool
 from toolselect.metrics import Metrics
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
+from toolselect.store.factory import open_store
+from toolselect.store.spool import Spool
 
 log = structlog.get_logger("toolselect.service")
 

@@ -19,8 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from toolselect.graph.records import SearchStatus
 from toolselect.names import same_tool
+from toolselect.records import SearchStatus
 
 
 @dataclass(frozen=True, slots=True)

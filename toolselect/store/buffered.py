@@ -1,7 +1,7 @@
 """A Store wrapper that keeps serving writes while the backend is unreachable.
 
 When a write fails with `StoreUnavailable`, it goes to the durable local spool
-(`toolselect.graph.spool`) instead of failing its caller, and the caller is answered only once
+(`toolselect.store.spool`) instead of failing its caller, and the caller is answered only once
 the spool has it on disk; so do all later writes until the spool is replayed, so the store sees
 them in order. `flush()` (called by the service's maintenance loop, and at connect, so a spool a
 crashed process left is replayed after a restart) replays the spool in append order and stops
@@ -28,8 +28,9 @@ from typing import TypeVar
 import structlog
 
 from toolselect.errors import StoreError, StoreUnavailable
-from toolselect.graph.spool import KINDS, Entry, Kind, Spool
-from toolselect.graph.store import (
+from toolselect.metrics import Metrics
+from toolselect.names import normalise_query
+from toolselect.store.port import (
     AnalyticsResult,
     Exemplar,
     ExemplarDelta,
@@ -41,11 +42,8 @@ from toolselect.graph.store import (
     Turn,
     UpsertResult,
     check_tiers,
-    lookup_one,
-    save_one,
 )
-from toolselect.metrics import Metrics
-from toolselect.names import normalise_query
+from toolselect.store.spool import KINDS, Entry, Kind, Spool
 
 log = structlog.get_logger("toolselect.store")
 
@@ -206,9 +204,6 @@ class BufferedStore:
         self._dropped(dropped)
         return SaveResult(changed=tuple(changed))
 
-    async def save_exemplar(self, exemplar: Exemplar) -> bool:
-        return await save_one(self, exemplar)
-
     async def record_oracle_call(self, call: OracleCall) -> None:
         if not self.backlog and not self.down:
             try:
@@ -233,9 +228,6 @@ class BufferedStore:
         except StoreUnavailable:
             return pending
         return stored | pending
-
-    async def exemplar_for_query(self, query: str) -> Exemplar | None:
-        return await lookup_one(self, query)
 
     # -- everything else passes through ------------------------------------------------------
 

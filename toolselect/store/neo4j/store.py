@@ -35,18 +35,11 @@ from neo4j.exceptions import (
 
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
-from toolselect.graph import cypher, neo4j_tx
-from toolselect.graph.neo4j_tx import from_db, lock_meta, q, query_key, to_db, to_db_text
-from toolselect.graph.rules import (
-    call_from_row,
-    call_row,
-    exemplar_from_row,
-    tool_from_row,
-    tool_row,
-    turn_from_row,
-    turn_row,
-)
-from toolselect.graph.store import (
+from toolselect.names import normalise_query
+from toolselect.store.neo4j import cypher
+from toolselect.store.neo4j import tx as neo4j_tx
+from toolselect.store.neo4j.tx import from_db, lock_meta, q, query_key, to_db, to_db_text
+from toolselect.store.port import (
     AnalyticsResult,
     Exemplar,
     ExemplarDelta,
@@ -59,10 +52,16 @@ from toolselect.graph.store import (
     UpsertResult,
     check_tiers,
     last_per_name,
-    lookup_one,
-    save_one,
 )
-from toolselect.names import normalise_query
+from toolselect.store.rules import (
+    call_from_row,
+    call_row,
+    exemplar_from_row,
+    tool_from_row,
+    tool_row,
+    turn_from_row,
+    turn_row,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -277,18 +276,12 @@ class Neo4jStore:
             log.info("exemplars_evicted", store=self._uri, count=result.evicted)
         return result
 
-    async def save_exemplar(self, exemplar: Exemplar) -> bool:
-        return await save_one(self, exemplar)
-
     async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
         keys = sorted({query_key(normalise_query(q)) for q in queries})
         if not keys:
             return {}
         rows = await self._read("exemplars_for_queries", {"keys": keys})
         return {r["exemplar"]["query_norm"]: _exemplar(r["exemplar"], r["tool"]) for r in rows}
-
-    async def exemplar_for_query(self, query: str) -> Exemplar | None:
-        return await lookup_one(self, query)
 
     async def exemplars_for_tool(self, tool: str) -> list[Exemplar]:
         rows = await self._read("exemplars_for_tool", {"tool": tool})

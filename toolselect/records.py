@@ -2,7 +2,7 @@
 
 Records have no behaviour beyond derived fields, so the pure core (ranker, detector, oracle
 policy) can use them without importing any adapter; the rules the stores apply to them are in
-`toolselect.graph.rules`. `toolselect.graph.store` re-exports both for existing imports.
+`toolselect.store.rules`. `toolselect.store.port` re-exports both for existing imports.
 """
 
 from __future__ import annotations

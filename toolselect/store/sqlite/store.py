@@ -20,17 +20,8 @@ import structlog
 
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
-from toolselect.graph import sqlite_analytics, sqlite_exemplars, sqlite_schema
-from toolselect.graph.rules import (
-    call_from_row,
-    call_row,
-    tool_from_row,
-    tool_row,
-    turn_from_row,
-    turn_row,
-)
-from toolselect.graph.sqlite_schema import BUMP_CATALOG, NO_STATE, bump, dt, transaction, ts
-from toolselect.graph.store import (
+from toolselect.names import normalise_query
+from toolselect.store.port import (
     AnalyticsResult,
     Exemplar,
     ExemplarDelta,
@@ -43,10 +34,19 @@ from toolselect.graph.store import (
     UpsertResult,
     check_tiers,
     last_per_name,
-    lookup_one,
-    save_one,
 )
-from toolselect.names import normalise_query
+from toolselect.store.rules import (
+    call_from_row,
+    call_row,
+    tool_from_row,
+    tool_row,
+    turn_from_row,
+    turn_row,
+)
+from toolselect.store.sqlite import analytics as sqlite_analytics
+from toolselect.store.sqlite import exemplars as sqlite_exemplars
+from toolselect.store.sqlite import schema as sqlite_schema
+from toolselect.store.sqlite.schema import BUMP_CATALOG, NO_STATE, bump, dt, transaction, ts
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
@@ -319,17 +319,11 @@ class SqliteStore:
             log.info("exemplars_evicted", store=self.uri, count=result.evicted)
         return result
 
-    async def save_exemplar(self, exemplar: Exemplar) -> bool:
-        return await save_one(self, exemplar)
-
     async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
         keys = sorted({normalise_query(q) for q in queries})
         if not keys:
             return {}
         return await self._run(lambda conn: sqlite_exemplars.by_queries(conn, keys))
-
-    async def exemplar_for_query(self, query: str) -> Exemplar | None:
-        return await lookup_one(self, query)
 
     async def exemplars_for_tool(self, tool: str) -> list[Exemplar]:
         return await self._run(lambda conn: sqlite_exemplars.for_tool(conn, tool))

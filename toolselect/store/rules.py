@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from toolselect.errors import InvalidInput
-from toolselect.graph.records import (
+from toolselect.records import (
     TIER_STRENGTH,
     Exemplar,
     OracleCall,

@@ -2,7 +2,7 @@
 the delta replicas poll, and removal with tombstones.
 
 Functions here run on the store's worker thread, on the connection it owns; the rules they apply
-are `toolselect.graph.rules`'s, shared with the Neo4j store.
+are `toolselect.store.rules`'s, shared with the Neo4j store.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from toolselect.errors import StoreError
-from toolselect.graph.records import Exemplar, ExemplarDelta, Retention, SaveResult
-from toolselect.graph.rules import (
+from toolselect.records import Exemplar, ExemplarDelta, Retention, SaveResult
+from toolselect.store.rules import (
     RetentionPlan,
     StoredLabel,
     exemplar_from_row,
@@ -23,7 +23,7 @@ from toolselect.graph.rules import (
     recount_row,
     retention_plan,
 )
-from toolselect.graph.sqlite_schema import BUMP_EXEMPLAR, NO_STATE, bump, dt, transaction, ts
+from toolselect.store.sqlite.schema import BUMP_EXEMPLAR, NO_STATE, bump, dt, transaction, ts
 
 _INSERT = """
     INSERT INTO exemplars (id, query, query_norm, tool, tier, embedder, embedding, confidence,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from toolselect.errors import SpoolError
-from toolselect.graph.store import (
+from toolselect.store.port import (
     TIER_STRENGTH,
     Exemplar,
     OracleCall,

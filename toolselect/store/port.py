@@ -1,7 +1,7 @@
 """The Store contract: the async `Store` Protocol both stores (and the buffered wrapper) implement.
 
-The records it speaks in are in `toolselect.graph.records`, the rules every store applies in
-`toolselect.graph.rules`; both are re-exported here, so `from toolselect.graph.store import
+The records it speaks in are in `toolselect.records`, the rules every store applies in
+`toolselect.store.rules`; both are re-exported here, so `from toolselect.store.port import
 Tool, Exemplar, plan_saves` keeps working.
 """
 
@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Protocol
 
 from toolselect.errors import NotFound
-from toolselect.graph.records import (
+from toolselect.names import normalise_query
+from toolselect.records import (
     TIER_STRENGTH,
     TRUSTED_TIERS,
     AnalyticsResult,
@@ -33,7 +34,7 @@ from toolselect.graph.records import (
     unpack_vector,
     utc,
 )
-from toolselect.graph.rules import (
+from toolselect.store.rules import (
     RETENTION_EXEMPT,
     RetentionPlan,
     SavePlan,
@@ -48,7 +49,6 @@ from toolselect.graph.rules import (
     retention_plan,
     supersedes,
 )
-from toolselect.names import normalise_query
 
 # Everything that used to live here stays importable from here.
 __all__ = [
@@ -56,8 +56,12 @@ __all__ = [
     "TIER_STRENGTH",
     "TRUSTED_TIERS",
     "AnalyticsResult",
+    "AnalyticsStore",
+    "CatalogStore",
     "Exemplar",
     "ExemplarDelta",
+    "LabelStore",
+    "LearnerStore",
     "OracleCall",
     "OracleResult",
     "Outcome",
@@ -71,6 +75,7 @@ __all__ = [
     "Tier",
     "Tool",
     "Turn",
+    "TurnStore",
     "UpsertResult",
     "canonical_json",
     "check_tier",
@@ -90,23 +95,8 @@ __all__ = [
 ]
 
 
-class Store(Protocol):
-    """Where tools, turns, exemplars and oracle calls live; shared by every replica.
-
-    Every method is a coroutine and never blocks the event loop. Failures to reach the backend
-    raise `StoreUnavailable`; other backend failures raise `StoreError`.
-    """
-
-    @property
-    def uri(self) -> str:
-        """Where the store lives, for messages (never includes credentials)."""
-        ...
-
-    async def migrate(self) -> None:
-        """Create constraints, indexes and the state record; idempotent."""
-
-    async def ping(self) -> None:
-        """Raise `StoreUnavailable` unless the backend answers now."""
+class CatalogStore(Protocol):
+    """The catalog: tools by name, with their packs (the catalog facade, the live index)."""
 
     async def upsert_tools(self, tools: Sequence[Tool], pack: str | None = None) -> UpsertResult:
         """Insert or update tools by name; unchanged content (by hash) is counted, not written.
@@ -130,16 +120,9 @@ class Store(Protocol):
         """Remove a tool and its exemplars; True when it existed."""
         ...
 
-    async def record_turns(self, turns: Sequence[Turn]) -> int:
-        """Store turns in one batch; a turn id already stored is updated, never duplicated.
 
-        Returns how many turns were new.
-        """
-        ...
-
-    async def get_turn(self, turn_id: str) -> Turn | None:
-        """One turn by id."""
-        ...
+class LabelStore(Protocol):
+    """The labels: exemplars one per normalised query, and the versions replicas poll."""
 
     async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
         """Keep each exemplar as the label of its normalised query, unless that would downgrade.
@@ -154,18 +137,9 @@ class Store(Protocol):
         """
         ...
 
-    async def save_exemplar(self, exemplar: Exemplar) -> bool:
-        """`save_exemplars([exemplar])`: whether it changed the store; `NotFound` for an
-        unknown tool."""
-        ...
-
     async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
         """The stored exemplars of the queries' normalised forms, keyed by normalised query
         (misses are absent); one round trip."""
-        ...
-
-    async def exemplar_for_query(self, query: str) -> Exemplar | None:
-        """The exemplar of a query's normalised form, if any."""
         ...
 
     async def exemplars_for_tool(self, tool: str) -> list[Exemplar]:
@@ -180,6 +154,25 @@ class Store(Protocol):
         """Remove one exemplar (undo a bad label); True when it existed."""
         ...
 
+    async def state(self) -> StoreState:
+        """The current catalog and exemplar versions."""
+        ...
+
+
+class TurnStore(Protocol):
+    """Observed turns and the teacher calls made about them."""
+
+    async def record_turns(self, turns: Sequence[Turn]) -> int:
+        """Store turns in one batch; a turn id already stored is updated, never duplicated.
+
+        Returns how many turns were new.
+        """
+        ...
+
+    async def get_turn(self, turn_id: str) -> Turn | None:
+        """One turn by id."""
+        ...
+
     async def record_oracle_call(self, call: OracleCall) -> None:
         """Trace one teacher attempt; linked to its turn when `turn_id` is set."""
 
@@ -187,9 +180,9 @@ class Store(Protocol):
         """Traced calls, oldest first (all, or one turn's)."""
         ...
 
-    async def state(self) -> StoreState:
-        """The current catalog and exemplar versions."""
-        ...
+
+class AnalyticsStore(Protocol):
+    """The named analyses over turns, exemplars and oracle calls."""
 
     async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
         """Run one named analysis over turns (and exemplars, oracle calls) at or after `since`.
@@ -199,18 +192,44 @@ class Store(Protocol):
         """
         ...
 
+
+class LearnerStore(TurnStore, LabelStore, Protocol):
+    """What the learner writes and reads: turns, labels and their ratchet lookup."""
+
+
+class Store(CatalogStore, LearnerStore, AnalyticsStore, Protocol):
+    """Where tools, turns, exemplars and oracle calls live; shared by every replica. Callers
+    depend on the part they use (`CatalogStore`, `LabelStore`, `TurnStore`, `AnalyticsStore`);
+    the composition root and the stores themselves hold the whole.
+
+    Every method is a coroutine and never blocks the event loop. Failures to reach the backend
+    raise `StoreUnavailable`; other backend failures raise `StoreError`.
+    """
+
+    @property
+    def uri(self) -> str:
+        """Where the store lives, for messages (never includes credentials)."""
+        ...
+
+    async def migrate(self) -> None:
+        """Create constraints, indexes and the state record; idempotent."""
+
+    async def ping(self) -> None:
+        """Raise `StoreUnavailable` unless the backend answers now."""
+
     async def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
 
 
-async def save_one(store: Store, exemplar: Exemplar) -> bool:
-    """`Store.save_exemplar` for every store: one batch of one, `NotFound` for an unknown tool."""
+async def save_one(store: LabelStore, exemplar: Exemplar) -> bool:
+    """Save one exemplar (`save_exemplars` of one): whether it changed the store; `NotFound`
+    for an unknown tool."""
     result = await store.save_exemplars([exemplar])
     if result.unknown_tool:
         raise NotFound(f"unknown tool {exemplar.tool!r}")
     return bool(result.changed)
 
 
-async def lookup_one(store: Store, query: str) -> Exemplar | None:
-    """`Store.exemplar_for_query` for every store: one lookup of one."""
+async def lookup_one(store: LabelStore, query: str) -> Exemplar | None:
+    """The exemplar of a query's normalised form, if any (`exemplars_for_queries` of one)."""
     return (await store.exemplars_for_queries([query])).get(normalise_query(query))

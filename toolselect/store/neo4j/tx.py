@@ -2,7 +2,7 @@
 the store opens, so several operations share them and a step never commits on its own.
 
 Times go to the server as aware UTC datetimes (`to_db`) and come back through `from_db`; the
-rows themselves are `toolselect.graph.rules`'s, shared with the SQLite store.
+rows themselves are `toolselect.store.rules`'s, shared with the SQLite store.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, LiteralString, cast
 from neo4j import AsyncManagedTransaction, Record
 from neo4j.time import DateTime
 
-from toolselect.graph import cypher
-from toolselect.graph.records import Exemplar, Retention, SaveResult, StoreState, utc
-from toolselect.graph.rules import (
+from toolselect.records import Exemplar, Retention, SaveResult, StoreState, utc
+from toolselect.store.neo4j import cypher
+from toolselect.store.rules import (
     StoredLabel,
     exemplar_row,
     plan_saves,

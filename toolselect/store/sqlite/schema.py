@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from toolselect.errors import StoreError
-from toolselect.graph.records import utc
+from toolselect.records import utc
 
 SCHEMA_VERSION = 2
 

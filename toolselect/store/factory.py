@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolselect.config import Settings
-from toolselect.graph.store import Retention, Store
+from toolselect.store.port import Retention, Store
 
 
 async def open_store(settings: Settings, *, verify: bool = True) -> Store:
@@ -18,7 +18,7 @@ async def open_store(settings: Settings, *, verify: bool = True) -> Store:
         max_age_days=settings.exemplar_max_age_days,
     )
     if settings.store_kind == "neo4j":
-        from toolselect.graph.neo4j import connect_neo4j
+        from toolselect.store.neo4j.store import connect_neo4j
 
         return await connect_neo4j(
             settings.neo4j_uri,
@@ -28,6 +28,6 @@ async def open_store(settings: Settings, *, verify: bool = True) -> Store:
             retention=retention,
             verify=verify,
         )
-    from toolselect.graph.sqlite import SqliteStore
+    from toolselect.store.sqlite.store import SqliteStore
 
     return SqliteStore(settings.sqlite_path, retention=retention)
