@@ -53,7 +53,12 @@ from litellm.proxy._types import UserAPIKeyAuth
 from litellm.types.utils import CallTypes
 
 from toolselect.client import AsyncClient, Client
-from toolselect.integrations.narrowing import DEFAULT_TIMEOUT_S, ToolNarrower, ToolSpec
+from toolselect.integrations.narrowing import (
+    DEFAULT_TIMEOUT_S,
+    ToolNarrower,
+    ToolSpec,
+    latest_user_text,
+)
 
 __all__ = ["ToolselectCallback", "agent_name", "conversation", "tool_calls"]
 
@@ -78,10 +83,7 @@ def conversation(messages: object) -> tuple[str, list[str]]:
             continue
         if text := _text(message.get("content")):
             texts.append((message["role"] == "user", text))
-    latest = max((i for i, (user, _) in enumerate(texts) if user), default=None)
-    if latest is None:
-        return "", [text for _, text in texts]
-    return texts[latest][1], [text for _, text in texts[:latest]]
+    return latest_user_text(texts)
 
 
 def _text(content: object) -> str:

@@ -417,6 +417,15 @@ class NarrowedTurn:
         )
 
 
+def latest_user_text(texts: Sequence[tuple[bool, str]]) -> tuple[str, list[str]]:
+    """A conversation's latest user text and every text before it, from `(from the user, text)`
+    pairs in order (what a framework's messages become); with no user text, `""` and all."""
+    latest = max((i for i, (user, _) in enumerate(texts) if user), default=None)
+    if latest is None:
+        return "", [text for _, text in texts]
+    return texts[latest][1], [text for _, text in texts[:latest]]
+
+
 def shown_by(shown: Sequence[Narrowed], name: str) -> str | None:
     """The id of the narrowing a tool was picked from: the latest that kept it, else the latest
     (the model called a tool it was not offered)."""

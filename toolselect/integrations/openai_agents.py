@@ -51,6 +51,7 @@ from toolselect.integrations.narrowing import (
     NarrowingOptions,
     ToolNarrower,
     ToolSpec,
+    latest_user_text,
 )
 
 __all__ = ["ToolselectRunHooks", "ToolselectTools", "conversation"]
@@ -73,10 +74,7 @@ def conversation(items: Sequence[TResponseInputItem]) -> tuple[str, list[str]]:
             continue
         if text := _text(item.get("content")):
             texts.append((role == "user", text))
-    latest = max((i for i, (user, _) in enumerate(texts) if user), default=None)
-    if latest is None:
-        return "", [text for _, text in texts]
-    return texts[latest][1], [text for _, text in texts[:latest]]
+    return latest_user_text(texts)
 
 
 def _text(content: object) -> str:

@@ -64,6 +64,7 @@ from toolselect.integrations.narrowing import (
     NarrowingOptions,
     ToolNarrower,
     ToolSpec,
+    latest_user_text,
 )
 
 __all__ = ["ToolselectCapability", "conversation", "prepare_tools", "specs"]
@@ -93,10 +94,8 @@ def conversation(messages: Sequence[ModelMessage], prompt: object = None) -> tup
             for reply in message.parts:
                 if isinstance(reply, TextPart) and reply.content.strip():
                     texts.append((False, reply.content.strip()))
-    latest = max((i for i, (user, _) in enumerate(texts) if user), default=None)
-    if latest is None:
-        return _text(prompt), [text for _, text in texts]
-    return texts[latest][1], [text for _, text in texts[:latest]]
+    latest, earlier = latest_user_text(texts)
+    return latest or _text(prompt), earlier
 
 
 def _text(content: object) -> str:
