@@ -1,5 +1,5 @@
 // $turns: turn property maps with distinct ids, `at` an ISO 8601 string. A resent id updates the
-// turn in place.
+// turn in place. Returns how many and which turns were new.
 // Exemplars and oracle calls recorded before their turn are linked here through turn_id.
 UNWIND $turns AS row
 OPTIONAL MATCH (old:Turn {id: row.id})
@@ -24,4 +24,5 @@ CALL (t) {
   MATCH (c:OracleCall {turn_id: t.id})
   MERGE (t)-[:ESCALATED]->(c)
 }
-RETURN count(CASE WHEN is_new THEN 1 END) AS created
+RETURN count(CASE WHEN is_new THEN 1 END) AS created,
+  collect(CASE WHEN is_new THEN t.id END) AS new_ids

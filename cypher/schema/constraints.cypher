@@ -14,3 +14,4 @@ CREATE CONSTRAINT tombstone_query_key IF NOT EXISTS
   FOR (ts:ExemplarTombstone) REQUIRE ts.query_key IS UNIQUE;
 CREATE CONSTRAINT oracle_call_id IF NOT EXISTS FOR (c:OracleCall) REQUIRE c.id IS UNIQUE;
 CREATE CONSTRAINT meta_key IF NOT EXISTS FOR (m:Meta) REQUIRE m.key IS UNIQUE;
+CREATE CONSTRAINT session_id IF NOT EXISTS FOR (s:Session) REQUIRE s.id IS UNIQUE;

@@ -244,18 +244,21 @@ class Neo4jStore:
         constraint refuses it (a resent id, or another replica racing), the chunk is MERGEd
         instead (`record_turns`), which updates stored turns in place."""
         # An id sent twice in one batch is one turn; its last version wins.
-        by_id = {turn.id: turn_row(turn, to_db_text) for turn in turns}
-        rows = list(by_id.values())
+        # Turns new to the store link to their sessions and count their tools in the same
+        # transaction (`neo4j_tx.record_sessions`); a resent id counts nothing again.
+        by_id = {turn.id: turn for turn in turns}
+        batch = list(by_id.values())
         created = 0
-        for start in range(0, len(rows), _TURN_CHUNK):
-            chunk = rows[start : start + _TURN_CHUNK]
+        for start in range(0, len(batch), _TURN_CHUNK):
+            chunk = batch[start : start + _TURN_CHUNK]
+            rows = [turn_row(turn, to_db_text) for turn in chunk]
             with self._translated():
                 try:
-                    created += await self._write_once(neo4j_tx.create_turns, chunk)
+                    created += await self._write_once(neo4j_tx.create_turns, rows, chunk)
                     continue
                 except ConstraintError:
                     pass  # an id of the chunk is stored already
-            created += await self._write(neo4j_tx.record_turns, chunk)
+            created += await self._write(neo4j_tx.record_turns, rows, chunk)
         return created
 
     async def get_turn(self, turn_id: str) -> Turn | None:

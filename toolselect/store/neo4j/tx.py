@@ -15,14 +15,17 @@ from typing import Any, LiteralString, cast
 from neo4j import AsyncManagedTransaction, Record
 from neo4j.time import DateTime
 
-from toolselect.records import Exemplar, Retention, SaveResult, StoreState, utc
+from toolselect.records import Exemplar, Retention, SaveResult, StoreState, Turn, utc
 from toolselect.store.neo4j import cypher
 from toolselect.store.rules import (
+    SessionTail,
     StoredLabel,
     exemplar_row,
     plan_saves,
+    plan_sessions,
     recount_row,
     retention_plan,
+    turn_tools,
 )
 
 
@@ -81,12 +84,51 @@ async def tombstone(tx: AsyncManagedTransaction, ids: Sequence[str], version: in
     return int(row["deleted"])
 
 
-async def record_turns(tx: AsyncManagedTransaction, turns: list[dict[str, Any]]) -> int:
-    return int((await one(tx, "record_turns", {"turns": turns}))["created"])
+async def record_turns(
+    tx: AsyncManagedTransaction, rows: list[dict[str, Any]], turns: Sequence[Turn]
+) -> int:
+    """MERGE turns (`rows`, of `turns`), then link and count those that were new."""
+    found = await one(tx, "record_turns", {"turns": rows})
+    new_ids = set(found["new_ids"])
+    await record_sessions(tx, [t for t in turns if t.id in new_ids])
+    return int(found["created"])
 
 
-async def create_turns(tx: AsyncManagedTransaction, turns: list[dict[str, Any]]) -> int:
-    return int((await one(tx, "create_turns", {"turns": turns}))["created"])
+async def create_turns(
+    tx: AsyncManagedTransaction, rows: list[dict[str, Any]], turns: Sequence[Turn]
+) -> int:
+    """CREATE turns none of which is stored (`rows`, of `turns`), then link and count them."""
+    created = int((await one(tx, "create_turns", {"turns": rows}))["created"])
+    await record_sessions(tx, turns)
+    return created
+
+
+async def record_sessions(tx: AsyncManagedTransaction, new_turns: Sequence[Turn]) -> None:
+    """Link turns recorded for the first time to their sessions and count their tools, by the
+    rules of `plan_sessions` (the SQLite store applies the same ones to its tables)."""
+    if not new_turns:
+        return
+    sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
+    tails = {
+        row["session"]: SessionTail(row["turn"], tuple(row["tools"] or ()))
+        for row in await rows(tx, "session_tails", {"sessions": sessions})
+    }
+    names = {name for t in new_turns for name in turn_tools(t)}
+    names |= {name for tail in tails.values() for name in tail.tools}
+    known = (await one(tx, "known_tools", {"names": sorted(names)}))["names"]
+    plan = plan_sessions(new_turns, tails, known)
+    params = {
+        "links": [{"session": s, "prev": p, "turn": t} for s, p, t in plan.links],
+        "tails": [
+            {"session": s, "turn": t.turn_id, "tools": list(t.tools)}
+            for s, t in sorted(plan.tails.items())
+        ],
+        "pairs": [{"a": a, "b": b, "count": n} for (a, b), n in sorted(plan.pairs.items())],
+        "transitions": [
+            {"src": s, "dst": d, "count": n} for (s, d), n in sorted(plan.transitions.items())
+        ],
+    }
+    await rows(tx, "link_sessions", params)
 
 
 async def save_exemplars(

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from toolselect.errors import StoreError
 from toolselect.records import utc
+from toolselect.store.sqlite.sessions import SCHEMA as SESSIONS_SCHEMA
 
 SCHEMA_VERSION = 2
 
@@ -73,7 +74,7 @@ NO_STATE = "sqlite store has no state record; run migrate() first"
 def create(conn: sqlite3.Connection) -> None:
     """Create the tables, indexes and the state record; idempotent."""
     with transaction(conn):
-        for statement in _SCHEMA:
+        for statement in _SCHEMA + SESSIONS_SCHEMA:
             conn.execute(statement)
         for table, column, kind in _ADDED:
             present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}

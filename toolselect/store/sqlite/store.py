@@ -46,6 +46,7 @@ from toolselect.store.rules import (
 from toolselect.store.sqlite import analytics as sqlite_analytics
 from toolselect.store.sqlite import exemplars as sqlite_exemplars
 from toolselect.store.sqlite import schema as sqlite_schema
+from toolselect.store.sqlite import sessions as sqlite_sessions
 from toolselect.store.sqlite.schema import BUMP_CATALOG, NO_STATE, bump, dt, transaction, ts
 
 T = TypeVar("T")
@@ -276,6 +277,7 @@ class SqliteStore:
                 if gone:
                     sqlite_exemplars.tombstone(conn, [row[0] for row in gone])
                 conn.execute("DELETE FROM tool_packs WHERE tool = ?", (name,))
+                sqlite_sessions.forget_tool(conn, name)
                 conn.execute("DELETE FROM tools WHERE name = ?", (name,))
                 bump(conn, BUMP_CATALOG)
             return True
@@ -288,13 +290,18 @@ class SqliteStore:
         rows = [turn_row(t, ts) for t in turns]
         if not rows:
             return 0
+        by_id = {t.id: t for t in turns}
 
         def work(conn: sqlite3.Connection) -> int:
             with transaction(conn):
+                # Only turns new to the store link to sessions and count: a resent id is not
+                # counted twice. An id sent twice in one batch is one turn, its last version.
+                stored = sqlite_sessions.stored_ids(conn, list(by_id))
                 # The insert counts new ids (a repeat inside the batch counts once); the update
                 # then applies every version in order, so the last one sent wins.
                 inserted = conn.executemany(_INSERT_TURN, rows).rowcount
                 conn.executemany(_UPDATE_TURN, rows)
+                sqlite_sessions.record(conn, [t for i, t in by_id.items() if i not in stored])
             return max(inserted, 0)
 
         return await self._run(work)

@@ -1,0 +1,35 @@
+// What turns recorded for the first time add (`store/rules.plan_sessions`), in the transaction
+// that recorded them: $links [{session, prev, turn}] give (:Session)-[:HAS]->(:Turn) and
+// (prev)-[:NEXT]->(turn); $tails [{session, turn, tools}] each session's last turn;
+// $pairs [{a, b, count}] (a < b) add to (:Tool)-[:USED_WITH]->(:Tool); $transitions
+// [{src, dst, count}] add to (:Tool)-[:FOLLOWED_BY]->(:Tool). Only catalog tools are passed.
+CALL {
+  UNWIND $links AS link
+  MATCH (t:Turn {id: link.turn})
+  MERGE (s:Session {id: link.session})
+  MERGE (s)-[:HAS]->(t)
+  WITH t, link
+  WHERE link.prev IS NOT NULL
+  MATCH (p:Turn {id: link.prev})
+  MERGE (p)-[:NEXT]->(t)
+}
+CALL {
+  UNWIND $tails AS tail
+  MERGE (s:Session {id: tail.session})
+  SET s.last_turn = tail.turn, s.last_tools = tail.tools
+}
+CALL {
+  UNWIND $pairs AS pair
+  MATCH (a:Tool {name: pair.a}), (b:Tool {name: pair.b})
+  MERGE (a)-[r:USED_WITH]->(b)
+  ON CREATE SET r.count = pair.count
+  ON MATCH SET r.count = r.count + pair.count
+}
+CALL {
+  UNWIND $transitions AS step
+  MATCH (a:Tool {name: step.src}), (b:Tool {name: step.dst})
+  MERGE (a)-[r:FOLLOWED_BY]->(b)
+  ON CREATE SET r.count = step.count
+  ON MATCH SET r.count = r.count + step.count
+}
+RETURN 1 AS done

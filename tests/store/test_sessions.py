@@ -1,0 +1,130 @@
+"""Sessions in the store, on every store: turns recorded with a session id are linked in order,
+and the tools they used are counted together (one turn) and in sequence (the next turn of the
+session), once per turn however often it is resent (`store/rules.plan_sessions`)."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from toolselect.records import Tool, Turn
+from toolselect.store.port import Store
+from toolselect.store.sqlite.store import SqliteStore
+
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+
+Facts = tuple[
+    set[tuple[str, str]], set[tuple[str, str]], dict[tuple[str, str], int], dict[Any, int]
+]
+
+
+def turn(turn_id: str, minute: int, *tools: str, session: str | None = "s1") -> Turn:
+    return Turn(
+        id=turn_id,
+        request=f"request {turn_id}",
+        used_tool=tools[0],
+        at=T0 + timedelta(minutes=minute),
+        session_id=session,
+        used_tools=tools if len(tools) > 1 else (),
+    )
+
+
+async def facts(store: Store) -> Facts:
+    """(session, turn) links, (prev, next) links, pair counts and transition counts, as stored."""
+    if isinstance(store, SqliteStore):
+
+        def read(conn: sqlite3.Connection) -> Facts:
+            has = conn.execute("SELECT session_id, id FROM turns WHERE session_id IS NOT NULL")
+            nexts = conn.execute("SELECT prev, next FROM turn_next")
+            pairs = conn.execute("SELECT a, b, count FROM tool_pairs")
+            steps = conn.execute("SELECT src, dst, count FROM tool_transitions")
+            return (
+                {(r[0], r[1]) for r in has},
+                {(r[0], r[1]) for r in nexts},
+                {(r[0], r[1]): r[2] for r in pairs},
+                {(r[0], r[1]): r[2] for r in steps},
+            )
+
+        return await store._run(read)
+    driver: Any = store._driver  # type: ignore[attr-defined]
+    database = store._database  # type: ignore[attr-defined]
+
+    async def query(text: str) -> list[Any]:
+        return list((await driver.execute_query(text, database_=database)).records)
+
+    has = await query("MATCH (s:Session)-[:HAS]->(t:Turn) RETURN s.id, t.id")
+    nexts = await query("MATCH (p:Turn)-[:NEXT]->(t:Turn) RETURN p.id, t.id")
+    pairs = await query("MATCH (a:Tool)-[r:USED_WITH]->(b:Tool) RETURN a.name, b.name, r.count")
+    steps = await query("MATCH (a:Tool)-[r:FOLLOWED_BY]->(b:Tool) RETURN a.name, b.name, r.count")
+    return (
+        {(r[0], r[1]) for r in has},
+        {(r[0], r[1]) for r in nexts},
+        {(r[0], r[1]): r[2] for r in pairs},
+        {(r[0], r[1]): r[2] for r in steps},
+    )
+
+
+async def catalog(store: Store, *names: str) -> None:
+    await store.upsert_tools([Tool(name=n, description=f"does {n}") for n in names])
+
+
+async def test_turns_of_a_session_link_in_order_and_count_their_tools(store: Store) -> None:
+    await catalog(store, "a", "b", "c")
+    first = [turn("t2", 1, "b", "c", "a"), turn("t1", 0, "a", "b")]
+    assert await store.record_turns(first) == 2
+    assert await store.record_turns([turn("t3", 2, "c"), turn("x1", 0, "a", session="s2")]) == 2
+    has, nexts, pairs, steps = await facts(store)
+    assert has == {("s1", "t1"), ("s1", "t2"), ("s1", "t3"), ("s2", "x1")}
+    assert nexts == {("t1", "t2"), ("t2", "t3")}
+    assert pairs == {("a", "b"): 2, ("a", "c"): 1, ("b", "c"): 1}
+    assert steps == {
+        ("a", "a"): 1, ("a", "b"): 1, ("a", "c"): 2, ("b", "a"): 1, ("b", "b"): 1,
+        ("b", "c"): 2, ("c", "c"): 1,
+    }  # fmt: skip
+
+
+async def test_a_resent_turn_counts_once(store: Store) -> None:
+    await catalog(store, "a", "b")
+    await store.record_turns([turn("t1", 0, "a", "b"), turn("t2", 1, "b")])
+    before = await facts(store)
+    # The labeller records a turn the teacher finished again; and a batch may repeat an id.
+    assert await store.record_turns([turn("t2", 1, "b"), turn("t1", 0, "a", "b")]) == 0
+    assert await store.record_turns([turn("t3", 2, "a"), turn("t3", 2, "a")]) == 1
+    has, nexts, pairs, steps = await facts(store)
+    assert (has, nexts, pairs) == (
+        before[0] | {("s1", "t3")},
+        before[1] | {("t2", "t3")},
+        before[2],
+    )
+    assert pairs == {("a", "b"): 1}
+    assert steps == {("a", "b"): 1, ("b", "b"): 1, ("b", "a"): 1}
+
+
+async def test_a_turn_of_unknown_tools_counts_nothing(store: Store) -> None:
+    await catalog(store, "a")
+    await store.record_turns([turn("t1", 0, "zz", "yy"), turn("t2", 1, "a", "zz")])
+    await store.record_turns([turn("t3", 2, "qq")])
+    has, nexts, pairs, steps = await facts(store)
+    assert has == {("s1", "t1"), ("s1", "t2"), ("s1", "t3")}
+    assert nexts == {("t1", "t2"), ("t2", "t3")}
+    assert pairs == {} and steps == {}
+
+
+async def test_turns_without_a_session_count_pairs_only(store: Store) -> None:
+    await catalog(store, "a", "b")
+    await store.record_turns(
+        [turn("t1", 0, "a", "b", session=None), turn("t2", 1, "b", session=None)]
+    )
+    has, nexts, pairs, steps = await facts(store)
+    assert (has, nexts, pairs, steps) == (set(), set(), {("a", "b"): 1}, {})
+
+
+async def test_a_deleted_tool_takes_its_counts_along(store: Store) -> None:
+    await catalog(store, "a", "b", "c")
+    await store.record_turns([turn("t1", 0, "a", "b"), turn("t2", 1, "c")])
+    assert await store.delete_tool("b")
+    await store.record_turns([turn("t3", 2, "a")])
+    _, _, pairs, steps = await facts(store)
+    assert pairs == {}
+    assert steps == {("a", "c"): 1, ("c", "a"): 1}

@@ -1,0 +1,70 @@
+"""The session rules (`store/rules.plan_sessions`) both stores apply when turns are recorded."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from toolselect.records import Turn
+from toolselect.store.rules import SessionTail, plan_sessions, turn_tools
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+KNOWN = {"a", "b", "c"}
+
+
+def turn(turn_id: str, minute: int, *tools: str, session: str | None = "s1", **kw: Any) -> Turn:
+    return Turn(
+        id=turn_id,
+        request=f"request {turn_id}",
+        used_tool=tools[0],
+        at=T0 + timedelta(minutes=minute),
+        session_id=session,
+        used_tools=tools if len(tools) > 1 else (),
+        **kw,
+    )
+
+
+def test_turn_tools_are_used_tools_else_the_used_tool() -> None:
+    assert turn_tools(turn("t", 0, "a")) == ("a",)
+    assert turn_tools(turn("t", 0, "a", "b")) == ("a", "b")
+
+
+def test_a_batch_chains_by_time_then_id_and_counts_pairs_and_transitions() -> None:
+    turns = [turn("t3", 2, "c"), turn("t1", 0, "a", "b"), turn("t2", 1, "b", "c", "a")]
+    plan = plan_sessions(turns, {}, KNOWN)
+    assert plan.links == (("s1", None, "t1"), ("s1", "t1", "t2"), ("s1", "t2", "t3"))
+    assert dict(plan.pairs) == {("a", "b"): 2, ("a", "c"): 1, ("b", "c"): 1}
+    assert dict(plan.transitions) == {
+        ("a", "a"): 1, ("a", "b"): 1, ("a", "c"): 2, ("b", "a"): 1, ("b", "b"): 1,
+        ("b", "c"): 2, ("c", "c"): 1,
+    }  # fmt: skip
+    assert plan.tails == {"s1": SessionTail("t3", ("c",))}
+
+
+def test_a_session_continues_from_its_stored_tail() -> None:
+    plan = plan_sessions([turn("t9", 5, "b")], {"s1": SessionTail("t8", ("a",))}, KNOWN)
+    assert plan.links == (("s1", "t8", "t9"),)
+    assert dict(plan.transitions) == {("a", "b"): 1}
+    assert dict(plan.pairs) == {}
+
+
+def test_unknown_tools_count_nothing_and_sessionless_turns_are_not_linked() -> None:
+    plan = plan_sessions(
+        [turn("t1", 0, "zz", "a"), turn("t2", 1, "a", "b", session=None), turn("t3", 2, "zz")],
+        {},
+        KNOWN,
+    )
+    assert plan.links == (("s1", None, "t1"), ("s1", "t1", "t3"))
+    assert dict(plan.pairs) == {("a", "b"): 1}
+    assert dict(plan.transitions) == {}
+    assert plan.tails == {"s1": SessionTail("t3", ())}
+
+
+def test_nothing_new_plans_nothing() -> None:
+    plan = plan_sessions([], {"s1": SessionTail("t1", ("a",))}, KNOWN)
+    assert plan.links == () and not plan.pairs and not plan.transitions and not plan.tails
+
+
+def test_a_tail_tool_no_longer_in_the_catalog_counts_nothing() -> None:
+    plan = plan_sessions([turn("t9", 5, "b")], {"s1": SessionTail("t8", ("gone", "a"))}, KNOWN)
+    assert dict(plan.transitions) == {("a", "b"): 1}

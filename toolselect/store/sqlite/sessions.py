@@ -1,0 +1,88 @@
+"""The SQLite store's sessions and tool counts: what recording new turns adds, by the rules of
+`store/rules.plan_sessions` (the Neo4j store applies the same ones as a graph).
+
+Tables: `sessions` (each session's last turn and its catalog tools), `turn_next` (a turn and the
+turn of its session before it), `tool_pairs` (a < b: turns that used both) and
+`tool_transitions` (src -> dst: a turn of a session used src, its next turn dst).
+
+Functions here run inside the caller's transaction, on the store's worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+from toolselect.records import Turn
+from toolselect.store.rules import SessionTail, plan_sessions, turn_tools
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS sessions (
+        id TEXT PRIMARY KEY, last_turn TEXT NOT NULL, last_tools TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS turn_next (
+        next TEXT PRIMARY KEY, prev TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS tool_pairs (
+        a TEXT NOT NULL, b TEXT NOT NULL, count INTEGER NOT NULL, PRIMARY KEY (a, b))""",
+    """CREATE TABLE IF NOT EXISTS tool_transitions (
+        src TEXT NOT NULL, dst TEXT NOT NULL, count INTEGER NOT NULL, PRIMARY KEY (src, dst))""",
+)
+
+_PAIR = """INSERT INTO tool_pairs (a, b, count) VALUES (?, ?, ?)
+    ON CONFLICT(a, b) DO UPDATE SET count = count + excluded.count"""
+_TRANSITION = """INSERT INTO tool_transitions (src, dst, count) VALUES (?, ?, ?)
+    ON CONFLICT(src, dst) DO UPDATE SET count = count + excluded.count"""
+_TAIL = """INSERT INTO sessions (id, last_turn, last_tools) VALUES (?, ?, ?)
+    ON CONFLICT(id) DO UPDATE SET last_turn = excluded.last_turn,
+        last_tools = excluded.last_tools"""
+
+
+def stored_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
+    """Which of `ids` are stored turns (read before the batch is written)."""
+    found = conn.execute(
+        "SELECT id FROM turns WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(ids),)
+    )
+    return {row[0] for row in found}
+
+
+def record(conn: sqlite3.Connection, new_turns: Sequence[Turn]) -> None:
+    """Link the turns recorded for the first time to their sessions and count their tools."""
+    if not new_turns:
+        return
+    sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
+    tails = {
+        row[0]: SessionTail(row[1], tuple(json.loads(row[2])))
+        for row in conn.execute(
+            "SELECT id, last_turn, last_tools FROM sessions "
+            "WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps(sessions),),
+        )
+    }
+    names = sorted(
+        {name for t in new_turns for name in turn_tools(t)}
+        | {name for tail in tails.values() for name in tail.tools}
+    )
+    known = {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM tools WHERE name IN (SELECT value FROM json_each(?))",
+            (json.dumps(names),),
+        )
+    }
+    plan = plan_sessions(new_turns, tails, known)
+    conn.executemany(
+        "INSERT OR IGNORE INTO turn_next (next, prev) VALUES (?, ?)",
+        [(turn_id, prev) for _, prev, turn_id in plan.links if prev is not None],
+    )
+    conn.executemany(_PAIR, [(a, b, n) for (a, b), n in sorted(plan.pairs.items())])
+    conn.executemany(_TRANSITION, [(s, d, n) for (s, d), n in sorted(plan.transitions.items())])
+    conn.executemany(
+        _TAIL,
+        [(s, t.turn_id, json.dumps(list(t.tools))) for s, t in sorted(plan.tails.items())],
+    )
+
+
+def forget_tool(conn: sqlite3.Connection, name: str) -> None:
+    """A deleted tool's counts go with it (as its relationships do in Neo4j)."""
+    conn.execute("DELETE FROM tool_pairs WHERE a = ? OR b = ?", (name, name))
+    conn.execute("DELETE FROM tool_transitions WHERE src = ? OR dst = ?", (name, name))
