@@ -139,7 +139,22 @@ SEARCHES: dict[str, tuple[str, str | None, int | None]] = {
     "t15": ("shown", "web", 4),
     "t16": ("shown", "web", 1),
 }
-TURNS = tuple(searched(t, *SEARCHES[t.id]) if t.id in SEARCHES else t for t in _TURNS)
+# The sessions and the several tools some turns used (for tool_pairs and tool_transitions):
+# (session, used tools). text_response is no catalog tool: it counts nowhere.
+SESSIONS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "t01": ("s1", ("fs_read", "search_web")),
+    "t03": ("s1", ()),
+    "t05": ("s1", ("fs_read", "search_web", "send_email")),
+    "t09": ("s2", ()),
+    "t11": ("s2", ("send_email", "text_response")),
+    "t16": (None, ("search_web", "maps__route")),
+}
+TURNS = tuple(
+    replace(t, session_id=SESSIONS[t.id][0], used_tools=SESSIONS[t.id][1])
+    if t.id in SESSIONS
+    else t
+    for t in (searched(t, *SEARCHES[t.id]) if t.id in SEARCHES else t for t in _TURNS)
+)
 
 
 def oracle_call(
@@ -263,6 +278,21 @@ EXPECTED: dict[str, list[tuple[Any, ...]]] = {
         ("2025-03-03", None, "send_email", 1, 1, 1.0, 0, 0, 0, 0),
         ("2025-03-04", "web", "search_web", 1, 1, 1.0, 0, 0, 0, 0),
     ],
+    # t01, t05 (three pairs) and t16 (no session: its pair counts all the same).
+    "tool_pairs": [
+        ("fs_read", "search_web", 2),
+        ("fs_read", "send_email", 1),
+        ("maps__route", "search_web", 1),
+        ("search_web", "send_email", 1),
+    ],
+    # s1: t01 -> t03 -> t05; s2: t09 -> t11 (text_response counts nowhere).
+    "tool_transitions": [
+        ("fs_read", "search_web", 1, 1.0),
+        ("search_web", "search_web", 2, 0.5),
+        ("search_web", "fs_read", 1, 0.25),
+        ("search_web", "send_email", 1, 0.25),
+        ("send_email", "send_email", 1, 1.0),
+    ],
 }  # fmt: skip
 
 # The same data seen from 2025-03-02T00:00Z on (t04 is 22:00Z on day 1: out).
@@ -348,11 +378,13 @@ async def test_since_in_another_zone_and_naive_mean_the_same_instant(
 
 
 async def test_since_after_everything_gives_no_activity(store_factory: StoreFactory) -> None:
-    """A `since` after all data leaves every analysis empty except cold_tools (all tools)."""
+    """A `since` after all data leaves every analysis empty except cold_tools (all tools) and
+    the tool counts, which are kept over all turns recorded (`since` does not apply)."""
     store = await seeded(store_factory)
     later = datetime(2030, 1, 1, tzinfo=UTC)
     for name in registry.NAMES:
         want = [(t,) for t in TOOLS] if name == "cold_tools" else []
+        want = EXPECTED[name] if name in ("tool_pairs", "tool_transitions") else want
         assert rows(await store.analytics(name, since=later)) == want, name
 
 

@@ -169,6 +169,23 @@ _ALL = (
         order=lambda r: (r[0], _nulls_last(r[1]), r[2]),
         rounding={"recall": 4},
     ),
+    Analysis(
+        "tool_pairs",
+        ("a", "b", "together"),
+        "pairs of catalog tools used together in one turn, and in how many turns (all turns "
+        "recorded: since does not apply)",
+        "bars",
+        order=lambda r: (-r[2], r[0], r[1]),
+    ),
+    Analysis(
+        "tool_transitions",
+        ("src", "dst", "count", "share"),
+        "per tool used in a turn of a session, the tools of the session's next turn: steps and "
+        "their share of the tool's steps (all turns recorded: since does not apply)",
+        "bars",
+        order=lambda r: (r[0], -r[2], r[1]),
+        rounding={"share": 4},
+    ),
 )
 ANALYSES: Mapping[str, Analysis] = {a.name: a for a in _ALL}
 NAMES: tuple[str, ...] = tuple(ANALYSES)

@@ -51,6 +51,16 @@ const ANALYSES = {
     caption: "Requests whose flagged turns got different labels.",
     chart: null,
   },
+  tool_pairs: {
+    title: "Tools used together",
+    caption: "Pairs of tools used in one turn, and in how many turns (all turns recorded).",
+    chart: null,
+  },
+  tool_transitions: {
+    title: "Tool transitions",
+    caption: "Per tool used in a turn of a session, the tools its next turn used: count and share (all turns recorded).",
+    chart: null,
+  },
 };
 const ORDER = Object.keys(ANALYSES);
 // Exemplar tiers weakest first, each with its own colour class whichever tiers a chart holds

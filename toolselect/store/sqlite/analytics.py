@@ -90,6 +90,13 @@ _ONLINE_RECALL = """
             AND (:since IS NULL OR at >= :since)
         GROUP BY day, pack, used_tool)"""
 
+# Aggregated over all turns recorded (`sessions.py`): `since` does not apply, as in the Cypher.
+_TOOL_PAIRS = "SELECT a, b, count FROM tool_pairs"
+
+_TOOL_TRANSITIONS = """
+    SELECT src, dst, count, CAST(count AS REAL) / SUM(count) OVER (PARTITION BY src)
+    FROM tool_transitions"""
+
 
 def _rows(sql: str) -> Callable[[sqlite3.Connection, dict[str, Any]], list[Row]]:
     def run(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
@@ -145,6 +152,8 @@ _ANALYSES: Mapping[str, Callable[[sqlite3.Connection, dict[str, Any]], list[Row]
     "label_conflicts": _label_conflicts,
     "drift": _rows(_DRIFT),
     "online_recall": _rows(_ONLINE_RECALL),
+    "tool_pairs": _rows(_TOOL_PAIRS),
+    "tool_transitions": _rows(_TOOL_TRANSITIONS),
 }
 
 
