@@ -217,3 +217,6 @@ class Retention:
     per_tool: int = 512
     total: int = 10_000
     max_age_days: float = 90.0
+    relations_per_tool: int = 100
+    """Tool counts kept per tool (`rules.kept_relations`): a tool's transitions, and its pairs
+    (a pair stays while either of its tools keeps it)."""

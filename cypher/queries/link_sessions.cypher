@@ -3,7 +3,7 @@
 // (prev)-[:NEXT]->(turn); $tails [{session, turn, tools}] each session's last turn;
 // $pairs [{a, b, count}] (a < b) add to (:Tool)-[:USED_WITH]->(:Tool); $transitions
 // [{src, dst, count}] add to (:Tool)-[:FOLLOWED_BY]->(:Tool). Only catalog tools are passed.
-CALL {
+CALL () {
   UNWIND $links AS link
   MATCH (t:Turn {id: link.turn})
   MERGE (s:Session {id: link.session})
@@ -13,19 +13,19 @@ CALL {
   MATCH (p:Turn {id: link.prev})
   MERGE (p)-[:NEXT]->(t)
 }
-CALL {
+CALL () {
   UNWIND $tails AS tail
   MERGE (s:Session {id: tail.session})
   SET s.last_turn = tail.turn, s.last_tools = tail.tools
 }
-CALL {
+CALL () {
   UNWIND $pairs AS pair
   MATCH (a:Tool {name: pair.a}), (b:Tool {name: pair.b})
   MERGE (a)-[r:USED_WITH]->(b)
   ON CREATE SET r.count = pair.count
   ON MATCH SET r.count = r.count + pair.count
 }
-CALL {
+CALL () {
   UNWIND $transitions AS step
   MATCH (a:Tool {name: step.src}), (b:Tool {name: step.dst})
   MERGE (a)-[r:FOLLOWED_BY]->(b)

@@ -8,7 +8,8 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from toolselect.records import Tool, Turn
+from tests.store.conftest import StoreFactory
+from toolselect.records import Retention, Tool, Turn
 from toolselect.store.port import Store
 from toolselect.store.sqlite.store import SqliteStore
 
@@ -128,3 +129,20 @@ async def test_a_deleted_tool_takes_its_counts_along(store: Store) -> None:
     _, _, pairs, steps = await facts(store)
     assert pairs == {}
     assert steps == {("a", "c"): 1, ("c", "a"): 1}
+
+
+async def test_retention_keeps_each_tools_top_counts(store_factory: StoreFactory) -> None:
+    store = await store_factory.make(retention=Retention(relations_per_tool=1))
+    await catalog(store, "a", "b", "c", "d")
+    turns = [
+        turn("t1", 0, "a", "b"),
+        turn("t2", 1, "a", "b", "c"),
+        turn("t3", 2, "a", "d"),
+        turn("t4", 3, "b"),
+    ]
+    await store.record_turns(turns)
+    _, _, pairs, steps = await facts(store)
+    # Counted: pairs ab 2, ac 1, ad 1, bc 1; steps aa 2, ab 2, ac 1, ad 1, ba 2, bb 1, bc 1,
+    # bd 1, ca 1, cd 1, db 1. Each tool keeps its top one, ties by the other tool's name.
+    assert pairs == {("a", "b"): 2, ("a", "c"): 1, ("a", "d"): 1}
+    assert steps == {("a", "a"): 2, ("b", "a"): 2, ("c", "a"): 1, ("d", "b"): 1}

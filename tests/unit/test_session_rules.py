@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from toolselect.records import Turn
-from toolselect.store.rules import SessionTail, plan_sessions, turn_tools
+from toolselect.store.rules import SessionTail, kept_relations, plan_sessions, turn_tools
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KNOWN = {"a", "b", "c"}
@@ -68,3 +68,13 @@ def test_nothing_new_plans_nothing() -> None:
 def test_a_tail_tool_no_longer_in_the_catalog_counts_nothing() -> None:
     plan = plan_sessions([turn("t9", 5, "b")], {"s1": SessionTail("t8", ("gone", "a"))}, KNOWN)
     assert dict(plan.transitions) == {("a", "b"): 1}
+
+
+def test_retention_keeps_each_tools_top_relations() -> None:
+    steps = {("a", "b"): 3, ("a", "c"): 1, ("a", "d"): 1, ("b", "a"): 1}
+    assert kept_relations(steps, 2, pairs=False) == {("a", "b"), ("a", "c"), ("b", "a")}
+    # a's top two are (a, b) and (a, c); d keeps (a, d), its only pair.
+    pairs = {("a", "b"): 3, ("a", "c"): 2, ("a", "d"): 1, ("b", "c"): 1}
+    assert kept_relations(pairs, 2, pairs=True) == set(pairs)
+    assert kept_relations(pairs, 1, pairs=True) == {("a", "b"), ("a", "c"), ("a", "d")}
+    assert kept_relations(pairs, 0, pairs=True) == set()

@@ -384,3 +384,17 @@ def plan_sessions(
     return SessionPlan(
         tuple(links), {s: t for s, t in current.items() if s in changed}, pairs, transitions
     )
+
+
+def kept_relations(
+    counts: Mapping[tuple[str, str], int], keep: int, *, pairs: bool
+) -> set[tuple[str, str]]:
+    """The tool counts retention keeps: each tool's top `keep` by count, then the other tool's
+    name. Transitions (`pairs=False`) belong to their src; a pair (a < b) stays while it is
+    among the top of a or of b. The rule the stores' pruning queries implement."""
+    ends: dict[str, list[tuple[int, str, tuple[str, str]]]] = {}
+    for (x, y), count in counts.items():
+        ends.setdefault(x, []).append((-count, y, (x, y)))
+        if pairs:
+            ends.setdefault(y, []).append((-count, x, (x, y)))
+    return {key for mine in ends.values() for _, _, key in sorted(mine)[: max(keep, 0)]}

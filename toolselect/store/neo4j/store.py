@@ -254,11 +254,15 @@ class Neo4jStore:
             rows = [turn_row(turn, to_db_text) for turn in chunk]
             with self._translated():
                 try:
-                    created += await self._write_once(neo4j_tx.create_turns, rows, chunk)
+                    created += await self._write_once(
+                        neo4j_tx.create_turns, rows, chunk, self._retention.relations_per_tool
+                    )
                     continue
                 except ConstraintError:
                     pass  # an id of the chunk is stored already
-            created += await self._write(neo4j_tx.record_turns, rows, chunk)
+            created += await self._write(
+                neo4j_tx.record_turns, rows, chunk, self._retention.relations_per_tool
+            )
         return created
 
     async def get_turn(self, turn_id: str) -> Turn | None:

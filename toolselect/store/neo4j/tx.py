@@ -85,27 +85,30 @@ async def tombstone(tx: AsyncManagedTransaction, ids: Sequence[str], version: in
 
 
 async def record_turns(
-    tx: AsyncManagedTransaction, rows: list[dict[str, Any]], turns: Sequence[Turn]
+    tx: AsyncManagedTransaction, rows: list[dict[str, Any]], turns: Sequence[Turn], keep: int
 ) -> int:
     """MERGE turns (`rows`, of `turns`), then link and count those that were new."""
     found = await one(tx, "record_turns", {"turns": rows})
     new_ids = set(found["new_ids"])
-    await record_sessions(tx, [t for t in turns if t.id in new_ids])
+    await record_sessions(tx, [t for t in turns if t.id in new_ids], keep)
     return int(found["created"])
 
 
 async def create_turns(
-    tx: AsyncManagedTransaction, rows: list[dict[str, Any]], turns: Sequence[Turn]
+    tx: AsyncManagedTransaction, rows: list[dict[str, Any]], turns: Sequence[Turn], keep: int
 ) -> int:
     """CREATE turns none of which is stored (`rows`, of `turns`), then link and count them."""
     created = int((await one(tx, "create_turns", {"turns": rows}))["created"])
-    await record_sessions(tx, turns)
+    await record_sessions(tx, turns, keep)
     return created
 
 
-async def record_sessions(tx: AsyncManagedTransaction, new_turns: Sequence[Turn]) -> None:
+async def record_sessions(
+    tx: AsyncManagedTransaction, new_turns: Sequence[Turn], keep: int
+) -> None:
     """Link turns recorded for the first time to their sessions and count their tools, by the
-    rules of `plan_sessions` (the SQLite store applies the same ones to its tables)."""
+    rules of `plan_sessions`, then keep `keep` counts per tool (`kept_relations`); the SQLite
+    store applies the same rules to its tables."""
     if not new_turns:
         return
     sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
@@ -129,6 +132,8 @@ async def record_sessions(tx: AsyncManagedTransaction, new_turns: Sequence[Turn]
         ],
     }
     await rows(tx, "link_sessions", params)
+    if plan.pairs or plan.transitions:
+        await rows(tx, "prune_relations", {"keep": max(keep, 0)})
 
 
 async def save_exemplars(

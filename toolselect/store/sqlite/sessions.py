@@ -37,6 +37,25 @@ _TAIL = """INSERT INTO sessions (id, last_turn, last_tools) VALUES (?, ?, ?)
         last_tools = excluded.last_tools"""
 
 
+# Retention (`rules.kept_relations`): each tool's top counts, by count then the other's name
+# (BINARY collation: code-point order, as Python sorts).
+_PRUNE_TRANSITIONS = """
+    DELETE FROM tool_transitions WHERE (src, dst) IN (
+        SELECT src, dst FROM (
+            SELECT src, dst,
+                ROW_NUMBER() OVER (PARTITION BY src ORDER BY count DESC, dst) AS place
+            FROM tool_transitions)
+        WHERE place > ?)"""
+_PRUNE_PAIRS = """
+    DELETE FROM tool_pairs WHERE (a, b) IN (
+        SELECT a, b FROM (
+            SELECT a, b,
+                ROW_NUMBER() OVER (PARTITION BY tool ORDER BY count DESC, other) AS place
+            FROM (SELECT a AS tool, b AS other, a, b, count FROM tool_pairs
+                UNION ALL SELECT b, a, a, b, count FROM tool_pairs))
+        GROUP BY a, b HAVING MIN(place) > ?)"""
+
+
 def stored_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
     """Which of `ids` are stored turns (read before the batch is written)."""
     found = conn.execute(
@@ -45,8 +64,9 @@ def stored_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
     return {row[0] for row in found}
 
 
-def record(conn: sqlite3.Connection, new_turns: Sequence[Turn]) -> None:
-    """Link the turns recorded for the first time to their sessions and count their tools."""
+def record(conn: sqlite3.Connection, new_turns: Sequence[Turn], keep: int) -> None:
+    """Link the turns recorded for the first time to their sessions and count their tools,
+    then keep `keep` counts per tool (`rules.kept_relations`)."""
     if not new_turns:
         return
     sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
@@ -76,6 +96,9 @@ def record(conn: sqlite3.Connection, new_turns: Sequence[Turn]) -> None:
     )
     conn.executemany(_PAIR, [(a, b, n) for (a, b), n in sorted(plan.pairs.items())])
     conn.executemany(_TRANSITION, [(s, d, n) for (s, d), n in sorted(plan.transitions.items())])
+    if plan.pairs or plan.transitions:
+        conn.execute(_PRUNE_TRANSITIONS, (max(keep, 0),))
+        conn.execute(_PRUNE_PAIRS, (max(keep, 0),))
     conn.executemany(
         _TAIL,
         [(s, t.turn_id, json.dumps(list(t.tools))) for s, t in sorted(plan.tails.items())],

@@ -301,7 +301,11 @@ class SqliteStore:
                 # then applies every version in order, so the last one sent wins.
                 inserted = conn.executemany(_INSERT_TURN, rows).rowcount
                 conn.executemany(_UPDATE_TURN, rows)
-                sqlite_sessions.record(conn, [t for i, t in by_id.items() if i not in stored])
+                sqlite_sessions.record(
+                    conn,
+                    [t for i, t in by_id.items() if i not in stored],
+                    self._retention.relations_per_tool,
+                )
             return max(inserted, 0)
 
         return await self._run(work)

@@ -1,0 +1,23 @@
+// Retention of the tool counts (`store/rules.kept_relations`), after turns added to them: $keep
+// (>= 0) per tool by count descending, then the other tool's name. A tool's FOLLOWED_BY steps
+// beyond its top $keep go; a USED_WITH pair goes when neither of its tools keeps it.
+CALL () {
+  MATCH (src:Tool)-[r:FOLLOWED_BY]->(dst:Tool)
+  WITH src, r, dst
+  ORDER BY r.count DESC, dst.name
+  WITH src, collect(r) AS steps
+  UNWIND steps[$keep..] AS r
+  DELETE r
+}
+CALL () {
+  MATCH (t:Tool)-[r:USED_WITH]-(o:Tool)
+  WITH t, r, o
+  ORDER BY r.count DESC, o.name
+  WITH t, collect(r) AS rs
+  UNWIND range(0, size(rs) - 1) AS place
+  WITH rs[place] AS r, place
+  WITH r, min(place) AS best
+  WHERE best >= $keep
+  DELETE r
+}
+RETURN 1 AS done
