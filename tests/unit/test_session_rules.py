@@ -6,7 +6,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from toolselect.records import Turn
-from toolselect.store.rules import SessionTail, kept_relations, plan_sessions, turn_tools
+from toolselect.store.rules import (
+    SessionTail,
+    kept_relations,
+    plan_sessions,
+    touches_sessions,
+    turn_tools,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KNOWN = {"a", "b", "c"}
@@ -78,3 +84,13 @@ def test_retention_keeps_each_tools_top_relations() -> None:
     assert kept_relations(pairs, 2, pairs=True) == set(pairs)
     assert kept_relations(pairs, 1, pairs=True) == {("a", "b"), ("a", "c"), ("a", "d")}
     assert kept_relations(pairs, 0, pairs=True) == set()
+
+
+def test_turns_without_a_session_and_with_one_tool_skip_the_session_work() -> None:
+    """Such turns link nothing and count nothing, so the stores may skip the session work; a
+    session or a second tool makes the batch count."""
+    alone = [turn("a", 0, "x", session=None), turn("b", 1, "y", session=None)]
+    assert not touches_sessions(alone)
+    assert plan_sessions(alone, {}, {"x", "y"}).pairs == {}
+    assert touches_sessions([*alone, turn("c", 2, "x")])
+    assert touches_sessions([*alone, turn("d", 3, "x", "y", session=None)])

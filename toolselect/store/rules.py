@@ -333,6 +333,13 @@ def turn_tools(turn: Turn) -> tuple[str, ...]:
     return turn.used_tools or (turn.used_tool,)
 
 
+def touches_sessions(turns: Iterable[Turn]) -> bool:
+    """Whether any of `turns` links to a session or counts a pair: a turn without a session that
+    used one tool does neither, and most turns are such, so the stores skip the session work
+    (its reads of session tails and catalog names) for a batch of them."""
+    return any(t.session_id is not None or len(turn_tools(t)) > 1 for t in turns)
+
+
 @dataclass(frozen=True, slots=True)
 class SessionTail:
     """A session's last recorded turn: its id and the catalog tools it used."""

@@ -25,6 +25,7 @@ from toolselect.store.rules import (
     plan_sessions,
     recount_row,
     retention_plan,
+    touches_sessions,
     turn_tools,
 )
 
@@ -109,7 +110,7 @@ async def record_sessions(
     """Link turns recorded for the first time to their sessions and count their tools, by the
     rules of `plan_sessions`, then keep `keep` counts per tool (`kept_relations`); the SQLite
     store applies the same rules to its tables."""
-    if not new_turns:
+    if not touches_sessions(new_turns):
         return
     sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
     tails = {

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from toolselect.records import Turn
-from toolselect.store.rules import SessionTail, plan_sessions, turn_tools
+from toolselect.store.rules import SessionTail, plan_sessions, touches_sessions, turn_tools
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS sessions (
@@ -67,7 +67,7 @@ def stored_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
 def record(conn: sqlite3.Connection, new_turns: Sequence[Turn], keep: int) -> None:
     """Link the turns recorded for the first time to their sessions and count their tools,
     then keep `keep` counts per tool (`rules.kept_relations`)."""
-    if not new_turns:
+    if not touches_sessions(new_turns):
         return
     sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
     tails = {
