@@ -30,19 +30,19 @@ import structlog
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.metrics import Metrics
 from toolselect.names import normalise_query
-from toolselect.store.port import (
+from toolselect.records import (
     AnalyticsResult,
     Exemplar,
     ExemplarDelta,
     OracleCall,
     SaveResult,
-    Store,
     StoreState,
     Tool,
     Turn,
     UpsertResult,
-    check_tiers,
 )
+from toolselect.store.port import Store
+from toolselect.store.rules import check_tiers
 from toolselect.store.spool import KINDS, Entry, Kind, Spool
 
 log = structlog.get_logger("toolselect.store")

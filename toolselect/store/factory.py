@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from toolselect.config import Settings
-from toolselect.store.port import Retention, Store
+from toolselect.records import Retention
+from toolselect.store.port import Store
 
 
 async def open_store(settings: Settings, *, verify: bool = True) -> Store:

@@ -28,15 +28,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from toolselect.errors import SpoolError
-from toolselect.store.port import (
-    TIER_STRENGTH,
-    Exemplar,
-    OracleCall,
-    StoredLabel,
-    Turn,
-    check_tier,
-    supersedes,
-)
+from toolselect.records import Exemplar, OracleCall, Turn
+from toolselect.store.port import TIER_STRENGTH
+from toolselect.store.rules import StoredLabel, check_tier, supersedes
 
 Kind = Literal["turn", "oracle_call", "exemplar"]
 KINDS: tuple[Kind, ...] = ("turn", "oracle_call", "exemplar")

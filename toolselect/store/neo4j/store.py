@@ -36,10 +36,7 @@ from neo4j.exceptions import (
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.names import normalise_query
-from toolselect.store.neo4j import cypher
-from toolselect.store.neo4j import tx as neo4j_tx
-from toolselect.store.neo4j.tx import from_db, lock_meta, q, query_key, to_db, to_db_text
-from toolselect.store.port import (
+from toolselect.records import (
     AnalyticsResult,
     Exemplar,
     ExemplarDelta,
@@ -50,13 +47,16 @@ from toolselect.store.port import (
     Tool,
     Turn,
     UpsertResult,
-    check_tiers,
-    last_per_name,
 )
+from toolselect.store.neo4j import cypher
+from toolselect.store.neo4j import tx as neo4j_tx
+from toolselect.store.neo4j.tx import from_db, lock_meta, q, query_key, to_db, to_db_text
 from toolselect.store.rules import (
     call_from_row,
     call_row,
+    check_tiers,
     exemplar_from_row,
+    last_per_name,
     tool_from_row,
     tool_row,
     turn_from_row,

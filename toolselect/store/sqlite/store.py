@@ -21,7 +21,7 @@ import structlog
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.names import normalise_query
-from toolselect.store.port import (
+from toolselect.records import (
     AnalyticsResult,
     Exemplar,
     ExemplarDelta,
@@ -32,12 +32,12 @@ from toolselect.store.port import (
     Tool,
     Turn,
     UpsertResult,
-    check_tiers,
-    last_per_name,
 )
 from toolselect.store.rules import (
     call_from_row,
     call_row,
+    check_tiers,
+    last_per_name,
     tool_from_row,
     tool_row,
     turn_from_row,
