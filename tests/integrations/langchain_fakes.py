@@ -1,5 +1,6 @@
 """LangChain's `GenericFakeChatModel`, taught `bind_tools`: it records the tools each call was
-offered and answers from its script (the LangChain and LangGraph tests share it)."""
+offered and answers from its script (the LangChain and LangGraph tests share it), and
+the tools both offer it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.runnables import Runnable
+from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 ARGS: dict[str, dict[str, Any]] = {
@@ -54,3 +56,28 @@ def scripted(*calls: str | tuple[str, dict[str, Any]]) -> ToolCallingFake:
     steps.append("It will rain tomorrow.")
     messages: Iterator[AIMessage | str] = iter(steps)
     return ToolCallingFake(messages=messages, offered=[])
+
+
+# The tools the LangChain and LangGraph tests offer the model.
+@tool
+def get_weather(city: str) -> str:
+    """Current weather and forecast for a city: temperature, rain, wind."""
+    return f"Rain in {city} tomorrow."
+
+
+@tool
+def send_email(to: str, subject: str) -> str:
+    """Send an email message to a recipient with a subject and body."""
+    return "sent"
+
+
+@tool
+def stock_quote(ticker: str) -> str:
+    """Latest stock price quote for a ticker symbol on the market."""
+    return "42.0"
+
+
+@tool
+def translate_text(text: str, language: str) -> str:
+    """Translate a text from one language into another."""
+    return text

@@ -17,37 +17,19 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from tests.integrations.langchain_fakes import scripted
+from tests.integrations.langchain_fakes import (
+    get_weather,
+    scripted,
+    send_email,
+    stock_quote,
+    translate_text,
+)
 from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
 from toolselect.client import AsyncClient, Client
 from toolselect.integrations.langchain import METADATA_KEY, ToolselectMiddleware, turn_id_of
 
 QUESTION = "Will it rain in Turin tomorrow?"
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Current weather and forecast for a city: temperature, rain, wind."""
-    return f"Rain in {city} tomorrow."
-
-
-@tool
-def send_email(to: str, subject: str) -> str:
-    """Send an email message to a recipient with a subject and body."""
-    return "sent"
-
-
-@tool
-def stock_quote(ticker: str) -> str:
-    """Latest stock price quote for a ticker symbol on the market."""
-    return "42.0"
-
-
-@tool
-def translate_text(text: str, language: str) -> str:
-    """Translate a text from one language into another."""
-    return text
 
 
 @tool
