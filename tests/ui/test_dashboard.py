@@ -3,6 +3,9 @@ the label and delete forms, and the API-key prompt, at desktop and phone widths.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +13,7 @@ from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 
 from tests.api.conftest import HAND_CATALOG
-from tests.live import LiveServer
+from tests.live import LiveServer, live_server
 from tests.ui.conftest import (
     API_KEY,
     HISTORY_DAYS,
@@ -20,9 +23,20 @@ from tests.ui.conftest import (
     screenshot,
     wait_for,
 )
+from toolselect.records import Turn
 
 LOADED = "document.querySelector('#status').textContent.startsWith('Loaded')"
 WIDTHS = [pytest.param(1280, 900, id="1280"), pytest.param(390, 844, id="390")]
+# Sessions of turns, some using several tools, in order: (session, the tools of each turn).
+# s1 and s2 step from web_search and fs_read; s3's second turn uses six tools (15 pairs, and
+# six destinations for translate_text: more than a bar names one by one).
+SESSIONS = {
+    "s1": [("web_search", "fs_read"), ("web_search", "send_email"), ("web_search",),
+           ("fs_read", "web_search")],
+    "s2": [("web_search", "fs_read"), ("get_weather",)],
+    "s3": [("translate_text",), ("get_weather", "send_email", "stock_quote", "translate_text",
+                                 "shell_exec", "create_calendar_event")],
+}  # fmt: skip
 
 
 def _texts(driver: Chrome, selector: str) -> list[str]:
@@ -238,3 +252,172 @@ def test_api_key_prompt(browser: Chrome, keyed_server: LiveServer, width: int, h
     assert browser.find_element(By.ID, "forget-key").is_displayed()
     # Only the refused data requests (no key, then the wrong one) may be logged.
     assert console_errors(browser, expected=("/v1/analytics - Failed to load resource",)) == []
+
+
+def _session_turns() -> list[Turn]:
+    """The turns of SESSIONS, a minute apart within each session (the order they follow)."""
+    start = datetime.now(UTC) - timedelta(hours=1)
+    return [
+        Turn(
+            id=f"{session}-{i}",
+            request=f"step {i} of {session}",
+            used_tool=tools[0],
+            used_tools=tools if len(tools) > 1 else (),
+            at=start + timedelta(minutes=i),
+            session_id=session,
+        )
+        for session, turns in SESSIONS.items()
+        for i, tools in enumerate(turns)
+    ]
+
+
+@pytest.fixture
+def bare_server(tmp_path: Path) -> Iterator[LiveServer]:
+    """A server holding the catalog and nothing else: no turns, labels or oracle calls."""
+    yield from live_server(tmp_path)
+
+
+def _styled(driver: Chrome, selector: str, prop: str) -> list[str]:
+    """A computed style property of each element `selector` matches."""
+    script = (
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map(e => getComputedStyle(e).getPropertyValue(arguments[1]))"
+    )
+    values: list[str] = driver.execute_script(script, selector, prop)
+    return values
+
+
+def _share_of_track(driver: Chrome, selector: str) -> float:
+    """The width of the element `selector` matches over the width of its track."""
+    script = (
+        "const e = document.querySelector(arguments[0]);"
+        "return e.getBoundingClientRect().width / e.closest('.track').getBoundingClientRect().width"
+    )
+    share: float = driver.execute_script(script, selector)
+    return share
+
+
+@pytest.mark.parametrize(("width", "height"), WIDTHS)
+def test_pairs_and_transitions_charts(
+    browser: Chrome, bare_server: LiveServer, width: int, height: int
+) -> None:
+    """With no turns both session charts show the empty state every chart shows (no chart, a
+    "no rows" table); once sessions of multi-tool turns are recorded, tools used together are
+    bars of the top pairs, and each tool's next turns are stacked segments sized by share."""
+    names = ("tool_pairs", "tool_transitions", "drift")
+    open_page(browser, f"{bare_server.url}/ui", width, height)
+    wait_for(browser, LOADED)
+    for name in names:
+        assert _rows(browser, name) == [["no rows"]], name
+        assert not browser.find_elements(By.CSS_SELECTOR, f"#card-{name} .chart-host *"), name
+
+    bare_server.run(bare_server.service.store.record_turns(_session_turns()))
+    browser.find_element(By.ID, "refresh").click()
+    wait_for(browser, f"document.querySelector('#card-tool_pairs .bars') && {LOADED}")
+
+    # Pairs: web_search with fs_read in three turns (s1 twice, s2 once), web_search with
+    # send_email once, and the 15 pairs of s3's six tools once each; the top 12 are drawn (by
+    # turns, then names), the table lists all.
+    pairs = _rows(browser, "tool_pairs")
+    assert len(pairs) == 17
+    assert pairs[:2] == [
+        ["fs_read", "web_search", "3"],
+        ["create_calendar_event", "get_weather", "1"],
+    ]
+    assert ["send_email", "web_search", "1"] in pairs
+    card = "#card-tool_pairs"
+    assert browser.find_element(By.CSS_SELECTOR, f"{card} .sub").text == (
+        "Top 12 of 17 pairs, by turns that used both tools"
+    )
+    labels = _texts(browser, f"{card} .bars .label")
+    assert len(labels) == 12
+    assert labels[:3] == [
+        "fs_read + web_search",
+        "create_calendar_event + get_weather",
+        "create_calendar_event + send_email",
+    ]
+    assert labels[-1] == "send_email + stock_quote"
+    assert "send_email + web_search" not in labels
+    values = [v.get_attribute("textContent") for v in browser.find_elements(
+        By.CSS_SELECTOR, f"{card} .bars .value"
+    )]  # fmt: skip
+    assert values == ["3 turns"] + ["1 turn"] * 11
+    top = browser.find_element(By.CSS_SELECTOR, f"{card} .bars .track")
+    assert top.get_attribute("title") == "fs_read and web_search: used together in 3 turns"
+    assert _share_of_track(browser, f"{card} .bars .fill") == pytest.approx(1.0, abs=0.01)
+    fills = browser.find_elements(By.CSS_SELECTOR, f"{card} .bars .fill")
+    assert fills[1].size["width"] == pytest.approx(fills[0].size["width"] / 3, abs=1)
+
+    # Transitions, the tools with the most steps first (a tie by name): translate_text's six
+    # steps went to six tools, once each (the last two merged); web_search's six to web_search
+    # three times, fs_read, get_weather and send_email once each.
+    steps = _rows(browser, "tool_transitions")
+    assert ["web_search", "web_search", "3", "0.5"] in steps
+    assert ["fs_read", "get_weather", "1", "0.3333"] in steps
+    card = "#card-tool_transitions"
+    assert browser.find_element(By.CSS_SELECTOR, f"{card} .sub").text == (
+        "4 tools; each bar splits a tool's steps by the tools of the next turn"
+    )
+    assert _texts(browser, f"{card} .bars .label") == [
+        "translate_text",
+        "web_search",
+        "fs_read",
+        "send_email",
+    ]
+    values = [v.get_attribute("textContent") for v in browser.find_elements(
+        By.CSS_SELECTOR, f"{card} .bars .value"
+    )]  # fmt: skip
+    assert values == ["6 steps", "6 steps", "3 steps", "1 step"]
+    segments: list[list[str]] = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0] + ' .track.stack')]"
+        ".map(t => [...t.children].map(s => s.textContent))",
+        card,
+    )
+    assert segments == [
+        ["17% create_calendar_event", "17% get_weather", "17% send_email", "17% shell_exec",
+         "33% 2 other tools"],
+        ["50% web_search (again)", "17% fs_read", "17% get_weather", "17% send_email"],
+        ["33% get_weather", "33% send_email", "33% web_search"],
+        ["100% web_search"],
+    ]  # fmt: skip
+    again = f'{card} .seg[data-step="web_search -> web_search"]'
+    assert browser.find_element(By.CSS_SELECTOR, again).get_attribute("title") == (
+        "web_search → web_search (again): 3 of 6 steps (50%)"
+    )
+    assert _share_of_track(browser, again) == pytest.approx(0.5, abs=0.01)
+    rest = f'{card} .seg[data-step="translate_text -> stock_quote, translate_text"]'
+    assert browser.find_element(By.CSS_SELECTOR, rest).get_attribute("title") == (
+        "translate_text → 2 other tools: 2 of 6 steps (33%): stock_quote, translate_text"
+    )
+    assert _share_of_track(browser, rest) == pytest.approx(1 / 3, abs=0.01)
+    described = [
+        t.get_attribute("aria-label")
+        for t in browser.find_elements(By.CSS_SELECTOR, f"{card} .track.stack")
+    ]
+    assert described[1] == (
+        "web_search: web_search (again) 50%, fs_read 17%, get_weather 17%, send_email 17%"
+    )
+    # A destination keeps its colour in every bar: the four with the most steps drawn have
+    # their own, the others are grey and the merged rest lighter.
+    assert _texts(browser, f"{card} .legend span") == [
+        "web_search",
+        "get_weather",
+        "send_email",
+        "create_calendar_event",
+        "another tool",
+        "the rest, merged",
+    ]
+    colours = _styled(browser, f'{card} .seg[data-step$="-> get_weather"]', "background-color")
+    assert len(colours) == 3 and len(set(colours)) == 1
+    assert set(
+        _styled(
+            browser,
+            f'{card} .seg[data-step$="-> fs_read"], {card} .seg[data-step$="-> shell_exec"]',
+            "background-color",
+        )
+    ) == set(_styled(browser, f"{card} .legend .swatch.s4", "background-color"))
+
+    page_width = browser.execute_script("return document.documentElement.scrollWidth")
+    assert page_width <= width
+    screenshot(browser, f"sessions-{width}")
+    assert console_errors(browser) == []

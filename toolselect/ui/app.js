@@ -46,19 +46,20 @@ const ANALYSES = {
     caption: "Tools never ranked first, never used and never labelled.",
     chart: coldChart,
   },
-  label_conflicts: {
-    title: "Label conflicts",
-    caption: "Requests whose flagged turns got different labels.",
-    chart: null,
-  },
   tool_pairs: {
     title: "Tools used together",
-    caption: "Pairs of tools used in one turn, and in how many turns (all turns recorded).",
-    chart: null,
+    caption: "Pairs of catalog tools used in one turn, and in how many turns (all turns recorded).",
+    chart: pairsChart,
   },
   tool_transitions: {
     title: "Tool transitions",
-    caption: "Per tool used in a turn of a session, the tools its next turn used: count and share (all turns recorded).",
+    caption:
+      "Per catalog tool used in a turn of a session, the tools the session's next turn used: steps and their share of the tool's steps (all turns recorded).",
+    chart: transitionsChart,
+  },
+  label_conflicts: {
+    title: "Label conflicts",
+    caption: "Requests whose flagged turns got different labels.",
     chart: null,
   },
 };
@@ -265,15 +266,20 @@ function lineChart(host, o) {
 }
 
 // Horizontal bars as HTML (label, bar, value): wraps and scales with the page by itself.
+// An item's optional title is the bar's tooltip.
 function bars(host, items, cls) {
   const max = Math.max(...items.map((it) => it.value), 0) || 1;
   const box = el("div", { class: "bars" });
   for (const it of items) {
     const fill = el("div", { class: "fill " + (cls || "") });
     fill.style.width = ((100 * it.value) / max).toFixed(2) + "%";
-    box.append(el("span", { class: "label", title: it.label, text: it.label }), el("div", { class: "track" }, fill), el("span", { class: "value", text: it.text }));
+    box.append(el("span", { class: "label", title: it.label, text: it.label }), el("div", { class: "track", title: it.title }, fill), el("span", { class: "value", text: it.text }));
   }
   host.append(box);
+}
+
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
 }
 
 function pct(v) {
@@ -429,6 +435,80 @@ function coldChart(host, r) {
   }
   host.append(el("p", { class: "sub", text: `${r.rows.length} cold tool${r.rows.length === 1 ? "" : "s"}, by namespace` }));
   bars(host, [...spaces.entries()].map(([ns, n]) => ({ label: ns, value: n, text: String(n) })));
+}
+
+// The pairs used together most often (rows come ordered by turns, then names).
+const TOP_PAIRS = 12;
+
+function pairsChart(host, r) {
+  const [a, b, together] = ["a", "b", "together"].map((c) => r.columns.indexOf(c));
+  const top = r.rows.slice(0, TOP_PAIRS);
+  const shown = r.rows.length > top.length ? `Top ${top.length} of ${r.rows.length} pairs` : plural(r.rows.length, "pair");
+  host.append(el("p", { class: "sub", text: `${shown}, by turns that used both tools` }));
+  bars(
+    host,
+    top.map((row) => ({
+      label: `${row[a]} + ${row[b]}`,
+      value: row[together],
+      text: plural(row[together], "turn"),
+      title: `${row[a]} and ${row[b]}: used together in ${plural(row[together], "turn")}`,
+    }))
+  );
+}
+
+// The tools with the most steps, each split into its next turns' tools (the first few by
+// steps, the rest merged); the destinations most frequent overall keep a colour of their own.
+const TOP_SOURCES = 8;
+const TOP_STEPS = 4;
+
+function transitionsChart(host, r) {
+  const [src, dst, count, share] = ["src", "dst", "count", "share"].map((c) => r.columns.indexOf(c));
+  const bySrc = new Map();
+  for (const row of r.rows) {
+    const s = bySrc.get(row[src]) || { name: row[src], steps: 0, next: [] };
+    s.steps += row[count];
+    s.next.push({ name: row[dst], count: row[count], share: row[share] });
+    bySrc.set(row[src], s);
+  }
+  const byName = (x, y) => (x.name < y.name ? -1 : x.name > y.name ? 1 : 0);
+  const sources = [...bySrc.values()].sort((x, y) => y.steps - x.steps || byName(x, y)).slice(0, TOP_SOURCES);
+  for (const s of sources) s.next.sort((x, y) => y.count - x.count || byName(x, y));
+  // Colours for the four destinations with the most steps among those drawn; other tools grey.
+  const into = new Map();
+  for (const s of sources) for (const n of s.next.slice(0, TOP_STEPS)) into.set(n.name, (into.get(n.name) || 0) + n.count);
+  const coloured = [...into.entries()].sort((x, y) => y[1] - x[1] || (x[0] < y[0] ? -1 : 1)).slice(0, 4).map(([name]) => name);
+  const cls = (name) => (coloured.includes(name) ? "s" + coloured.indexOf(name) : "s4");
+  const shown = sources.length < bySrc.size ? `The ${sources.length} of ${bySrc.size} tools with the most steps` : plural(bySrc.size, "tool");
+  host.append(el("p", { class: "sub", text: `${shown}; each bar splits a tool's steps by the tools of the next turn` }));
+  const box = el("div", { class: "bars" });
+  let merged = false;
+  for (const s of sources) {
+    const parts = s.next.slice(0, TOP_STEPS).map((n) => ({ ...n, cls: cls(n.name), label: n.name === s.name ? `${n.name} (again)` : n.name }));
+    const rest = s.next.slice(TOP_STEPS);
+    if (rest.length) {
+      merged = true;
+      const n = rest.reduce((t, x) => t + x.count, 0);
+      const names = rest.map((x) => x.name).join(", ");
+      parts.push({ name: names, label: plural(rest.length, "other tool"), count: n, share: rest.reduce((t, x) => t + x.share, 0), cls: "rest" });
+    }
+    const track = el("div", { class: "track stack", role: "img", "aria-label": `${s.name}: ` + parts.map((p) => `${p.label} ${pct(p.share)}`).join(", ") });
+    for (const p of parts) {
+      const seg = el("div", {
+        class: "seg " + p.cls,
+        "data-step": `${s.name} -> ${p.name}`,
+        title: `${s.name} → ${p.label}: ${p.count} of ${plural(s.steps, "step")} (${pct(p.share)})` + (p.cls === "rest" ? `: ${p.name}` : ""),
+        text: `${pct(p.share)} ${p.label}`, // the share first: a narrow segment cuts the end
+      });
+      seg.style.width = (100 * p.share).toFixed(2) + "%";
+      track.append(seg);
+    }
+    box.append(el("span", { class: "label", title: s.name, text: s.name }), track, el("span", { class: "value", text: plural(s.steps, "step") }));
+  }
+  host.append(box);
+  const items = coloured.map((name, i) => ({ name, cls: "s" + i }));
+  if (sources.some((s) => s.next.slice(0, TOP_STEPS).some((n) => !coloured.includes(n.name)))) items.push({ name: "another tool", cls: "s4" });
+  if (merged) items.push({ name: "the rest, merged", cls: "rest" });
+  host.append(legend(items));
 }
 
 function learningCard(fit) {
