@@ -157,7 +157,7 @@ async def run_variant(
     tally = Tally([], set(), {})
     points: list[dict[str, Any]] = []
     overrides = {"oracle": variant.oracle, **variant.overrides}
-    async with bench_service(data, embedder, kind, weight, stub.url, **overrides) as service:
+    async with bench_service(data.tools, embedder, kind, weight, stub.url, **overrides) as service:
         done = 0
         linked = (0, 0)
         for step in steps:

@@ -42,7 +42,7 @@ from toolselect.embed import Embedder
 from toolselect.learn.tuning import fit_payload
 from toolselect.names import normalise_query
 from toolselect.ranker import LearnedVector
-from toolselect.records import Exemplar
+from toolselect.records import Exemplar, Tool
 from toolselect.service import Service, build_teacher, compose
 from toolselect.store.factory import open_store
 
@@ -127,7 +127,12 @@ async def teacher_stub(truth: dict[str, str]) -> AsyncGenerator[Any, None]:
 
 @asynccontextmanager
 async def bench_service(
-    data: Dataset, embedder: Embedder, kind: str, weight: float, stub_url: str, **overrides: Any
+    tools: Sequence[Tool],
+    embedder: Embedder,
+    kind: str,
+    weight: float,
+    stub_url: str,
+    **overrides: Any,
 ) -> AsyncIterator[Service]:
     """A fresh real service for one arm (here and in bench.agent): the embedded SQLite store in
     a temporary folder, the Anthropic teacher against the stub at `stub_url` with no hourly
@@ -151,7 +156,7 @@ async def bench_service(
         service = Service(compose(settings, store, embedder, teacher=build_teacher(settings)))
         try:
             await service.connect()
-            await service.catalog.upsert_tools(data.tools)
+            await service.catalog.upsert_tools(tools)
             yield service
         finally:
             await service.close()
@@ -175,7 +180,7 @@ async def run_arm(
     truth = {q.id: q.label for q in data.learn}
     held_vectors = await embedder.embed([q.text for q in data.held])
     overrides = {"oracle": arm.oracle, "oracle_tiers": arm.tiers, **arm.overrides}
-    async with bench_service(data, embedder, kind, weight, stub.url, **overrides) as service:
+    async with bench_service(data.tools, embedder, kind, weight, stub.url, **overrides) as service:
         received = len(stub.received)
         points = []
         observed = 0

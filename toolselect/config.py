@@ -119,6 +119,11 @@ class Settings:
     usage_without_outcome: str = "shown"
     search_ttl_s: float = 3600.0
     searches_kept: int = 100_000
+    sessions_kept: int = 10_000
+    session_fit_turns: int = 5_000
+    session_refit_s: float = 300.0
+    session_prior_weight: float | None = None  # None: fitted on the store's sessions
+    context_weight: float | None = None  # None: fitted on the store's sessions
     margin_floor: float | None = None  # None: calibrated from the store's labels
     free_tier_precision: float = 0.95
     fallback_tools: tuple[str, ...] = DEFAULT_FALLBACK_TOOLS
@@ -272,6 +277,11 @@ FIELDS: tuple[Field, ...] = (
     Field("usage_without_outcome", "TOOLSELECT_USAGE_WITHOUT_OUTCOME", _choice("shown", "never", "always"), "whether a turn reported without an outcome labels the tool it used (tier `usage`): `shown` only when its `search_id` shows the tool was among those ranked for it, `never`, or `always` (BENCHMARKS.md, agent simulation)"),
     Field("search_ttl_s", "TOOLSELECT_SEARCH_TTL", _float(1.0, 7 * 86400.0), "seconds a `search_id` is remembered, so a turn reported with it is linked to what was shown"),
     Field("searches_kept", "TOOLSELECT_SEARCHES_KEPT", _int(0, 10_000_000), "search ids remembered at once (oldest forgotten first; about 200 bytes each plus the shown names); 0 turns the linking off"),
+    Field("sessions_kept", "TOOLSELECT_SESSIONS_KEPT", _int(0, 10_000_000), "sessions whose last turn's tools are remembered in memory, so a ranking given only its `session_id` gets the session prior (oldest forgotten first); 0 turns it off"),
+    Field("session_fit_turns", "TOOLSELECT_SESSION_FIT_TURNS", _int(0, 1_000_000), "most recent session turns the conversation signals (session prior, context, companions) are fitted on; 0: never fitted, every signal off unless pinned"),
+    Field("session_refit_s", "TOOLSELECT_SESSION_REFIT_INTERVAL", _float(1.0, 86400.0), "seconds between refits of the conversation signals while new session turns arrive (this process's, or any replica's, seen through the store)"),
+    Field("session_prior_weight", "TOOLSELECT_SESSION_PRIOR_WEIGHT", _auto_or(_float(0.0, 10.0)), "weight of the session prior (tools that followed the session's previous tools elsewhere) in a ranking's scores; `auto`: fitted on the store's sessions, 0 until it helps"),
+    Field("context_weight", "TOOLSELECT_CONTEXT_WEIGHT", _auto_or(_float(0.0, 10.0)), "weight of the previous message (a rank request's `context`) mixed into the query; `auto`: fitted on the store's sessions, 0 until it helps"),
     Field("exemplar_weight", "TOOLSELECT_EXEMPLAR_WEIGHT", _float(0.0, 1000.0), "weight of each learned exemplar vector in its tool's centroid"),
     Field("margin_floor", "TOOLSELECT_MARGIN_FLOOR", _auto_or(_float(0.0, 2.0)), "top-1/top-2 margin at which the ranker's own label is trusted; `auto`: where the probability that the ranker's top-1 is right, calibrated on the teacher's and humans' labels, reaches `TOOLSELECT_FREE_TIER_PRECISION`"),
     Field("free_tier_precision", "TOOLSELECT_FREE_TIER_PRECISION", _float(0.5, 1.0), "calibrated probability of being right the free (ranker) tier needs before it labels a turn"),

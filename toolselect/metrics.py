@@ -211,6 +211,26 @@ class Metrics:
             multiprocess_mode="mostrecent",
             registry=r,
         )
+        self.session_weight = Gauge(
+            "toolselect_session_weight",
+            "Fitted weight of each conversation signal: `prior` (session prior), `context`,"
+            " `companion_share` (least share of a ranked tool's pairs a companion needs; 0: none"
+            " offered)",
+            ["signal"],
+            multiprocess_mode="mostrecent",
+            registry=r,
+        )
+        self.session_fits = Counter(
+            "toolselect_session_fits",
+            "Fits of the conversation signals on the store's sessions, by result",
+            ["result"],
+            registry=r,
+        )
+        self.companions_offered = Counter(
+            "toolselect_companions_offered",
+            "Companion tools answered beside rankings (tools often used with a ranked one)",
+            registry=r,
+        )
         self.teacher_depth = Gauge(
             "toolselect_teacher_depth",
             "Ranked candidates the teacher is shown",

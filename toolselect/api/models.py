@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel
 
 from toolselect.turns import MAX_USED_TOOLS as MAX_USED_TOOLS
-from toolselect.turns import ReportedTurn, turn_problem
+from toolselect.turns import Name, ReportedTurn, turn_problem
 
 # Documented in the schema only: the service enforces these (and its configured limits) with
 # its own messages, so the JSON Schema describes what is accepted without changing errors.
@@ -40,11 +40,45 @@ class RankRequest(_Strict):
     )
     tools: list[str] | None = Field(default=None, description="Rank only these tool names.")
     pack: str | None = Field(default=None, description="Rank only this pack's tools.")
+    session_id: Name | None = Field(
+        default=None,
+        description="The conversation this request belongs to: the tools its last observed "
+        "turn used weigh in as the session prior (at its fitted weight; 0 until it helps).",
+    )
+    previous_tools: list[Name] | None = Field(
+        default=None,
+        description="The tools used earlier in the conversation (most recent turn's); "
+        "overrides what `session_id` would give. At most 64.",
+        json_schema_extra={"maxItems": 64},
+    )
+    context: list[str] | None = Field(
+        default=None,
+        description="The conversation so far, most recent last (at most 50 messages, each "
+        "within the query's size limit). The last one is mixed into the query at its fitted "
+        "weight: 0 (the message alone) until the store's sessions show it helps.",
+        json_schema_extra={"maxItems": 50},
+    )
+    companions: bool | Integer = Field(
+        default=False,
+        description="Also answer up to this many tools often used together with the ranked "
+        "ones (`true`: 2; at most 10), apart in `companions`; none until the store's sessions "
+        "show companions are needed at least as often as the next-ranked tools.",
+    )
 
 
 class RankedTool(_Strict):
     tool: str
     score: float
+
+
+class CompanionTool(BaseModel):
+    # `with` is a Python keyword: the field is `with_`, named `with` on the wire.
+    model_config = ConfigDict(
+        strict=True, extra="forbid", validate_by_name=True, serialize_by_alias=True
+    )
+    tool: str
+    score: float = Field(description="Share of the ranked tool's pairs that include this one.")
+    with_: str = Field(alias="with", description="The ranked tool it is often used with.")
 
 
 class RankResponse(_Strict):
@@ -55,6 +89,9 @@ class RankResponse(_Strict):
     search_id: str | None = Field(
         default=None,
         description="Report it with the turn (`/v1/observe`) so toolselect knows what was shown.",
+    )
+    companions: list[CompanionTool] | None = Field(
+        default=None, description="When asked for: tools often used with the ranked ones."
     )
 
 

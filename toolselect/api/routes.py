@@ -17,6 +17,7 @@ from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
 from toolselect.records import Exemplar, Tool
 from toolselect.service import Service
+from toolselect.service.ranking import DEFAULT_COMPANIONS, Conversation
 from toolselect.turns import turn_problem
 
 # Larger catalogs go in several PUTs; with the default 1 MiB body limit, the body size usually
@@ -48,7 +49,9 @@ async def rank(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_model(request, m.RankRequest)
     started = time.perf_counter()
-    search = await service.ranking.search(body.query, body.k, tools=body.tools, pack=body.pack)
+    search = await service.ranking.search(
+        body.query, body.k, tools=body.tools, pack=body.pack, conversation=conversation_of(body)
+    )
     ranking = search.ranking
     return json_response(
         m.RankResponse(
@@ -57,7 +60,24 @@ async def rank(request: web.Request) -> web.Response:
             embedder=service.ranking.embedder_id,
             took_ms=round((time.perf_counter() - started) * 1e3, 3),
             search_id=search.search_id,
+            companions=[
+                m.CompanionTool(tool=c.tool, score=c.score, with_=c.with_)
+                for c in search.companions
+            ]
+            if body.companions is not False and body.companions != 0
+            else None,
         )
+    )
+
+
+def conversation_of(body: m.RankRequest) -> Conversation:
+    """The request's conversation fields as the ranking facade takes them."""
+    companions = body.companions
+    return Conversation(
+        session_id=body.session_id,
+        previous_tools=tuple(body.previous_tools or ()),
+        context=tuple(body.context or ()),
+        companions=DEFAULT_COMPANIONS if companions is True else int(companions),
     )
 
 

@@ -10,7 +10,7 @@ never waits.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 import numpy as np
@@ -25,7 +25,7 @@ from toolselect.ranker.centroids import (
     checked_weights,
 )
 from toolselect.ranker.records import Group, LabelView, LearnedVector, Ranking, Vector
-from toolselect.ranker.snapshot import EMPTY_SNAPSHOT, Snapshot
+from toolselect.ranker.snapshot import EMPTY_SNAPSHOT, Snapshot, candidate_rows
 from toolselect.records import Tool
 
 
@@ -126,13 +126,23 @@ class CentroidRanker:
         k: int,
         restrict: Collection[str] | None = None,
         pack: str | None = None,
+        prior: Mapping[str, float] | None = None,
+        prior_weight: float = 0.0,
     ) -> Ranking:
         """Top `k` tools by cosine, descending, ties by name.
 
         `restrict` keeps only the named tools (unknown names are ignored; an empty collection
-        leaves nothing); `pack` keeps only that pack's tools; both together intersect.
+        leaves nothing); `pack` keeps only that pack's tools; both together intersect. A
+        `prior` (per tool, in [0, 1]) with a positive `prior_weight` mixes in as
+        `(cosine + weight * prior) / (1 + weight)`.
         """
-        return self._snapshot.rank(query_vec, k, restrict, pack)
+        return self._snapshot.rank(query_vec, k, restrict, pack, prior, prior_weight)
+
+    def allowed(self, restrict: Collection[str] | None, pack: str | None) -> Collection[str]:
+        """The tool names a ranking with this restriction and pack may answer."""
+        snap = self._snapshot
+        rows = candidate_rows(snap, restrict, pack)
+        return snap.rows if rows is None else {snap.names[i] for i in rows.tolist()}
 
     # ---- writing -------------------------------------------------------------------------
 

@@ -53,6 +53,8 @@ class Snapshot:
         k: int,
         restrict: Collection[str] | None = None,
         pack: str | None = None,
+        prior: Mapping[str, float] | None = None,
+        prior_weight: float = 0.0,
     ) -> Ranking:
         """See `CentroidRanker.rank`; a snapshot ranks the same way forever."""
         if k <= 0 or not self.names:
@@ -66,7 +68,10 @@ class Snapshot:
         rows = candidate_rows(self, restrict, pack)
         if rows is not None and rows.size == 0:
             return EMPTY_RANKING
-        return top(scores(self, query, rows), rows, self.names, k)
+        found = scores(self, query, rows)
+        if prior and prior_weight > 0.0:
+            found = with_prior(self, found, rows, prior, prior_weight)
+        return top(found, rows, self.names, k)
 
     def rank_many(
         self,
@@ -124,6 +129,28 @@ def candidate_rows(
         )
         rows = wanted if rows is None else np.intersect1d(rows, wanted, assume_unique=True)
     return rows
+
+
+def with_prior(
+    snap: Snapshot,
+    found: npt.NDArray[np.float32],
+    rows: Rows | None,
+    prior: Mapping[str, float],
+    weight: float,
+) -> npt.NDArray[np.float32]:
+    """`(cosine + weight * prior) / (1 + weight)` per candidate (a prior in [0, 1] keeps the
+    scores in [-1, 1]); tools the prior does not name get 0."""
+    bonus = np.zeros(found.size, dtype=np.float32)
+    at = [snap.rows[name] for name in prior if name in snap.rows]
+    values = np.fromiter((prior[snap.names[i]] for i in at), dtype=np.float32, count=len(at))
+    where = np.asarray(at, dtype=np.intp)
+    if rows is not None:
+        place = np.searchsorted(rows, where)
+        inside = (place < rows.size) & (rows[np.minimum(place, rows.size - 1)] == where)
+        where, values = place[inside], values[inside]
+    bonus[where] = values
+    mixed = (found + np.float32(weight) * bonus) / np.float32(1 + weight)
+    return mixed.astype(np.float32, copy=False)
 
 
 def scores(snap: Snapshot, query: Vector, rows: Rows | None) -> npt.NDArray[np.float32]:

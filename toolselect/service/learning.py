@@ -17,6 +17,7 @@ from toolselect.records import Exemplar, Turn
 from toolselect.service.index import LiveIndex
 from toolselect.service.ranking import RankingFacade
 from toolselect.service.searches import SearchLog
+from toolselect.service.sessions import SessionSignals
 from toolselect.store.buffered import BufferedStore
 from toolselect.store.port import lookup_one
 
@@ -37,6 +38,7 @@ class LearningFacade:
         ranking: RankingFacade,
         clock: Clock,
         searches: SearchLog,
+        sessions: SessionSignals,
         metrics: Metrics,
         *,
         pinned_floor: bool,
@@ -50,6 +52,7 @@ class LearningFacade:
         self._clock = clock
         self._pinned_floor = pinned_floor
         self._searches = searches
+        self._sessions = sessions
         self._metrics = metrics
 
     def observe(
@@ -62,6 +65,10 @@ class LearningFacade:
         turn that used several (`used_tool`, when absent, is the first of them); with
         `search_id` the turn is linked to what that search showed."""
         search_id = turn.get("search_id")
+        session_id = turn.get("session_id")
+        if session_id is not None:
+            used = turn.get("used_tools") or ((used_tool,) if used_tool else ())
+            self._sessions.note(session_id, used)
         if not search_id:
             return self._learner.offer(Observation.of(request, used_tool, turn, at=self._clock()))
         used = labelled_tool(used_tool, turn.get("used_tools"))

@@ -25,6 +25,7 @@ from toolselect.service.index import LiveIndex, Progress
 from toolselect.service.learning import LearningFacade
 from toolselect.service.ranking import RankingFacade
 from toolselect.service.searches import SearchLog
+from toolselect.service.sessions import SessionSignals
 from toolselect.store.buffered import BufferedStore
 from toolselect.store.port import Store
 from toolselect.store.spool import Spool
@@ -73,6 +74,7 @@ class Parts:
     catalog: CatalogFacade
     learning: LearningFacade
     searches: SearchLog
+    sessions: SessionSignals
 
 
 def _tuner(
@@ -168,7 +170,8 @@ def compose(
         clock=clock,
     )
     searches = SearchLog(settings.searches_kept, settings.search_ttl_s)
-    ranking = RankingFacade(settings, index, queries, metrics, searches)
+    sessions = SessionSignals(buffered, queries, ranker, settings, metrics)
+    ranking = RankingFacade(settings, index, queries, metrics, searches, sessions)
     return Parts(
         settings=settings,
         metrics=metrics,
@@ -192,8 +195,10 @@ def compose(
             ranking,
             clock,
             searches,
+            sessions,
             metrics,
             pinned_floor=settings.margin_floor is not None,
         ),
         searches=searches,
+        sessions=sessions,
     )

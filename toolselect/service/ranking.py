@@ -1,7 +1,9 @@
 """The ranking facade: top-k for a request and the PromptKit selection, from the ranker alone.
 
 Ranking never reads the store: a query is embedded (through the recent-vector cache) and ranked
-against the in-memory snapshot the live index keeps.
+against the in-memory snapshot the live index keeps. A request that says where it stands in a
+conversation (`Conversation`) gets the conversation signals at their fitted weights
+(`service/sessions.py`): zero until the store's sessions show they help.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -19,12 +21,33 @@ from toolselect.embed import Embedder
 from toolselect.errors import InvalidInput
 from toolselect.metrics import Metrics
 from toolselect.ranker import Ranking
+from toolselect.ranker.relations import Companion
 from toolselect.records import Tool
 from toolselect.selection import Selection, check_text, choose
 from toolselect.service.index import LiveIndex
 from toolselect.service.searches import SearchLog
+from toolselect.service.sessions import SessionSignals
 
 _CANDIDATE_CACHE_SIZE = 10_000
+MAX_COMPANIONS = 10
+DEFAULT_COMPANIONS = 2  # what `companions: true` asks for
+MAX_CONTEXT_MESSAGES = 50
+MAX_PREVIOUS_TOOLS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """Where a request stands in a conversation: its session, the tools used before it (given,
+    or the session's last turn noted here), the earlier messages (most recent last), and how
+    many companions the caller accepts beside the top k."""
+
+    session_id: str | None = None
+    previous_tools: tuple[str, ...] = ()
+    context: tuple[str, ...] = ()
+    companions: int = 0
+
+
+ALONE = Conversation()
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +56,7 @@ class Search:
 
     ranking: Ranking
     search_id: str
+    companions: tuple[Companion, ...] = field(default=())
 
 
 class RankingFacade:
@@ -45,6 +69,7 @@ class RankingFacade:
         queries: Embedder,
         metrics: Metrics,
         searches: SearchLog,
+        sessions: SessionSignals,
     ) -> None:
         self._settings = settings
         self._ranker = index.ranker
@@ -53,6 +78,7 @@ class RankingFacade:
         self._queries = queries
         self._metrics = metrics
         self._searches = searches
+        self._sessions = sessions
         self._candidate_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @property
@@ -67,6 +93,27 @@ class RankingFacade:
         if not 1 <= k <= self._settings.max_k:
             raise InvalidInput(f"expected {field} in 1..{self._settings.max_k}, got {k}", field)
 
+    def check_conversation(self, conversation: Conversation) -> None:
+        if not 0 <= conversation.companions <= MAX_COMPANIONS:
+            raise InvalidInput(
+                f"expected companions in 0..{MAX_COMPANIONS}, got {conversation.companions}",
+                "companions",
+            )
+        if len(conversation.context) > MAX_CONTEXT_MESSAGES:
+            raise InvalidInput(
+                f"expected at most {MAX_CONTEXT_MESSAGES} context messages, "
+                f"got {len(conversation.context)}",
+                "context",
+            )
+        for i, message in enumerate(conversation.context):
+            self.check_query(message, f"context[{i}]")
+        if len(conversation.previous_tools) > MAX_PREVIOUS_TOOLS:
+            raise InvalidInput(
+                f"expected at most {MAX_PREVIOUS_TOOLS} previous_tools, "
+                f"got {len(conversation.previous_tools)}",
+                "previous_tools",
+            )
+
     async def rank(
         self,
         query: str,
@@ -76,14 +123,53 @@ class RankingFacade:
         pack: str | None = None,
     ) -> Ranking:
         """Top-k tools for `query`, optionally restricted to names and/or a pack."""
+        ranking, _ = await self._rank(query, k, tools, pack, ALONE)
+        return ranking
+
+    async def _rank(
+        self,
+        query: str,
+        k: int,
+        tools: Sequence[str] | None,
+        pack: str | None,
+        conversation: Conversation,
+    ) -> tuple[Ranking, tuple[Companion, ...]]:
         self.check_query(query, "query")
         self.check_k(k)
+        self.check_conversation(conversation)
         self._check_ready()
         started = time.perf_counter()
-        vector = (await self._queries.embed([query]))[0]
-        ranking = self._ranker.rank(vector, k, restrict=tools, pack=pack)
+        weights = self._sessions.weights
+        context = conversation.context[-1:] if weights.context > 0 else ()
+        vectors = await self._queries.embed([query, *context])
+        vector = vectors[0]
+        if context:
+            # Only where the message alone is uncertain (the fitted margin gate).
+            alone = self._ranker.rank(vector, k, restrict=tools, pack=pack)
+            if weights.uses_context(alone.margin):
+                vector = (vector + weights.context * vectors[1]) / (1.0 + weights.context)
+        previous = conversation.previous_tools or self._sessions.previous(conversation.session_id)
+        prior = None
+        if weights.prior > 0 and previous:
+            prior = self._sessions.relations.prior(previous)
+        ranking = self._ranker.rank(
+            vector, k, restrict=tools, pack=pack, prior=prior, prior_weight=weights.prior
+        )
+        companions: tuple[Companion, ...] = ()
+        if conversation.companions and weights.companion_share is not None:
+            allowed = self._ranker.allowed(tools, pack)
+            companions = tuple(
+                self._sessions.relations.companions(
+                    ranking.tools,
+                    conversation.companions,
+                    weights.companion_share,
+                    allowed.__contains__,
+                    previous,
+                )
+            )
+            self._metrics.companions_offered.inc(len(companions))
         self._metrics.rank_latency.observe(time.perf_counter() - started)
-        return ranking
+        return ranking, companions
 
     async def search(
         self,
@@ -92,10 +178,13 @@ class RankingFacade:
         *,
         tools: Sequence[str] | None = None,
         pack: str | None = None,
+        conversation: Conversation = ALONE,
     ) -> Search:
-        """`rank`, remembered under a new search id (what an agent is shown)."""
-        ranking = await self.rank(query, k, tools=tools, pack=pack)
-        return Search(ranking, self._searches.record(ranking.tools, pack))
+        """`rank` with the conversation signals, remembered under a new search id (what an
+        agent is shown: the ranked tools, then the companions)."""
+        ranking, companions = await self._rank(query, k, tools, pack, conversation)
+        shown = (*ranking.tools, *(c.tool for c in companions))
+        return Search(ranking, self._searches.record(shown, pack), companions)
 
     async def select(
         self, text: str, candidates: Sequence[Tool], k: int, *, pack: str | None = None

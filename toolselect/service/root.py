@@ -47,6 +47,7 @@ class Service:
         self.ranking = parts.ranking
         self.catalog = parts.catalog
         self.learning = parts.learning
+        self.sessions = parts.sessions
         self._maintenance: asyncio.Task[None] | None = None
 
     @classmethod
@@ -161,6 +162,8 @@ class Service:
                 if since_poll >= interval:
                     since_poll = 0.0
                     await self.index.refresh()
+                if self.loaded and self.sessions.due():
+                    self.sessions.start_refresh()
                 if failing is not None:
                     log.info("store_recovered", store=self.store.uri)
                 failing = None
@@ -178,6 +181,7 @@ class Service:
             await asyncio.gather(self._maintenance, return_exceptions=True)
         timeout_s = self.settings.shutdown_timeout_s
         await self.catalog.close(timeout_s)
+        await self.sessions.close()
         try:
             await self.learner.close(timeout_s)
             await self.tuner.close()

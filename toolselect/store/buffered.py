@@ -256,6 +256,9 @@ class BufferedStore:
     async def get_turn(self, turn_id: str) -> Turn | None:
         return await self._through("get_turn", lambda: self.inner.get_turn(turn_id))
 
+    async def session_turns(self, limit: int) -> list[Turn]:
+        return await self._through("session_turns", lambda: self.inner.session_turns(limit))
+
     async def exemplars_for_tool(self, tool: str) -> list[Exemplar]:
         return await self._through(
             "exemplars_for_tool", lambda: self.inner.exemplars_for_tool(tool)

@@ -173,6 +173,11 @@ class TurnStore(Protocol):
         """One turn by id."""
         ...
 
+    async def session_turns(self, limit: int) -> list[Turn]:
+        """The `limit` most recently recorded turns that have a session, newest first (by
+        `at`, then id): what the session fit learns the conversation signals from."""
+        ...
+
     async def record_oracle_call(self, call: OracleCall) -> None:
         """Trace one teacher attempt; linked to its turn when `turn_id` is set."""
 

@@ -269,6 +269,10 @@ class Neo4jStore:
         rows = await self._read("get_turn", {"id": turn_id})
         return turn_from_row(rows[0]["turn"], from_db) if rows else None
 
+    async def session_turns(self, limit: int) -> list[Turn]:
+        rows = await self._read("session_turns", {"limit": max(limit, 0)})
+        return [turn_from_row(r["turn"], from_db) for r in rows]
+
     # --- exemplars --------------------------------------------------------------------------
 
     async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:

@@ -317,6 +317,17 @@ class SqliteStore:
 
         return await self._run(work)
 
+    async def session_turns(self, limit: int) -> list[Turn]:
+        def work(conn: sqlite3.Connection) -> list[Turn]:
+            rows = conn.execute(
+                "SELECT * FROM turns WHERE session_id IS NOT NULL "
+                "ORDER BY at DESC, id DESC LIMIT ?",
+                (max(limit, 0),),
+            )
+            return [turn_from_row(dict(row), dt) for row in rows]
+
+        return await self._run(work)
+
     # --- exemplars ------------------------------------------------------------------------
 
     async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:

@@ -1,0 +1,185 @@
+"""The conversation signals a ranking may use: the session prior, the context and companions.
+
+`SessionSignals` holds, in memory, what a ranking reads without touching the store: the tool
+relations (the store's `tool_pairs` and `tool_transitions` counts), each recent session's last
+tools (noted as turns are observed, so a rank request may give just its `session_id`), and the
+weights fitted on the store's sessions (`learn/session_fit.py`). `refresh` reads the store,
+embeds what it has not embedded before and fits on a worker thread; the service's upkeep calls
+it when new session turns arrived and the refit interval passed. Until a fit shows a signal
+helps, its weight is zero and a ranking is the message alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Protocol
+
+import numpy as np
+import structlog
+
+from toolselect.config import Settings
+from toolselect.embed import Embedder
+from toolselect.learn.session_fit import SessionFit, SessionWeights, fit_sessions
+from toolselect.metrics import Metrics
+from toolselect.ranker import CentroidRanker
+from toolselect.ranker.relations import EMPTY_RELATIONS, Relations
+from toolselect.records import AnalyticsResult, Turn
+
+log = structlog.get_logger("toolselect.sessions")
+
+_EMBED_CHUNK = 256
+# A burst of new session turns (a tenth of what the last fit saw, at least this many) refits
+# before the interval is over, so a fresh store starts using its sessions early.
+_GROWTH_FLOOR = 20
+
+
+class SessionSource(Protocol):
+    """What the signals read from the store."""
+
+    async def session_turns(self, limit: int) -> list[Turn]: ...
+
+    async def analytics(self, name: str) -> AnalyticsResult: ...
+
+
+class SessionSignals:
+    """Relations, recent sessions and fitted weights (thread-safe to note and read)."""
+
+    def __init__(
+        self,
+        store: SessionSource,
+        queries: Embedder,
+        ranker: CentroidRanker,
+        settings: Settings,
+        metrics: Metrics,
+    ) -> None:
+        self._store = store
+        self._queries = queries
+        self._ranker = ranker
+        self._settings = settings
+        self._metrics = metrics
+        self.relations: Relations = EMPTY_RELATIONS
+        self.fit = SessionFit()
+        self._recent: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._noted = 0  # session turns noted since the last refresh
+        self._refreshed_at = float("-inf")
+        self._vectors: dict[str, np.ndarray] = {}  # request vectors of the last fit's turns
+        self._fitted_on: tuple[str, ...] = ()
+        self._task: asyncio.Task[SessionFit] | None = None
+        self._publish()
+
+    @property
+    def weights(self) -> SessionWeights:
+        """The fitted weights, with the pinned ones (settings) in their place."""
+        fitted = self.fit.weights
+        s = self._settings
+        return replace(
+            fitted,
+            prior=fitted.prior if s.session_prior_weight is None else s.session_prior_weight,
+            context=fitted.context if s.context_weight is None else s.context_weight,
+        )
+
+    # ---- the observe side ----------------------------------------------------------------
+
+    def note(self, session_id: str | None, tools: Sequence[str]) -> None:
+        """A turn of `session_id` used `tools`: its session's previous tools from now on."""
+        kept = self._settings.sessions_kept
+        if session_id is None or kept <= 0:
+            return
+        with self._lock:
+            self._recent[session_id] = tuple(tools)
+            self._recent.move_to_end(session_id)
+            while len(self._recent) > kept:
+                self._recent.popitem(last=False)
+            self._noted += 1
+
+    def previous(self, session_id: str | None) -> tuple[str, ...]:
+        """The tools of the session's last turn noted here (none when unknown)."""
+        if session_id is None:
+            return ()
+        with self._lock:
+            return self._recent.get(session_id, ())
+
+    # ---- refits ---------------------------------------------------------------------------
+
+    def due(self) -> bool:
+        """Whether the upkeep should start a refresh now."""
+        if self._task is not None and not self._task.done():
+            return False
+        since = time.monotonic() - self._refreshed_at
+        if since >= self._settings.session_refit_s:
+            return True
+        return self._noted >= max(_GROWTH_FLOOR, self.fit.turns // 10) and since >= 1.0
+
+    def start_refresh(self) -> None:
+        """`refresh` in the background (one at a time); failures are logged, not raised."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self.refresh(), name="toolselect-session-fit")
+            self._task.add_done_callback(_log_failure)
+
+    async def refresh(self) -> SessionFit:
+        """Read the relations and the recent session turns, and refit when the turns changed."""
+        self._refreshed_at = time.monotonic()
+        with self._lock:
+            self._noted = 0
+        pairs = await self._store.analytics("tool_pairs")
+        steps = await self._store.analytics("tool_transitions")
+        self.relations = Relations(
+            {(a, b): n for a, b, n in pairs.rows}, {(s, d): n for s, d, n, _ in steps.rows}
+        )
+        limit = self._settings.session_fit_turns
+        turns = await self._store.session_turns(limit) if limit > 0 else []
+        ids = tuple(t.id for t in turns)
+        if ids != self._fitted_on or not turns:
+            self.fit = await self._fit(turns)
+            self._fitted_on = ids
+            self._metrics.session_fits.labels(self.fit.reason.split(" ")[0]).inc()
+            log.info(
+                "session_fit",
+                turns=self.fit.turns,
+                follow_ups=self.fit.follow_ups,
+                prior=self.fit.weights.prior,
+                context=self.fit.weights.context,
+                companion_share=self.fit.weights.companion_share,
+                reason=self.fit.reason,
+            )
+        self._publish()
+        return self.fit
+
+    async def _fit(self, turns: list[Turn]) -> SessionFit:
+        if not turns:
+            return SessionFit()
+        missing = [t for t in turns if t.id not in self._vectors]
+        for start in range(0, len(missing), _EMBED_CHUNK):
+            chunk = missing[start : start + _EMBED_CHUNK]
+            vectors = await self._queries.embed([t.request for t in chunk])
+            for turn, vector in zip(chunk, vectors, strict=True):
+                self._vectors[turn.id] = np.asarray(vector, dtype=np.float32)
+        self._vectors = {t.id: self._vectors[t.id] for t in turns}
+        matrix = np.vstack([self._vectors[t.id] for t in turns])
+        snapshot = self._ranker.snapshot
+        return await asyncio.to_thread(
+            fit_sessions, turns, matrix, np.asarray(snapshot.matrix), snapshot.names
+        )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _publish(self) -> None:
+        w = self.weights
+        gauge = self._metrics.session_weight
+        gauge.labels("prior").set(w.prior)
+        gauge.labels("context").set(w.context)
+        gauge.labels("companion_share").set(w.companion_share or 0.0)
+
+
+def _log_failure(task: asyncio.Task[SessionFit]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("session_fit_failed", error=str(task.exception()))
