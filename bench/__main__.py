@@ -1,6 +1,7 @@
-"""`python -m bench [accuracy|learning|agent|perf|report|all]` (see bench/README.md).
+"""`python -m bench [accuracy|learning|agent|conversations|perf|report|all]` (see
+bench/README.md).
 
-`all` runs accuracy, learning, agent and perf (`bench.perf` in a subprocess) side by side in one
+`all` runs accuracy, learning, agent, conversations and perf (`bench.perf` in a subprocess) side by side in one
 run, then regenerates BENCHMARKS.md from scratch.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from bench import RESULTS, ROOT
 
-STAGES = ("accuracy", "learning", "agent", "perf", "report", "all")
+STAGES = ("accuracy", "learning", "agent", "conversations", "perf", "report", "all")
 
 
 def _write(name: str, result: dict[str, Any]) -> None:
@@ -82,6 +83,21 @@ def agent() -> None:
     print(f"agent: done in {result['took_s']:.0f} s", flush=True)
 
 
+def conversations() -> None:
+    from bench import conversations as stage
+    from bench.cache import Encoders
+    from bench.multiturn_data import load
+    from bench.perf.machine import stage_machine
+
+    print("conversations: hybrid, hashing", flush=True)
+    info = stage_machine()
+    result = stage.run(load(), Encoders())
+    result["machine"] = info
+    result["loadavg_end"] = list(os.getloadavg())
+    _write("conversations.json", result)
+    print(f"conversations: done in {result['took_s']:.0f} s", flush=True)
+
+
 def perf() -> None:
     print("perf: python -m bench.perf", flush=True)
     subprocess.run([sys.executable, "-m", "bench.perf"], cwd=ROOT, check=True)
@@ -114,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         learning()
     if args.stage in ("agent", "all"):
         agent()
+    if args.stage in ("conversations", "all"):
+        conversations()
     if args.stage == "perf" or (args.stage == "all" and not args.skip_perf):
         perf()
     if args.stage in ("report", "all"):

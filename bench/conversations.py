@@ -142,7 +142,9 @@ async def run_embedder(
         if t.answers_unanswered
     ]
     started = time.perf_counter()
-    async with bench_service(data.tools, embedder, kind, weight, _NO_TEACHER, oracle="off") as service:
+    async with bench_service(
+        data.tools, embedder, kind, weight, _NO_TEACHER, oracle="off"
+    ) as service:
         before = await _rank_held(service, held, ["message alone"])
         observed = 0
         for conversation in traffic:
@@ -306,6 +308,58 @@ def sensitivity_table(result: dict[str, Any]) -> str:
                          f"{r['held']['all']['all_shown']:.1%}", f"{r['held']['all']['top1']:.1%}",
                          f"{s['share5']:.1%}"])  # fmt: skip
     return table(header, rows, "llrrrr")
+
+
+def section(result: dict[str, Any]) -> str:
+    """The "Conversations" section of BENCHMARKS.md."""
+    from bench.report_table import prose
+
+    fits = []
+    targets = []
+    for m in result["methods"]:
+        w = m["runs"][0]["fit"]
+        share = "none" if w["companion_share"] is None else f"{w['companion_share']:g}"
+        fits.append(f"{m['method']}: prior {w['prior']:g}, context {w['context']:g}, "
+                    f"companions from share {share}")  # fmt: skip
+        before, after = m["before"], m["after"]
+        best, alone = after["all signals"], after["message alone"]
+        ceiling = after["ceiling"]["all"]["all_shown"] - alone["all"]["all_shown"]
+        gain = best["all"]["all_shown"] - alone["all"]["all_shown"]
+        targets += [
+            f"- {m['method']}: all@5 (shown) {100 * best['all']['all_shown']:.1f}% with "
+            f"{best['all']['shown']:.1f} tools shown (k + 2 = {K + COMPANIONS} at most): "
+            f"+{100 * (best['all']['all_shown'] - before['all']['all_shown']):.1f} points over the "
+            f"message alone before the traffic, +{100 * gain:.1f} over the message alone after it "
+            f"(target +10; the ceiling of k + 2 tools after it is +{100 * ceiling:.1f}: "
+            f"{gain / ceiling:.0%} of it); top 7 gives {100 * after['top 7']['all']['all_shown']:.1f}%",
+            f"- {m['method']}: follow-ups share@5 {100 * best['follow_up']['share5']:.1f}% with "
+            f"every signal against {100 * alone['follow_up']['share5']:.1f}% alone (target: no "
+            f"lower; +3 where the fitted context weight is above 0: it is {w['context']:g})",
+        ]  # fmt: skip
+    lat = result["latency"]
+    t = lat["timings"]
+    first = result["methods"][0]
+    return prose(
+        "report",
+        "conversations",
+        traffic=f"{first['traffic_conversations']:.0f}",
+        held=f"{first['held_turns']:.0f}",
+        companions=result["companions"],
+        repeats=result["repeats"],
+        table=stage_table(result),
+        fits="; ".join(fits),
+        sensitivity=sensitivity_table(result),
+        targets="\n".join(targets),
+        tools=lat["tools"],
+        rounds=lat["rounds"],
+        pairs=lat["relations"]["pairs"],
+        transitions=lat["relations"]["transitions"],
+        alone_p50=f"{t['message alone']['p50_ms']:.3f}",
+        signals_p50=f"{t['prior + companions']['p50_ms']:.3f}",
+        delta_p50=f"{lat['p50_delta_ms']:.3f}",
+        alone_p90=f"{t['message alone']['p90_ms']:.3f}",
+        signals_p90=f"{t['prior + companions']['p90_ms']:.3f}",
+    )
 
 
 def _average(values: Sequence[Any]) -> Any:

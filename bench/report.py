@@ -75,6 +75,11 @@ def render() -> str:
     agent = load("agent.json")
     if agent is not None:
         parts.append(_agent(agent))
+    talks = load("conversations.json")
+    if talks is not None:
+        from bench.conversations import section
+
+        parts.append(section(talks))
     if perf_md.is_file():
         # The generated tables, then the prose that reads them (hand-written, kept out of the
         # generator so re-rendering never touches it).

@@ -120,7 +120,7 @@ class Settings:
     search_ttl_s: float = 3600.0
     searches_kept: int = 100_000
     sessions_kept: int = 10_000
-    session_fit_turns: int = 5_000
+    session_fit_turns: int = 2_000
     session_refit_s: float = 300.0
     session_prior_weight: float | None = None  # None: fitted on the store's sessions
     context_weight: float | None = None  # None: fitted on the store's sessions
@@ -160,6 +160,9 @@ class Settings:
     shutdown_timeout_s: float = 10.0
     api_keys: tuple[str, ...] = ()
     metrics_auth: bool = False
+    tenant_rps: float = 0.0  # 0: no limit
+    tenant_burst: int = 0  # 0: one second's worth
+    global_rps: float = 0.0  # 0: no limit
     log_level: str = "info"
     log_format: str = "auto"
 
@@ -278,7 +281,7 @@ FIELDS: tuple[Field, ...] = (
     Field("search_ttl_s", "TOOLSELECT_SEARCH_TTL", _float(1.0, 7 * 86400.0), "seconds a `search_id` is remembered, so a turn reported with it is linked to what was shown"),
     Field("searches_kept", "TOOLSELECT_SEARCHES_KEPT", _int(0, 10_000_000), "search ids remembered at once (oldest forgotten first; about 200 bytes each plus the shown names); 0 turns the linking off"),
     Field("sessions_kept", "TOOLSELECT_SESSIONS_KEPT", _int(0, 10_000_000), "sessions whose last turn's tools are remembered in memory, so a ranking given only its `session_id` gets the session prior (oldest forgotten first); 0 turns it off"),
-    Field("session_fit_turns", "TOOLSELECT_SESSION_FIT_TURNS", _int(0, 1_000_000), "most recent session turns the conversation signals (session prior, context, companions) are fitted on; 0: never fitted, every signal off unless pinned"),
+    Field("session_fit_turns", "TOOLSELECT_SESSION_FIT_TURNS", _int(0, 1_000_000), "most recent session turns the conversation signals (session prior, context, companions) are fitted on (their request vectors are kept between fits: about 10 KB a turn with `hybrid`); 0: never fitted, every signal off unless pinned"),
     Field("session_refit_s", "TOOLSELECT_SESSION_REFIT_INTERVAL", _float(1.0, 86400.0), "seconds between refits of the conversation signals while new session turns arrive (this process's, or any replica's, seen through the store)"),
     Field("session_prior_weight", "TOOLSELECT_SESSION_PRIOR_WEIGHT", _auto_or(_float(0.0, 10.0)), "weight of the session prior (tools that followed the session's previous tools elsewhere) in a ranking's scores; `auto`: fitted on the store's sessions, 0 until it helps"),
     Field("context_weight", "TOOLSELECT_CONTEXT_WEIGHT", _auto_or(_float(0.0, 10.0)), "weight of the previous message (a rank request's `context`) mixed into the query; `auto`: fitted on the store's sessions, 0 until it helps"),
@@ -317,8 +320,11 @@ FIELDS: tuple[Field, ...] = (
     Field("request_timeout_s", "TOOLSELECT_REQUEST_TIMEOUT", _float(0.01, 3600.0), "seconds a request may take (`PUT /v1/tools`: see the next)"),
     Field("import_timeout_per_tool_s", "TOOLSELECT_IMPORT_TIMEOUT_PER_TOOL", _float(0.0, 60.0), "seconds `PUT /v1/tools` may take per tool, on top of `TOOLSELECT_REQUEST_TIMEOUT`; the clock also restarts after every batch of tools embedded, so an import that keeps working is not cut off"),
     Field("shutdown_timeout_s", "TOOLSELECT_SHUTDOWN_TIMEOUT", _float(0.0, 3600.0), "seconds to drain on shutdown"),
-    Field("api_keys", "TOOLSELECT_API_KEYS", _names, "comma list of API keys, or `@FILE` (one key a line); set: `/v1/*` needs `Authorization: Bearer`"),
-    Field("metrics_auth", "TOOLSELECT_METRICS_AUTH", _bool, "require an API key on `/metrics` too"),
+    Field("api_keys", "TOOLSELECT_API_KEYS", _names, "comma list of API keys, or `@FILE` (one key a line): `admin` keys of tenant `default`, never stored; with these or any key made by `toolselect keys create`, `/v1/*` needs `Authorization: Bearer` (README, Operating for several teams)"),
+    Field("metrics_auth", "TOOLSELECT_METRICS_AUTH", _bool, "require an `admin` key on `/metrics` too (when keys are on)"),
+    Field("tenant_rps", "TOOLSELECT_TENANT_RPS", _float(0.0, 1_000_000.0), "`/v1/*` requests per second each tenant may send to one process (a token bucket in its memory), beyond them `429 rate_limited` with `Retry-After`; 0: no limit"),
+    Field("tenant_burst", "TOOLSELECT_TENANT_BURST", _int(0, 1_000_000), "requests a tenant may send at once before `TOOLSELECT_TENANT_RPS` paces it (the bucket's size); 0: one second's worth (at least 1)"),
+    Field("global_rps", "TOOLSELECT_GLOBAL_RPS", _float(0.0, 1_000_000.0), "`/v1/*` requests per second one process takes from all tenants together (one second's worth at once), beyond them `429 rate_limited`; 0: no limit"),
     Field("log_level", "TOOLSELECT_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "log level"),
     Field("log_format", "TOOLSELECT_LOG_FORMAT", _choice("auto", "json", "console"), "`auto`: JSON unless stdout is a terminal"),
 )  # fmt: skip

@@ -31,10 +31,12 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from toolselect.analytics import registry
+from toolselect.api.models import Companions, CompanionTool
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput, NotFound, ToolselectError
 from toolselect.records import Tool
 from toolselect.service import Service
+from toolselect.service.ranking import Conversation
 from toolselect.turns import Name, Outcome, ReportedTurn, UsedTools, turn_problem
 
 log = structlog.get_logger("toolselect.mcp")
@@ -71,6 +73,9 @@ class SearchResult(BaseModel):
     embedder: str
     search_id: str = Field(
         description="Pass it to report_turn with the turn, so toolselect knows what was shown."
+    )
+    companions: list[CompanionTool] | None = Field(
+        default=None, description="When asked for: tools often used with the ranked ones."
     )
 
 
@@ -114,12 +119,36 @@ async def search_tools(
     pack: Annotated[
         str | None, Field(description="Only tools of this pack (a catalog subset).")
     ] = None,
+    session_id: Annotated[
+        Name | None, Field(description="The conversation (the one report_turn names).")
+    ] = None,
+    previous_tools: Annotated[
+        list[Name] | None,
+        Field(description="Tools used earlier in the conversation (else the session's last)."),
+    ] = None,
+    context: Annotated[
+        list[str] | None,
+        Field(description="Earlier messages of the conversation, most recent last (<= 50)."),
+    ] = None,
+    companions: Annotated[
+        Companions,
+        Field(description="Also tools often used with the ranked ones (true: 2; 0..10)."),
+    ] = 0,
 ) -> SearchResult:
     """Rank the tool catalog for a request: the k most relevant tools, best first, each with
-    its score, description and input schema, and the search_id to pass to report_turn."""
+    its score, description and input schema, and the search_id to pass to report_turn. The
+    conversation (session_id, previous_tools, context) weighs in as far as toolselect's
+    stored sessions show it helps; companions are answered apart, each with the tool it goes
+    with."""
     service = _service(ctx)
+    conversation = Conversation(
+        session_id=session_id,
+        previous_tools=tuple(previous_tools or ()),
+        context=tuple(context or ()),
+        companions=companions,
+    )
     try:
-        search = await service.ranking.search(query, k, pack=pack)
+        search = await service.ranking.search(query, k, pack=pack, conversation=conversation)
     except ToolselectError as exc:
         raise _tool_error(exc) from exc
     ranking = search.ranking
@@ -134,11 +163,13 @@ async def search_tools(
                 inputSchema=_schema(tool),
             )
         )
+    listed = [CompanionTool(tool=c.tool, score=c.score, with_=c.with_) for c in search.companions]
     return SearchResult(
         tools=found,
         margin=ranking.margin,
         embedder=service.ranking.embedder_id,
         search_id=search.search_id,
+        companions=listed if companions else None,
     )
 
 
@@ -246,22 +277,24 @@ def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def build_server(settings: Settings) -> ToolselectMCP:
-    """The MCP server; its lifespan starts a `Service` on `settings` and closes it at the end."""
+def build_server(settings: Settings, service: Service | None = None) -> ToolselectMCP:
+    """The MCP server; its lifespan starts a `Service` on `settings` and closes it at the end,
+    or serves a started `service` its caller closes (as `create_app(service)` does)."""
     running = _Running()
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[Service]) -> AsyncIterator[Service]:
         # An unreachable store does not stop the start (a host would see a dead server):
         # tools answer `not ready` until the background connect succeeds.
-        service = await Service.start(settings, wait_for_store=True)
-        running.service = service
+        current = service or await Service.start(settings, wait_for_store=True)
+        running.service = current
         try:
-            yield service
+            yield current
         finally:
             running.service = None
-            await service.close()
-            log.info("mcp_service_closed")
+            if service is None:
+                await current.close()
+                log.info("mcp_service_closed")
 
     server = ToolselectMCP(
         SERVER_NAME,

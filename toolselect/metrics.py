@@ -42,6 +42,14 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        # Labelled by tenant id and limit: never by key (a key appears in no label).
+        self.rate_limited = Counter(
+            "toolselect_rate_limited",
+            "Requests refused `429 rate_limited`, by tenant and by limit: `tenant` "
+            "(TOOLSELECT_TENANT_RPS) or `global` (TOOLSELECT_GLOBAL_RPS)",
+            ["tenant", "scope"],
+            registry=r,
+        )
         self.http_inflight = Gauge(
             "toolselect_http_inflight",
             "Requests in flight",

@@ -39,6 +39,8 @@ Outcome = Literal["ok", "error", "corrected"]
 # replica or pack).
 SearchStatus = Literal["shown", "not_shown", "unknown", "other_pack"]
 OracleResult = Literal["labeled", "declined", "limit_reached", "error"]
+# What an API key may do, weakest first (`toolselect.keys` holds the route table).
+Role = Literal["agent", "editor", "admin"]
 
 
 def canonical_json(value: Any) -> str:
@@ -208,6 +210,26 @@ class AnalyticsResult:
     name: str
     columns: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """An API key as stored: never the key itself, only its SHA-256 (`hash`, hex) and the first
+    characters to recognise it by (`prefix`). It belongs to one tenant and has one role; a
+    revoked key (`revoked_at` set) is kept, and refused (`toolselect.keys`)."""
+
+    id: str
+    hash: str
+    prefix: str
+    tenant: str
+    role: Role
+    created_at: datetime
+    name: str | None = None
+    revoked_at: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
 
 
 @dataclass(frozen=True, slots=True)

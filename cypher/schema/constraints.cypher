@@ -15,3 +15,6 @@ CREATE CONSTRAINT tombstone_query_key IF NOT EXISTS
 CREATE CONSTRAINT oracle_call_id IF NOT EXISTS FOR (c:OracleCall) REQUIRE c.id IS UNIQUE;
 CREATE CONSTRAINT meta_key IF NOT EXISTS FOR (m:Meta) REQUIRE m.key IS UNIQUE;
 CREATE CONSTRAINT session_id IF NOT EXISTS FOR (s:Session) REQUIRE s.id IS UNIQUE;
+// API keys: one node per key, unique by id and by the SHA-256 of the key.
+CREATE CONSTRAINT api_key_id IF NOT EXISTS FOR (k:ApiKey) REQUIRE k.id IS UNIQUE;
+CREATE CONSTRAINT api_key_hash IF NOT EXISTS FOR (k:ApiKey) REQUIRE k.hash IS UNIQUE;

@@ -116,6 +116,22 @@ def test_select_thin_client_round_trip(server: str, catalog_env: dict[str, str])
     assert json.loads(remote.stdout)["selected"] == json.loads(local.stdout)["selected"]
 
 
+def test_select_in_process_ignores_the_conversation_fields(catalog_env: dict[str, str]) -> None:
+    """`/v1/select`'s conversation fields reach the in-process selector, which has no sessions:
+    it answers exactly as without them, on the plain path and on the validating one (a float
+    K), even when they are malformed."""
+    expected = run(["select"], catalog_env, stdin=json.dumps(SELECT))
+    assert expected.returncode == 0, expected.stderr
+    conversation = {"session_id": "chat-1", "previous_tools": ["get_weather"],
+                    "context": ["will it rain?"], "companions": True}  # fmt: skip
+    malformed = {"session_id": 7, "previous_tools": "x", "context": [None], "companions": "lots"}
+    converted = {**SELECT, "query": {**SELECT["query"], "K": 2.0}}
+    for payload in ({**SELECT, **conversation}, {**converted, **malformed}):
+        done = run(["select"], catalog_env, stdin=json.dumps(payload))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == expected.stdout
+
+
 def test_thin_client_imports_nothing_heavy(server: str, catalog_env: dict[str, str]) -> None:
     """The --url path never imports numpy, scikit-learn, the drivers or the SDKs."""
     code = (

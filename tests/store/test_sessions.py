@@ -146,3 +146,25 @@ async def test_retention_keeps_each_tools_top_counts(store_factory: StoreFactory
     # bd 1, ca 1, cd 1, db 1. Each tool keeps its top one, ties by the other tool's name.
     assert pairs == {("a", "b"): 2, ("a", "c"): 1, ("a", "d"): 1}
     assert steps == {("a", "a"): 2, ("b", "a"): 2, ("c", "a"): 1, ("d", "b"): 1}
+
+
+async def test_session_turns_are_the_most_recent_with_a_session(store: Store) -> None:
+    """What the session fit reads: turns with a session, newest first (time, then id), at most
+    `limit`; turns without a session are left out, and all fields come back as recorded."""
+    await catalog(store, "a", "b", "c")
+    await store.record_turns(
+        [
+            turn("t1", 0, "a", "b"),
+            turn("t2", 1, "c"),
+            turn("u1", 2, "a", session=None),
+            turn("x2", 3, "b", session="s2"),
+            turn("x1", 3, "a", session="s2"),
+        ]
+    )
+    newest = await store.session_turns(10)
+    assert [t.id for t in newest] == ["x2", "x1", "t2", "t1"]
+    assert [t.id for t in await store.session_turns(2)] == ["x2", "x1"]
+    assert await store.session_turns(0) == []
+    first = newest[-1]
+    assert (first.session_id, first.used_tool, first.used_tools) == ("s1", "a", ("a", "b"))
+    assert first.at == T0 and first.request == "request t1"

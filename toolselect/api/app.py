@@ -7,7 +7,8 @@ server runs: the service is the app's resource, started by a `cleanup_ctx` when 
 background) and closed when the app stops, after in-flight requests. Background work
 (connecting, flushing the write backlog, polling for other replicas) belongs to the service.
 The dashboard's static files (`/ui`, `api/ui.py`) need no key: they hold no data, and the page
-reads `/v1/*` with the key its user types.
+reads `/v1/*` with the key its user types. The API keys are the service's (`service.keys`, kept
+in step with the store by its upkeep); the rate limits (`LIMITS`) are this app's, in memory.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from toolselect.api.http import SERVICE
-from toolselect.api.middleware import API_KEYS, GATE, Gate, middleware
+from toolselect.api.key_routes import add_key_routes
+from toolselect.api.middleware import GATE, LIMITS, Gate, middleware
 from toolselect.api.routes import add_routes
 from toolselect.api.ui import add_ui_routes
 from toolselect.config import Settings
+from toolselect.keys import RateLimits
 from toolselect.metrics import Metrics
 from toolselect.service import Service
 
@@ -29,8 +32,9 @@ def _app(settings: Settings) -> web.Application:
     """Routes and the middleware on these settings; `app[SERVICE]` is the caller's to set."""
     app = web.Application(middlewares=[middleware], client_max_size=settings.max_body_bytes)
     app[GATE] = Gate(settings.max_concurrency)
-    app[API_KEYS] = tuple(key.encode() for key in settings.api_keys)
+    app[LIMITS] = RateLimits(settings.tenant_rps, settings.tenant_burst, settings.global_rps)
     add_routes(app)
+    add_key_routes(app)
     add_ui_routes(app)
     return app
 

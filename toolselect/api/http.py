@@ -13,11 +13,16 @@ from pydantic import BaseModel, ValidationError
 
 from toolselect.api.errors import HttpError
 from toolselect.api.validation import rejection
+from toolselect.keys import Caller
 from toolselect.service import Service
 
 SERVICE = web.AppKey("service", Service)
 # The request's time limit, for a handler that knows its work is larger (an import) to move.
 DEADLINE = web.RequestKey("deadline", asyncio.Timeout)
+# Who the request acts as (tenant, role, key id): set by the middleware on every `/v1/*`
+# request it lets through (`request[CALLER]`); `Caller("default", "admin", None)` while no key
+# exists at all. Routes that need no key (health, `/openapi.json`, the dashboard) have none.
+CALLER = web.RequestKey("caller", Caller)
 M = TypeVar("M", bound=BaseModel)
 
 

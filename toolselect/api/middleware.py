@@ -1,16 +1,19 @@
-"""The one middleware: request id, API keys, concurrency limit, time limit, error model, metrics.
+"""The one middleware: request id, API keys, limits, concurrency, time limit, error model, metrics.
 
-Outermost first: bind a request id; `401 unauthorized` on `/v1/*` when keys are configured;
-`503 overloaded` beyond `max_concurrency`; a per-request timeout (which `PUT /v1/tools` moves as
-its import progresses: `DEADLINE`); every error translated into the JSON model; each route
-counted and timed. One function rather than a chain: each layer of aiohttp middleware costs a
-measurable share of a sub-millisecond request.
+Outermost first: bind a request id; resolve the caller (`CALLER`) when keys are on (configured
+or stored: `toolselect.keys`), `401 unauthorized` for a missing, unknown or revoked key,
+`403 forbidden` for a role below the route's (`keys.ROUTE_ROLES`) or another tenant asked for
+by a non-admin key; `429 rate_limited` beyond the tenant's or the process's rate; `503
+overloaded` beyond `max_concurrency`; a per-request timeout (which `PUT /v1/tools` moves as its
+import progresses: `DEADLINE`); every error translated into the JSON model; each route counted
+and timed. One function rather than a chain: each layer of aiohttp middleware costs a
+measurable share of a sub-millisecond request. A key never reaches a log line, a metric label
+or an error message.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -19,8 +22,19 @@ import structlog
 from aiohttp import web
 
 from toolselect.api.errors import HttpError
-from toolselect.api.http import DEADLINE, SERVICE
+from toolselect.api.http import CALLER, DEADLINE, SERVICE
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
+from toolselect.keys import (
+    OPEN_CALLER,
+    TENANT_HEADER,
+    Caller,
+    KeyRegistry,
+    RateLimits,
+    allows,
+    bearer_token,
+    check_tenant,
+    required_role,
+)
 
 log = structlog.get_logger("toolselect.api")
 
@@ -29,11 +43,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 
-def _route_name(request: web.Request) -> str:
+def _route(request: web.Request) -> str | None:
+    """The matched route as aiohttp names it (`resource.canonical`); None when none matched."""
     info = request.match_info
     if isinstance(info, web.UrlMappingMatchInfo) and info.route.resource is not None:
         return info.route.resource.canonical
-    return "unmatched"
+    return None
 
 
 def _http_error(exc: web.HTTPException) -> HttpError:
@@ -63,11 +78,12 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
     structlog.contextvars.bind_contextvars(request_id=request_id)
     app = request.app
     service = app[SERVICE]
-    route = _route_name(request)
+    matched = _route(request)
+    route = matched or "unmatched"
     started = time.perf_counter()
     try:
         try:
-            _check_key(request)
+            _authorise(request, matched)
             response = await _gated(request, handler)
         except HttpError as exc:
             response = exc.response()
@@ -104,40 +120,108 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         structlog.contextvars.unbind_contextvars("request_id")
 
 
-def _authorised(header: str, keys: tuple[bytes, ...]) -> bool:
-    """Constant-time check of `Bearer <key>` against every configured key (all are compared,
-    so the time taken says nothing about which key nearly matched)."""
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        return False
-    given = token.strip().encode()
-    matched = False
-    for key in keys:
-        matched |= hmac.compare_digest(given, key)
-    return matched
-
-
-API_KEYS = web.AppKey("api_keys", tuple[bytes, ...])
-
-
-def _check_key(request: web.Request) -> None:
-    """With API keys configured, `/v1/*` (and `/metrics` if asked) need a bearer key."""
-    keys = request.app[API_KEYS]
-    if not keys:
-        return
-    path = request.path
-    guarded = path.startswith("/v1/") or (
-        path == "/metrics" and request.app[SERVICE].settings.metrics_auth
+def _unauthorized(message: str) -> HttpError:
+    return HttpError(
+        401, "unauthorized", message, "Authorization", headers={"WWW-Authenticate": "Bearer"}
     )
-    if guarded and not _authorised(request.headers.get("Authorization", ""), keys):
-        request.app[SERVICE].metrics.http_rejected.labels("unauthorized").inc()
+
+
+def _caller(request: web.Request, keys: KeyRegistry) -> Caller:
+    """The key's caller; `OPEN_CALLER` while no key exists at all. Until the stored keys were
+    read once (the store down since start) a key not configured cannot be checked: `503`."""
+    token = bearer_token(request.headers.get("Authorization"))
+    caller = None if token is None else keys.resolve(token)
+    if caller is not None:
+        return caller
+    if token is not None and not keys.loaded:
         raise HttpError(
-            401,
-            "unauthorized",
-            "expected Authorization: Bearer <API key>",
-            "Authorization",
-            headers={"WWW-Authenticate": "Bearer"},
+            503,
+            "not_ready",
+            "API keys not loaded yet: the store has not answered since start",
+            headers={"Retry-After": "1"},
         )
+    if not keys.enabled:
+        return OPEN_CALLER
+    if token is None:
+        raise _unauthorized("expected Authorization: Bearer <API key>")
+    raise _unauthorized("unknown or revoked API key (Authorization: Bearer <API key>)")
+
+
+def _acting_as(request: web.Request, caller: Caller) -> Caller:
+    """The caller on the tenant `X-Toolselect-Tenant` names: only an admin may name another."""
+    wanted = request.headers.get(TENANT_HEADER)
+    if wanted is None or wanted == caller.tenant:
+        return caller
+    try:
+        tenant = check_tenant(wanted, TENANT_HEADER)
+    except InvalidInput:
+        raise InvalidInput(
+            f"expected {TENANT_HEADER} to be a tenant id (lower-case letters, digits, _ and -, "
+            "1..63 characters, starting with a letter or digit)",
+            TENANT_HEADER,
+        ) from None
+    if caller.role != "admin":
+        request.app[SERVICE].metrics.http_rejected.labels("forbidden").inc()
+        raise HttpError(
+            403,
+            "forbidden",
+            f"expected an admin key to act on another tenant, got a {caller.role} key of "
+            f"tenant {caller.tenant!r} asking for {tenant!r}",
+            TENANT_HEADER,
+        )
+    return Caller(tenant, caller.role, caller.key_id)
+
+
+def _authorise(request: web.Request, route: str | None) -> None:
+    """Put the caller on the request where a role is needed (`/v1/*`, and `/metrics` if
+    asked): 401/403 as the module docstring says, then the rate limits of `/v1/*` (429)."""
+    service = request.app[SERVICE]
+    needed = required_role(
+        request.method, route, request.path, metrics_auth=service.settings.metrics_auth
+    )
+    if needed is None:
+        return
+    try:
+        caller = _caller(request, service.keys)
+    except HttpError as exc:
+        if exc.status == 401:
+            service.metrics.http_rejected.labels("unauthorized").inc()
+        raise
+    if not allows(caller.role, needed):
+        service.metrics.http_rejected.labels("forbidden").inc()
+        raise HttpError(
+            403,
+            "forbidden",
+            f"expected a key of role {needed} or above for {request.method} {route}, "
+            f"got role {caller.role}",
+        )
+    caller = _acting_as(request, caller)
+    request[CALLER] = caller
+    if request.path.startswith("/v1/"):
+        _limit(request, caller.tenant)
+
+
+def _limit(request: web.Request, tenant: str) -> None:
+    """`429 rate_limited` with `Retry-After` beyond the tenant's or the process's rate."""
+    limits = request.app[LIMITS]
+    if not limits.enabled:
+        return
+    refused = limits.admit(tenant, time.monotonic())
+    if refused is None:
+        return
+    metrics = request.app[SERVICE].metrics
+    metrics.rate_limited.labels(tenant, refused.scope).inc()
+    metrics.http_rejected.labels("rate_limited").inc()
+    if refused.scope == "tenant":
+        message = f"tenant {tenant!r} sent more than {limits.tenant_rps:g} requests per second"
+    else:
+        message = f"more than {limits.global_rps:g} requests per second in all"
+    raise HttpError(
+        429, "rate_limited", message, headers={"Retry-After": str(refused.retry_after_s)}
+    )
+
+
+LIMITS = web.AppKey("rate_limits", RateLimits)
 
 
 class Gate:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel, WithJsonSchema
 
 from toolselect.turns import MAX_USED_TOOLS as MAX_USED_TOOLS
 from toolselect.turns import Name, ReportedTurn, turn_problem
@@ -22,6 +22,25 @@ def _integral(value: Any) -> Any:
 
 
 Integer = Annotated[int, BeforeValidator(_integral)]
+
+# `companions: true` asks for this many.
+DEFAULT_COMPANIONS = 2
+
+
+def _companions(value: Any) -> Any:
+    """`true` -> DEFAULT_COMPANIONS, `false` -> 0, else the number (one error field either way)."""
+    if isinstance(value, bool):
+        return DEFAULT_COMPANIONS if value else 0
+    return _integral(value)
+
+
+Companions = Annotated[
+    int,
+    BeforeValidator(_companions),
+    WithJsonSchema(
+        {"oneOf": [{"type": "boolean"}, {"type": "integer", "minimum": 0, "maximum": 10}]}
+    ),
+]
 
 
 class _Strict(BaseModel):
@@ -58,11 +77,11 @@ class RankRequest(_Strict):
         "weight: 0 (the message alone) until the store's sessions show it helps.",
         json_schema_extra={"maxItems": 50},
     )
-    companions: bool | Integer = Field(
-        default=False,
+    companions: Companions = Field(
+        default=0,
         description="Also answer up to this many tools often used together with the ranked "
         "ones (`true`: 2; at most 10), apart in `companions`; none until the store's sessions "
-        "show companions are needed at least as often as the next-ranked tools.",
+        "show companions are needed more often than the next-ranked tools.",
     )
 
 
@@ -120,15 +139,40 @@ class PromptKitCandidate(BaseModel):
 
 
 class SelectRequest(BaseModel):
+    """PromptKit's payload, with `/v1/rank`'s optional conversation fields beside it (the
+    exec selector, `toolselect select`, accepts and ignores them)."""
+
     model_config = ConfigDict(strict=True, extra="ignore")
     query: PromptKitQuery
     candidates: list[PromptKitCandidate]
+    session_id: Name | None = Field(
+        default=None, description="As in `/v1/rank`: the session prior's conversation."
+    )
+    previous_tools: list[Name] | None = Field(
+        default=None,
+        description="As in `/v1/rank`: the tools used earlier in the conversation. At most 64.",
+        json_schema_extra={"maxItems": 64},
+    )
+    context: list[str] | None = Field(
+        default=None,
+        description="As in `/v1/rank`: the conversation so far, most recent last (at most 50 "
+        "messages, each within the query's size limit).",
+        json_schema_extra={"maxItems": 50},
+    )
+    companions: Companions = Field(
+        default=0,
+        description="As in `/v1/rank` (`true`: 2; at most 10), among the candidates, answered "
+        "apart in `companions`.",
+    )
 
 
 class SelectResponse(_Strict):
     selected: list[str]
     reason: str
     search_id: str | None = None
+    companions: list[CompanionTool] | None = Field(
+        default=None, description="When asked for: candidates often used with the selected ones."
+    )
 
 
 class ObserveRequest(ReportedTurn):
@@ -239,6 +283,41 @@ class TeacherDepthOut(_Strict):
     measured_recall: float | None = None
 
 
+class SignalOut(_Strict):
+    weight: float
+    source: str = Field(description="`fitted` on the store's sessions, or `pinned` by a setting.")
+
+
+class ContextSignalOut(SignalOut):
+    below_margin: float | None = Field(
+        default=None,
+        description="The context is used only when the message alone's margin is below this.",
+    )
+
+
+class CompanionsFitOut(_Strict):
+    least_share: float | None = Field(
+        default=None, description="Least share of a ranked tool's pairs; none: no companions."
+    )
+    precision: float | None = None
+    next_ranks_precision: float | None = None
+
+
+class ConversationFitOut(_Strict):
+    """The conversation signals' weights, fitted on the store's sessions, and the evidence."""
+
+    prior: SignalOut
+    context: ContextSignalOut
+    companions: CompanionsFitOut
+    sessions: int
+    turns: int
+    follow_ups: int
+    follow_up_score: dict[str, float | None]
+    all_needed_shown: dict[str, float | None]
+    relations: dict[str, int]
+    reason: str
+
+
 class LearningFit(_Strict):
     """What the learning loop chose from its own labels, and the evidence."""
 
@@ -248,6 +327,7 @@ class LearningFit(_Strict):
     fold: FoldOut
     free_tier: FreeTierOut
     teacher: TeacherDepthOut
+    conversation: ConversationFitOut | None = None
 
 
 class AnalyticsResult(_Strict):

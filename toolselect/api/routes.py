@@ -17,7 +17,7 @@ from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
 from toolselect.records import Exemplar, Tool
 from toolselect.service import Service
-from toolselect.service.ranking import DEFAULT_COMPANIONS, Conversation
+from toolselect.service.ranking import Conversation
 from toolselect.turns import turn_problem
 
 # Larger catalogs go in several PUTs; with the default 1 MiB body limit, the body size usually
@@ -64,7 +64,7 @@ async def rank(request: web.Request) -> web.Response:
                 m.CompanionTool(tool=c.tool, score=c.score, with_=c.with_)
                 for c in search.companions
             ]
-            if body.companions is not False and body.companions != 0
+            if body.companions
             else None,
         )
     )
@@ -72,12 +72,11 @@ async def rank(request: web.Request) -> web.Response:
 
 def conversation_of(body: m.RankRequest) -> Conversation:
     """The request's conversation fields as the ranking facade takes them."""
-    companions = body.companions
     return Conversation(
         session_id=body.session_id,
         previous_tools=tuple(body.previous_tools or ()),
         context=tuple(body.context or ()),
-        companions=DEFAULT_COMPANIONS if companions is True else int(companions),
+        companions=body.companions,
     )
 
 
@@ -85,12 +84,31 @@ async def select(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_model(request, m.SelectRequest)
     candidates = candidates_to_tools([c.model_dump() for c in body.candidates])
+    # The same conversation fields as `/v1/rank` (`conversation_of`), PromptKit's payload beside.
+    conversation = Conversation(
+        session_id=body.session_id,
+        previous_tools=tuple(body.previous_tools or ()),
+        context=tuple(body.context or ()),
+        companions=body.companions,
+    )
     selection = await service.ranking.select(
-        body.query.Text, candidates, body.query.K, pack=body.query.PackID or None
+        body.query.Text,
+        candidates,
+        body.query.K,
+        pack=body.query.PackID or None,
+        conversation=conversation,
     )
     return json_response(
         m.SelectResponse(
-            selected=selection.selected, reason=selection.reason, search_id=selection.search_id
+            selected=selection.selected,
+            reason=selection.reason,
+            search_id=selection.search_id,
+            companions=[
+                m.CompanionTool(tool=c.tool, score=c.score, with_=c.with_)
+                for c in selection.companions
+            ]
+            if body.companions
+            else None,
         )
     )
 

@@ -17,8 +17,9 @@ from aiohttp import web
 from toolselect.api.app import create_app_from_settings
 from toolselect.api.http import SERVICE
 from toolselect.config import Settings
-from toolselect.errors import ConfigError
+from toolselect.errors import ConfigError, ToolselectError
 from toolselect.metrics import Metrics
+from toolselect.store.factory import open_store
 
 log = structlog.get_logger("toolselect.server")
 
@@ -34,12 +35,30 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(settings: Settings, insecure: bool) -> None:
-    """Refuse to expose an unauthenticated API beyond this machine unless told to."""
-    if not settings.api_keys and not is_loopback(settings.host) and not insecure:
-        raise ConfigError(
-            f"refusing to serve on {settings.host} without TOOLSELECT_API_KEYS; "
-            "set keys or pass --insecure"
-        )
+    """Refuse to expose an unauthenticated API beyond this machine unless told to: keys are
+    configured (`TOOLSELECT_API_KEYS`) or the store answers now with an active stored key."""
+    if settings.api_keys or is_loopback(settings.host) or insecure:
+        return
+    if asyncio.run(_has_stored_keys(settings)):
+        return
+    raise ConfigError(
+        f"refusing to serve on {settings.host} without API keys (TOOLSELECT_API_KEYS, or "
+        "`toolselect keys create` on a store that answers); set keys or pass --insecure"
+    )
+
+
+async def _has_stored_keys(settings: Settings) -> bool:
+    """Whether the configured store holds an active API key (False when it cannot be read)."""
+    try:
+        store = await open_store(settings)
+        try:
+            await store.migrate()
+            return bool(await store.active_keys())
+        finally:
+            await store.close()
+    except ToolselectError as exc:
+        log.warning("stored_keys_unreadable", store=settings.store_kind, error=str(exc))
+        return False
 
 
 async def run_server(

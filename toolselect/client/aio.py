@@ -13,7 +13,7 @@ import builtins
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 from urllib.parse import quote, urlencode
 
@@ -36,6 +36,8 @@ Sleep = Callable[[float], Awaitable[None]]
 
 # The statuses worth asking again: the server said it is busy or not ready yet.
 RETRY_STATUSES = frozenset({503})
+# The server's default limit on a query, and on each `context` message (UTF-8 bytes).
+MAX_CONTEXT_BYTES = 8 << 10
 
 
 class AsyncClient:
@@ -102,20 +104,49 @@ class AsyncClient:
         *,
         tools: Sequence[str] | None = None,
         pack: str | None = None,
+        session_id: str | None = None,
+        previous_tools: Sequence[str] | None = None,
+        context: Sequence[str] | None = None,
+        companions: bool | int = False,
     ) -> m.RankResponse:
         """The `k` tools that best fit `query`, best first (`POST /v1/rank`); report the
-        answer's `search_id` with the turn (`observe`)."""
+        answer's `search_id` with the turn (`observe`).
+
+        The conversation, all optional: `session_id` (its last observed turn's tools weigh in
+        as the session prior), `previous_tools` (instead of the session's), `context` (earlier
+        messages, most recent last: `recent_context` keeps them within the server's limits)
+        and `companions` (`True`: 2, or up to 10 tools often used with the ranked ones, in the
+        answer's `companions`). Each weighs only as much as the server's fit on its stored
+        sessions says it helps (nothing, until it does)."""
         body = _build(
-            m.RankRequest, query=query, k=k, tools=None if tools is None else list(tools), pack=pack
+            m.RankRequest,
+            query=query,
+            k=k,
+            tools=None if tools is None else list(tools),
+            pack=pack,
+            **_conversation(session_id, previous_tools, context, companions),
         )
         return await self.call("POST", "/v1/rank", m.RankResponse, body)
 
     async def select(
-        self, query: m.PromptKitQuery, candidates: Sequence[m.PromptKitCandidate]
+        self,
+        query: m.PromptKitQuery,
+        candidates: Sequence[m.PromptKitCandidate],
+        *,
+        session_id: str | None = None,
+        previous_tools: Sequence[str] | None = None,
+        context: Sequence[str] | None = None,
+        companions: bool | int = False,
     ) -> m.SelectResponse:
         """PromptKit's exec-selector exchange over HTTP (`POST /v1/select`); the answer's
-        `search_id` goes with the turn (`observe`)."""
-        body = m.SelectRequest(query=query, candidates=list(candidates))
+        `search_id` goes with the turn (`observe`). The conversation keywords are `rank`'s
+        (companions among the candidates)."""
+        body = _build(
+            m.SelectRequest,
+            query=query,
+            candidates=list(candidates),
+            **_conversation(session_id, previous_tools, context, companions),
+        )
         return await self.call("POST", "/v1/select", m.SelectResponse, body)
 
     # -- learning --------------------------------------------------------------------------
@@ -263,6 +294,35 @@ class AsyncTools:
     async def exemplars(self, name: str) -> builtins.list[m.ExemplarOut]:
         path = f"/v1/tools/{quote(name, safe='')}/exemplars"
         return (await self._client.call("GET", path, m.ExemplarList)).exemplars
+
+
+def recent_context(messages: Iterable[str] | None, most: int = 10) -> list[str]:
+    """The `most` most recent non-blank `messages` (oldest first), each cut to the server's
+    default size limit (8 KiB of UTF-8): a `context` the server accepts whatever the
+    conversation holds (it mixes in the last message; a few keep the request small)."""
+    kept = [text for text in messages or () if text.strip()][-most:] if most > 0 else []
+    return [_clip(text, MAX_CONTEXT_BYTES) for text in kept]
+
+
+def _clip(text: str, max_bytes: int) -> str:
+    data = text.encode("utf-8", "surrogatepass")
+    return text if len(data) <= max_bytes else data[:max_bytes].decode("utf-8", "ignore")
+
+
+def _conversation(
+    session_id: str | None,
+    previous_tools: Sequence[str] | None,
+    context: Sequence[str] | None,
+    companions: bool | int,
+) -> dict[str, Any]:
+    """A request's conversation fields, those given only."""
+    fields: dict[str, Any] = {
+        "session_id": session_id,
+        "previous_tools": None if previous_tools is None else list(previous_tools),
+        "context": None if context is None else list(context),
+        "companions": companions or None,  # 0 and False both ask for none
+    }
+    return {key: value for key, value in fields.items() if value is not None}
 
 
 def _build(model: type[Model], **fields: Any) -> Model:

@@ -67,16 +67,49 @@ class Client:
         *,
         tools: Sequence[str] | None = None,
         pack: str | None = None,
+        session_id: str | None = None,
+        previous_tools: Sequence[str] | None = None,
+        context: Sequence[str] | None = None,
+        companions: bool | int = False,
     ) -> m.RankResponse:
         """The `k` tools that best fit `query`, best first (`POST /v1/rank`); report the
-        answer's `search_id` with the turn (`observe`)."""
-        return self._run(self._async.rank(query, k, tools=tools, pack=pack))
+        answer's `search_id` with the turn (`observe`). The conversation keywords are
+        `AsyncClient.rank`'s; asked-for companions come in the answer's `companions`."""
+        return self._run(
+            self._async.rank(
+                query,
+                k,
+                tools=tools,
+                pack=pack,
+                session_id=session_id,
+                previous_tools=previous_tools,
+                context=context,
+                companions=companions,
+            )
+        )
 
     def select(
-        self, query: m.PromptKitQuery, candidates: Sequence[m.PromptKitCandidate]
+        self,
+        query: m.PromptKitQuery,
+        candidates: Sequence[m.PromptKitCandidate],
+        *,
+        session_id: str | None = None,
+        previous_tools: Sequence[str] | None = None,
+        context: Sequence[str] | None = None,
+        companions: bool | int = False,
     ) -> m.SelectResponse:
-        """PromptKit's exec-selector exchange over HTTP (`POST /v1/select`)."""
-        return self._run(self._async.select(query, candidates))
+        """PromptKit's exec-selector exchange over HTTP (`POST /v1/select`), with `rank`'s
+        conversation keywords."""
+        return self._run(
+            self._async.select(
+                query,
+                candidates,
+                session_id=session_id,
+                previous_tools=previous_tools,
+                context=context,
+                companions=companions,
+            )
+        )
 
     def observe(
         self, request: str, used_tool: str | None = None, **turn: Unpack[TurnFields]

@@ -1,4 +1,4 @@
-"""`toolselect`: serve, mcp, rank, select, tools, observe, analytics, config.
+"""`toolselect`: serve, mcp, rank, select, tools, observe, analytics, keys, config.
 
 Imports are deferred to the subcommand that needs them, so `toolselect select --url` (spawned by an
 agent runtime for every selection) starts without loading numpy, scikit-learn or the drivers.
@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from toolselect.cmd.keys import add_key_commands
 from toolselect.cmd.remote import UsageError, read_select_request, select_remote
 
 if TYPE_CHECKING:
@@ -396,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--format", choices=["table", "csv", "json"], default="table")
     an.add_argument("--plot", help="PNG file (a folder when NAME is omitted); needs matplotlib")
     an.set_defaults(func=cmd_analytics)
+
+    add_key_commands(sub)  # keys create|list|revoke (toolselect/cmd/keys.py)
 
     cfg = sub.add_parser("config", help="print the configuration table")
     cfg.set_defaults(func=cmd_config)

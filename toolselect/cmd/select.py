@@ -49,6 +49,9 @@ class SelectInput:
 
 
 _QUERY_DEFAULTS: dict[str, object] = {"Kind": "tool", "PackID": "", "AgentID": ""}
+# `POST /v1/select`'s conversation fields: one spawn has no sessions, so they are ignored
+# (never validated, never refused), whichever path reads the request.
+CONVERSATION_FIELDS = frozenset({"session_id", "previous_tools", "context", "companions"})
 _CANDIDATE_DEFAULTS: dict[str, object] = {"Name": "", "Description": ""}
 
 
@@ -58,8 +61,10 @@ def read_request(data: dict[str, Any]) -> SelectInput:
     A request whose every field already has its exact type (the runtime's own, always) is
     taken as is: pydantic would accept it unchanged, and importing it costs more than the rest
     of a spawn's imports. Anything else goes through `SelectRequest`, which either converts it
-    or is refused with the API's message (`InvalidInput`).
+    or is refused with the API's message (`InvalidInput`). The conversation fields
+    (`CONVERSATION_FIELDS`) are dropped first.
     """
+    data = {key: value for key, value in data.items() if key not in CONVERSATION_FIELDS}
     plain = _plain(data)
     if plain is not None:
         return plain

@@ -76,10 +76,17 @@ class ToolSearch(CatalogSearch):
         """The calls in `message` the host runs itself: every `tool_use` but the search's."""
         return [b for b in message.content if b.type == "tool_use" and b.name != self.name]
 
-    def turn(self, request: str, *, session_id: str | None = None) -> Turn:
+    def turn(
+        self,
+        request: str,
+        *,
+        session_id: str | None = None,
+        context: Sequence[str] | None = None,
+    ) -> Turn:
         """One user request, from its first `messages.create` to the final answer; `session_id`
-        names the conversation it belongs to."""
-        return Turn(self, request, session_id=session_id)
+        names the conversation it belongs to, `context` its earlier user messages (oldest
+        first). Both go with the turn's searches."""
+        return Turn(self, request, session_id=session_id, context=context)
 
 
 class Turn(TurnReport):

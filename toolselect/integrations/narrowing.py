@@ -6,27 +6,23 @@ turn, report the tools the model then called, and never break the agent's loop.
     ...  # offer only `kept` to the model; run the tools it calls
     narrower.report(user_message, ["get_order"], search_id=search_id, outcome="ok")
 
-- **Catalog**: the tools are uploaded under a pack named after the agent, once per content: a
-  SHA-256 of the tools (names, descriptions, schemas) is kept in memory per process and per
-  server, so an unchanged catalog is neither re-sent nor re-embedded (the server would answer it
-  `unchanged` anyway). The upload runs in the background: a turn never waits for it longer than
-  its own timeout (`await narrower.upload(specs)` waits for it, to warm up before the first turn).
+- **Catalog**: uploaded under a pack named after the agent, once per content (a SHA-256 of the
+  names, descriptions and schemas, kept per process and server), in the background: a turn never
+  waits for it longer than its own timeout (`await narrower.upload(specs)` warms up first).
 - **Narrow**: the `k` best tools for the turn plus every `always` tool, **in the order the agent
-  gave them** (narrowing only removes tools; it never reorders what the agent author wrote, and
-  a recurring set yields the same tool block, which keeps provider prompt caches warm), with the
-  ranking's `search_id`. The query is the latest user message, then the most recent earlier
-  messages (`context`, oldest first) up to `context_chars`.
+  gave them** (only removing tools: a recurring set yields the same tool block, which keeps
+  provider prompt caches warm), with the ranking's `search_id`. The query is the latest user
+  message, then earlier messages (`context`, oldest first) up to `context_chars`; `context` and
+  a turn's `session_id` go to the ranking too; `companions` keeps tools used with the ranked.
 - **Degrade**: when toolselect is down, slow (over `timeout_s`, 0.25 s by default: well under a
   model call), refusing, or knows none of the tools, every tool is kept, `search_id` is None and
   one `toolselect_narrow_degraded` line is logged. Nothing here raises into the agent's loop.
 - **Report**: `report` hands the called tools to the client's background `observe` (returns at
-  once, never raises); `turn()` collects the narrowings and calls of one user request across
-  several model calls and reports them once, with the id of the ranking that showed the first
-  called tool.
+  once, never raises); `turn()` collects one user request's narrowings and calls across model
+  calls and reports them once, with the id of the ranking that showed the first called tool.
 
-Works with either client: an `AsyncClient` on the caller's loop, or a blocking `Client` (its
-private loop thread runs the requests), which also serves the `*_sync` methods that frameworks'
-synchronous hooks need. Imports neither numpy nor onnxruntime.
+Works with an `AsyncClient` on the caller's loop or a blocking `Client` (its private loop thread
+runs the requests, and serves frameworks' synchronous hooks: `*_sync`). No numpy, no onnxruntime.
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypedDict, TypeVar
 
 from toolselect.api.models import MAX_USED_TOOLS
-from toolselect.client import AsyncClient, Client
+from toolselect.client import AsyncClient, Client, recent_context
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
 log = logging.getLogger("toolselect.integrations")
@@ -59,13 +55,13 @@ OUTCOMES = frozenset({"ok", "error", "corrected"})
 
 
 class NarrowingOptions(TypedDict, total=False):
-    """How a `ToolNarrower` narrows (see its docstring), as every framework's adapter takes it:
-    one statement of the keywords instead of one per framework."""
+    """A `ToolNarrower`'s keywords, as every framework's adapter takes them (one statement)."""
 
     k: int
     always: Collection[str]
     timeout_s: float
     context_chars: int
+    companions: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +81,7 @@ class ToolSpec:
 
 
 class Narrowed(NamedTuple):
-    """What one narrowing kept: tool names (in the agent's order) and the ranking's id (None
-    when it degraded to every tool)."""
+    """What one narrowing kept: tool names (the agent's order) and its id (None: degraded)."""
 
     tools: list[str]
     search_id: str | None
@@ -100,9 +95,8 @@ def catalog_hash(specs: Sequence[ToolSpec]) -> str:
     return hashlib.sha256("\n".join(entries).encode()).hexdigest()
 
 
-# Catalogs uploaded by this process: (server URL, pack) -> content hashes the server holds.
-# Shared by every narrower, so an agent rebuilt per request (a framework's middleware, a proxy
-# hook) still uploads its catalog once.
+# Catalogs uploaded by this process: (server URL, pack) -> content hashes the server holds; shared
+# by every narrower, so an agent rebuilt per request (a middleware, a proxy hook) uploads once.
 _UPLOADED: dict[tuple[str, str], set[str]] = {}
 _UPLOADED_LOCK = threading.Lock()
 
@@ -139,7 +133,8 @@ class ToolNarrower:
     - `k`: how many ranked tools to keep (the `always` tools come on top of them);
     - `always`: tool names kept every turn, never ranked;
     - `timeout_s`: the most a narrowing waits for toolselect before keeping every tool;
-    - `context_chars`: how much of the earlier conversation goes into the query (0: none).
+    - `context_chars`: how much of the earlier conversation goes into the query (0: none);
+    - `companions`: how many tools often used with the ranked ones to keep too (0..10; 0).
     """
 
     def __init__(
@@ -151,11 +146,14 @@ class ToolNarrower:
         always: Collection[str] = (),
         timeout_s: float = DEFAULT_TIMEOUT_S,
         context_chars: int = 1000,
+        companions: int = 0,
     ) -> None:
         if not agent.strip():
             raise ValueError("expected a non-blank agent name (it names the tools' pack)")
         if k < 1:
             raise ValueError(f"expected k >= 1, got {k}")
+        if not 0 <= companions <= 10:
+            raise ValueError(f"expected companions in 0..10, got {companions}")
         self.client = client
         self.agent = agent
         self.pack = agent
@@ -163,6 +161,7 @@ class ToolNarrower:
         self.always = frozenset(always)
         self.timeout_s = timeout_s
         self.context_chars = context_chars
+        self.companions = companions
         self._async = client if isinstance(client, AsyncClient) else client._async
         # The blocking client's private loop, where its requests run; None for an AsyncClient.
         self._loop = None if isinstance(client, AsyncClient) else client._loop
@@ -210,10 +209,8 @@ class ToolNarrower:
     async def _put(self, specs: Sequence[ToolSpec], digest: str) -> bool:
         answer = await self._async.tools.put([s.native() for s in specs], pack=self.pack)
         _remember(self._key, digest)
-        log.info(
-            "toolselect_catalog_uploaded",
-            extra={"pack": self.pack, "upserted": answer.upserted, "unchanged": answer.unchanged},
-        )
+        counts = {"upserted": answer.upserted, "unchanged": answer.unchanged}
+        log.info("toolselect_catalog_uploaded", extra={"pack": self.pack, **counts})
         self._uploads.pop(digest, None)
         return True
 
@@ -227,12 +224,13 @@ class ToolNarrower:
         context: Iterable[str] | None = None,
         k: int | None = None,
         always: Collection[str] | None = None,
+        session_id: str | None = None,
     ) -> Narrowed:
         """The tools to offer for `request` (see the class); never raises, never waits longer
         than `timeout_s` (then keeps every tool and logs one line)."""
         started = time.perf_counter()
         try:
-            return await self._hop(self._narrow(request, tools, context, k, always))
+            return await self._hop(self._narrow(request, tools, context, k, always, session_id))
         except Exception as exc:
             return self._degraded(tools, exc, started)
 
@@ -244,11 +242,12 @@ class ToolNarrower:
         context: Iterable[str] | None = None,
         k: int | None = None,
         always: Collection[str] | None = None,
+        session_id: str | None = None,
     ) -> Narrowed:
         """`narrow` for synchronous code (needs a blocking `Client`)."""
         started = time.perf_counter()
         try:
-            coroutine = self._narrow(request, tools, context, k, always)
+            coroutine = self._narrow(request, tools, context, k, always, session_id)
             # The coroutine bounds itself by `timeout_s`; the margin covers the thread hop.
             return self._block(coroutine, self.timeout_s + 0.5)
         except Exception as exc:
@@ -261,6 +260,7 @@ class ToolNarrower:
         context: Iterable[str] | None,
         k: int | None,
         always: Collection[str] | None,
+        session_id: str | None,
     ) -> Narrowed:
         keep = self.always if always is None else frozenset(always) | self.always
         names = [t.name for t in tools]
@@ -268,6 +268,7 @@ class ToolNarrower:
         want = min(self.k if k is None else k, len(rankable), MAX_RANK_K)
         if want < 1:
             return Narrowed(names, None)  # nothing to choose from: no ranking to report
+        context = list(context or ())
         query = compose_query(request, context, self.context_chars)
         if not query:
             raise ValueError("expected a non-blank request to rank the tools for")
@@ -275,23 +276,24 @@ class ToolNarrower:
             digest = catalog_hash(tools)
             if not _known(self._key, digest):
                 await asyncio.shield(self._upload_task(tools, digest))
-            ranking = await self._async.rank(query, want, tools=rankable)
+            ranking = await self._async.rank(
+                query,
+                want,
+                tools=rankable,
+                session_id=session_id,
+                context=recent_context(context) or None,
+                companions=self.companions,
+            )
         chosen = {r.tool for r in ranking.results} & set(rankable)
         if not chosen:
             raise LookupError("toolselect ranked none of the agent's tools")
+        chosen |= {c.tool for c in ranking.companions or ()} & set(rankable)
         return Narrowed([n for n in names if n in chosen or n in keep], ranking.search_id)
 
     def _degraded(self, tools: Sequence[ToolSpec], exc: BaseException, started: float) -> Narrowed:
         waited_ms = round((time.perf_counter() - started) * 1000, 1)
-        log.warning(
-            "toolselect_narrow_degraded",
-            extra={
-                "agent": self.agent,
-                "error": _describe(exc),
-                "kept": len(tools),
-                "waited_ms": waited_ms,
-            },
-        )
+        fields = {"agent": self.agent, "error": _describe(exc), "kept": len(tools)}
+        log.warning("toolselect_narrow_degraded", extra={**fields, "waited_ms": waited_ms})
         return Narrowed([t.name for t in tools], None)
 
     # -- reporting -------------------------------------------------------------------------
@@ -306,13 +308,10 @@ class ToolNarrower:
         session_id: str | None = None,
         turn_id: str | None = None,
     ) -> str | None:
-        """Report the tools the model called for `request` (in order; the first is the one the
-        request was routed to), with the `search_id` of the narrowing that showed them and the
-        `outcome` (`ok`, `error`, `corrected`) when known. Sent in the background; returns the
-        turn's id (None when no tool was called) and never raises.
-
-        With an `AsyncClient`, call it on the client's loop (from the agent's coroutines); a
-        blocking `Client` takes it from any thread."""
+        """Report the tools the model called for `request`, in order (the first is the one routed
+        to), with the `search_id` of the narrowing that showed them and the `outcome` (`ok`,
+        `error`, `corrected`) when known. In the background: returns the turn's id (None if no
+        tool was called), never raises. Call it on an `AsyncClient`'s loop; a `Client`: anywhere."""
         used = list(dict.fromkeys(n for n in called_tools if n))[:MAX_USED_TOOLS]
         if not used or not request.strip():
             return None
@@ -341,15 +340,13 @@ class ToolNarrower:
     # -- running on the client's loop ------------------------------------------------------
 
     async def _hop(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Await `coroutine` on the client's loop: here for an `AsyncClient`, on the blocking
-        client's thread otherwise."""
+        """Await `coroutine` on the client's loop (here, or the blocking client's thread)."""
         if self._loop is None:
             return await coroutine
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
 
     def _block(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None) -> T:
-        """Run `coroutine` on the blocking client's loop and wait for it (from any thread but
-        that loop's)."""
+        """Run `coroutine` on the blocking client's loop and wait (from any thread but its)."""
         if self._loop is None:
             coroutine.close()
             raise TypeError("synchronous narrowing needs a blocking toolselect.client.Client")
@@ -382,14 +379,18 @@ class NarrowedTurn:
     async def narrow(
         self, tools: Sequence[ToolSpec], *, context: Iterable[str] | None = None
     ) -> Narrowed:
-        narrowed = await self.narrower.narrow(self.request, tools, context=context)
+        narrowed = await self.narrower.narrow(
+            self.request, tools, context=context, session_id=self.session_id
+        )
         self.shown.append(narrowed)
         return narrowed
 
     def narrow_sync(
         self, tools: Sequence[ToolSpec], *, context: Iterable[str] | None = None
     ) -> Narrowed:
-        narrowed = self.narrower.narrow_sync(self.request, tools, context=context)
+        narrowed = self.narrower.narrow_sync(
+            self.request, tools, context=context, session_id=self.session_id
+        )
         self.shown.append(narrowed)
         return narrowed
 

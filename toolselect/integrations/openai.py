@@ -81,10 +81,17 @@ class ToolSearch(CatalogSearch):
         """The `function_call` items the host runs itself."""
         return [item for item in response.output if item.type == "function_call"]
 
-    def turn(self, request: str, *, session_id: str | None = None) -> Turn:
+    def turn(
+        self,
+        request: str,
+        *,
+        session_id: str | None = None,
+        context: Sequence[str] | None = None,
+    ) -> Turn:
         """One user request, from its first `responses.create` to the final answer; `session_id`
-        names the conversation it belongs to."""
-        return Turn(self, request, session_id=session_id)
+        names the conversation it belongs to, `context` its earlier user messages (oldest
+        first). Both go with the turn's searches."""
+        return Turn(self, request, session_id=session_id, context=context)
 
 
 class Turn(TurnReport):

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from toolselect.api.models import MAX_USED_TOOLS, UpsertResponse
-from toolselect.client import AsyncClient
+from toolselect.client import AsyncClient, recent_context
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
 log = logging.getLogger("toolselect.integrations")
@@ -91,11 +91,25 @@ class CatalogSearch:
         """Put the catalog into toolselect (under `pack`); unchanged tools cost nothing."""
         return await self.client.tools.put(tools, pack=self.pack)
 
-    async def find(self, query: str, k: int) -> Found:
+    async def find(
+        self,
+        query: str,
+        k: int,
+        *,
+        session_id: str | None = None,
+        context: Sequence[str] | None = None,
+    ) -> Found:
         """The `k` best catalog tools for `query` with the search's id, or the catalog's first
-        `fallback_limit` (all by default) when toolselect cannot answer."""
+        `fallback_limit` (all by default) when toolselect cannot answer. `session_id` and
+        `context` (earlier messages, most recent last) are the conversation's, when known."""
         try:
-            ranking = await self.client.rank(query, k, tools=self.names)
+            ranking = await self.client.rank(
+                query,
+                k,
+                tools=self.names,
+                session_id=session_id,
+                context=recent_context(context) or None,
+            )
             found = [r.tool for r in ranking.results if r.tool in self.names]
             if not found:
                 raise LookupError("toolselect knows none of the catalog's tools (not uploaded?)")
@@ -127,14 +141,22 @@ class TurnReport:
     results), and reports them once, at `finish`.
 
     Set `outcome` (`ok`, `error`, `corrected`) when the host learns how the tool call went; a
-    turn left by an exception reports `error`. `session_id` names the conversation."""
+    turn left by an exception reports `error`. `session_id` names the conversation and
+    `context` holds its earlier user messages (oldest first): both go with the searches, so
+    toolselect can weigh the session's previous tools and the context in."""
 
     def __init__(
-        self, search: CatalogSearch, request: str, *, session_id: str | None = None
+        self,
+        search: CatalogSearch,
+        request: str,
+        *,
+        session_id: str | None = None,
+        context: Sequence[str] | None = None,
     ) -> None:
         self.search = search
         self.request = request
         self.session_id = session_id
+        self.context = list(context or ())
         self.turn_id = uuid.uuid4().hex
         self.used_tools: list[str] = []
         self.searches: list[Found] = []
@@ -151,7 +173,8 @@ class TurnReport:
     async def find(self, given: object) -> list[str]:
         """Run the search call with arguments `given` (see `CatalogSearch.arguments`); the tools
         to reveal. The search is remembered for the report."""
-        found = await self.search.find(*self.search.arguments(given, self.request))
+        query, k = self.search.arguments(given, self.request)
+        found = await self.search.find(query, k, session_id=self.session_id, context=self.context)
         self.searches.append(found)
         return found.tools
 

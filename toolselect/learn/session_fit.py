@@ -14,7 +14,7 @@ stores' own rule, `store/rules.plan_sessions`) from the other fold's sessions on
 never predicts itself. Prior and context are chosen together on the follow-up turns (share of
 the used tools in the top k plus top-1 among them: a prior that buys recall with the order of
 the top is no help), never worse than the message alone in either measure on either fold, then
-each weight is kept only if dropping it loses at least `MIN_GAIN`. A companion is worth a slot when it is needed at least as often as the tool the
+each weight is kept only if dropping it loses at least `MIN_GAIN`. A companion is worth a slot when it is needed more often than the tool the
 ranking would show in that slot: the share threshold is lowered while the companions it
 adds are.
 """
@@ -147,12 +147,7 @@ def sessions_of(turns: Sequence[Turn]) -> dict[str, list[int]]:
 
 def _folds(turns: Sequence[Turn], names: Sequence[str]) -> list[_Fold]:
     chains = sessions_of(turns)
-    # Sessions that used the same tools in the same order (a repeated workflow) share a fold,
-    # so one cannot validate the other.
-    side = {
-        s: zlib.crc32(repr([sorted(turn_tools(turns[i])) for i in idx]).encode()) % 2
-        for s, idx in chains.items()
-    }
+    side = {s: zlib.crc32(s.encode()) % 2 for s in chains}
     folds = []
     for f in (0, 1):
         learn = [turns[i] for s, idx in chains.items() if side[s] != f for i in idx]
@@ -177,10 +172,15 @@ def _needed(turns: Sequence[Turn], rows: Sequence[int], column: dict[str, int]) 
 
 
 def _share_at(scores: Matrix, needed: Matrix, k: int) -> npt.NDArray[np.float64]:
-    """Per row, the share of its needed tools among its top `k` scores."""
+    """Per row, the share of its needed tools among its top `k` scores; ties go to the earlier
+    column (columns are in name order, as the ranker breaks ties by name)."""
     k = min(k, scores.shape[1])
-    topk = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    hits = np.take_along_axis(needed, topk, axis=1).sum(axis=1)
+    kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1 : k]
+    above = scores > kth
+    tied = scores == kth
+    room = k - above.sum(axis=1, keepdims=True)
+    chosen = above | (tied & (np.cumsum(tied, axis=1) <= room))
+    hits = (needed * chosen).sum(axis=1)
     return np.asarray(hits / np.maximum(needed.sum(axis=1), 1.0), dtype=np.float64)
 
 
@@ -221,8 +221,11 @@ def fit_sessions(
     chains = sessions_of(turns)
     if not chains or not names:
         return SessionFit(reason="no sessions")
+    # Columns in name order: ties then fall as the ranker breaks them (by name).
+    order = sorted(range(len(names)), key=lambda i: names[i])
+    names = [names[i] for i in order]
     column = {name: i for i, name in enumerate(names)}
-    cents = np.asarray(matrix, dtype=np.float32)
+    cents = np.asarray(matrix, dtype=np.float32)[order]
     queries = np.asarray(vectors, dtype=np.float32)
     parts = [_part(fold, turns, queries, cents, column) for fold in _folds(turns, names)]
     follow_ups = sum(int(p.follow.sum()) for p in parts)
@@ -298,8 +301,8 @@ def fit_sessions(
 def _companion_share(
     parts: Sequence[_Part], key: _Key, k: int, n: int, names: Sequence[str]
 ) -> tuple[float | None, float | None, float | None, float | None, float | None]:
-    """The share threshold (lowered while the companions it adds are needed at least as often
-    as ranks k+1..k+n), their precision, the next ranks' precision, and all@k without and with
+    """The share threshold (lowered while the companions it adds are needed more often than
+    ranks k+1..k+n), their precision, the next ranks' precision, and all@k without and with
     the companions."""
     wx, gate, wp = key
     next_hits = next_shown = turns = every_alone = 0
@@ -331,7 +334,7 @@ def _companion_share(
     for s in COMPANION_SHARES:  # highest share first: stop where the added ones stop paying
         hits, shown = per_share[s]
         added_hits, added = hits - before[0], shown - before[1]
-        if added and added_hits / added < next_precision:
+        if added and added_hits / added <= next_precision:
             break
         if shown >= MIN_COMPANIONS_SHOWN:
             chosen = s

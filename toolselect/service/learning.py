@@ -132,7 +132,9 @@ class LearningFacade:
 
     def fit(self) -> dict[str, object]:
         """What the tuner chose and why (`GET /v1/analytics/learning`)."""
-        return fit_payload(self._tuner.current, pinned_floor=self._pinned_floor)
+        payload = fit_payload(self._tuner.current, pinned_floor=self._pinned_floor)
+        payload["conversation"] = self._sessions.payload()
+        return payload
 
     async def analysis(self, name: str, since: str | None) -> dict[str, Any]:
         """One store analysis as the API serves it; NotFound or InvalidInput for bad names."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from toolselect.clock import Clock, epoch_seconds, utc_now, window_seconds
 from toolselect.config import Settings
 from toolselect.embed import CachedEmbedder, Embedder, RecentVectors
+from toolselect.keys import KeyRegistry
 from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.learn.tuning import Tuner
@@ -75,6 +76,7 @@ class Parts:
     learning: LearningFacade
     searches: SearchLog
     sessions: SessionSignals
+    keys: KeyRegistry  # the API keys accepted: TOOLSELECT_API_KEYS, and the stored ones
 
 
 def _tuner(
@@ -201,4 +203,5 @@ def compose(
         ),
         searches=searches,
         sessions=sessions,
+        keys=KeyRegistry(settings.api_keys),
     )

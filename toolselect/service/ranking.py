@@ -19,6 +19,7 @@ from toolselect.catalog import tool_text
 from toolselect.config import Settings
 from toolselect.embed import Embedder
 from toolselect.errors import InvalidInput
+from toolselect.learn.session_fit import SessionWeights
 from toolselect.metrics import Metrics
 from toolselect.ranker import Ranking
 from toolselect.ranker.relations import Companion
@@ -30,7 +31,6 @@ from toolselect.service.sessions import SessionSignals
 
 _CANDIDATE_CACHE_SIZE = 10_000
 MAX_COMPANIONS = 10
-DEFAULT_COMPANIONS = 2  # what `companions: true` asks for
 MAX_CONTEXT_MESSAGES = 50
 MAX_PREVIOUS_TOOLS = 64
 
@@ -187,21 +187,80 @@ class RankingFacade:
         return Search(ranking, self._searches.record(shown, pack), companions)
 
     async def select(
-        self, text: str, candidates: Sequence[Tool], k: int, *, pack: str | None = None
+        self,
+        text: str,
+        candidates: Sequence[Tool],
+        k: int,
+        *,
+        pack: str | None = None,
+        conversation: Conversation = ALONE,
     ) -> Selection:
-        """PromptKit selection: only candidate names, at most k, unknown ones ranked by text;
-        remembered under a new search id."""
+        """PromptKit selection: only candidate names, at most k, unknown ones ranked by text,
+        with the conversation signals as `search` uses them (companions among the candidates);
+        remembered under a new search id (what was shown: the chosen, then the companions)."""
         self.check_query(text, "query.Text")
+        self.check_conversation(conversation)
         self._check_ready()
-        max_k = self._settings.max_k
+        weights = self._sessions.weights
+        previous = conversation.previous_tools or self._sessions.previous(conversation.session_id)
         if not candidates:
-            chosen = choose(self._ranker, np.zeros(0, np.float32), (), None, k, max_k)
+            empty = np.zeros(0, np.float32)
+            chosen = choose(self._ranker, empty, (), None, k, self._settings.max_k)
         else:
-            vector = (await self._queries.embed([text]))[0]
-            unknown = [c for c in candidates if not self._ranker.has(c.name)]
-            vectors = await self._candidate_matrix(unknown) if unknown else None
-            chosen = choose(self._ranker, vector, candidates, vectors, k, max_k)
-        return replace(chosen, search_id=self._searches.record(chosen.selected, pack))
+            chosen = await self._choose(
+                text, candidates, k, conversation.context, previous, weights
+            )
+        companions: tuple[Companion, ...] = ()
+        if conversation.companions and weights.companion_share is not None:
+            names = {c.name for c in candidates}
+            companions = tuple(
+                self._sessions.relations.companions(
+                    chosen.selected,
+                    conversation.companions,
+                    weights.companion_share,
+                    names.__contains__,
+                    previous,
+                )
+            )
+            self._metrics.companions_offered.inc(len(companions))
+        shown = (*chosen.selected, *(c.tool for c in companions))
+        search_id = self._searches.record(shown, pack)
+        return replace(chosen, search_id=search_id, companions=companions)
+
+    async def _choose(
+        self,
+        text: str,
+        candidates: Sequence[Tool],
+        k: int,
+        context: Sequence[str],
+        previous: Sequence[str],
+        weights: SessionWeights,
+    ) -> Selection:
+        """`choose` with the session prior, and the context mixed into the query where the
+        message alone is uncertain among the candidates (as `_rank` mixes them)."""
+        max_k = self._settings.max_k
+        mixed = context[-1:] if weights.context > 0 else ()
+        vectors = await self._queries.embed([text, *mixed])
+        unknown = [c for c in candidates if not self._ranker.has(c.name)]
+        matrix = await self._candidate_matrix(unknown) if unknown else None
+        vector = vectors[0]
+        if mixed:
+            alone = choose(self._ranker, vector, candidates, matrix, k, max_k)
+            if weights.uses_context(alone.margin):
+                vector = (vector + weights.context * vectors[1]) / (1.0 + weights.context)
+        prior = None
+        if weights.prior > 0 and previous:
+            prior = self._sessions.relations.prior(previous)
+        return choose(
+            self._ranker,
+            vector,
+            candidates,
+            matrix,
+            k,
+            max_k,
+            prior=prior,
+            prior_weight=weights.prior,
+        )
 
     async def _candidate_matrix(self, tools: Sequence[Tool]) -> np.ndarray:
         """Vectors of tools not in the catalog, cached by content hash."""

@@ -48,6 +48,7 @@ class Service:
         self.catalog = parts.catalog
         self.learning = parts.learning
         self.sessions = parts.sessions
+        self.keys = parts.keys
         self._maintenance: asyncio.Task[None] | None = None
 
     @classmethod
@@ -136,12 +137,21 @@ class Service:
         await self.store.flush()
         if self.store.down:
             raise StoreUnavailable(self.store.last_error or "store lost while replaying the spool")
+        await self.reload_keys()
         if self.settings.load_demo and not await self.store.list_tools():
             result = await self.store.upsert_tools(load_demo_catalog())
             log.info("demo_catalog_loaded", tools=result.upserted)
         await self.index.reload()
         self.index.loaded = True
         self.learner.start()
+
+    async def reload_keys(self) -> None:
+        """Read the stored API keys into the registry (at connect and every poll), so a key
+        created or revoked through any replica counts here within the poll interval. Revoked
+        keys are read too: while any key exists, authentication stays on. A read that a local
+        change overtook is dropped; the next poll takes the store's keys."""
+        seen = self.keys.changes
+        self.keys.replace(await self.store.list_keys(), read_after=seen)
 
     async def _maintain(self) -> None:
         """Background upkeep: connect until loaded, flush the write backlog, poll for replicas."""
@@ -161,6 +171,7 @@ class Service:
                     await self.store.flush()
                 if since_poll >= interval:
                     since_poll = 0.0
+                    await self.reload_keys()
                     await self.index.refresh()
                 if self.loaded and self.sessions.due():
                     self.sessions.start_refresh()

@@ -12,6 +12,7 @@ helps, its weight is zero and a ranking is the message alone.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -69,7 +70,7 @@ class SessionSignals:
         self._noted = 0  # session turns noted since the last refresh
         self._refreshed_at = float("-inf")
         self._vectors: dict[str, np.ndarray] = {}  # request vectors of the last fit's turns
-        self._fitted_on: tuple[str, ...] = ()
+        self._fitted_on: tuple[tuple[str, ...], int] = ((), -1)
         self._task: asyncio.Task[SessionFit] | None = None
         self._publish()
 
@@ -123,7 +124,8 @@ class SessionSignals:
             self._task.add_done_callback(_log_failure)
 
     async def refresh(self) -> SessionFit:
-        """Read the relations and the recent session turns, and refit when the turns changed."""
+        """Read the relations and the recent session turns, and refit when the turns or the
+        ranker's centroids changed."""
         self._refreshed_at = time.monotonic()
         with self._lock:
             self._noted = 0
@@ -134,10 +136,11 @@ class SessionSignals:
         )
         limit = self._settings.session_fit_turns
         turns = await self._store.session_turns(limit) if limit > 0 else []
-        ids = tuple(t.id for t in turns)
-        if ids != self._fitted_on or not turns:
+        # The same turns against the same centroids fit the same weights: skip the work.
+        basis = (tuple(t.id for t in turns), self._ranker.version)
+        if basis != self._fitted_on or not turns:
             self.fit = await self._fit(turns)
-            self._fitted_on = ids
+            self._fitted_on = basis
             self._metrics.session_fits.labels(self.fit.reason.split(" ")[0]).inc()
             log.info(
                 "session_fit",
@@ -167,6 +170,40 @@ class SessionSignals:
             fit_sessions, turns, matrix, np.asarray(snapshot.matrix), snapshot.names
         )
 
+    def payload(self) -> dict[str, object]:
+        """The conversation signals' part of `GET /v1/analytics/learning`."""
+        fit, w, s = self.fit, self.weights, self._settings
+
+        def measure(value: float | None) -> float | None:
+            return None if value is None else round(value, 4)
+
+        return {
+            "prior": {"weight": w.prior, "source": _source(s.session_prior_weight)},
+            "context": {
+                "weight": w.context,
+                "source": _source(s.context_weight),
+                "below_margin": None if math.isinf(w.context_margin) else w.context_margin,
+            },
+            "companions": {
+                "least_share": w.companion_share,
+                "precision": measure(fit.companion_precision),
+                "next_ranks_precision": measure(fit.next_precision),
+            },
+            "sessions": fit.sessions,
+            "turns": fit.turns,
+            "follow_ups": fit.follow_ups,
+            "follow_up_score": {
+                "message_alone": measure(fit.share_alone),
+                "fitted": measure(fit.share_fitted),
+            },
+            "all_needed_shown": {
+                "top_k": measure(fit.all_alone),
+                "with_companions": measure(fit.all_with_companions),
+            },
+            "relations": {"pairs": self.relations.pairs, "transitions": self.relations.transitions},
+            "reason": fit.reason,
+        }
+
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -178,6 +215,10 @@ class SessionSignals:
         gauge.labels("prior").set(w.prior)
         gauge.labels("context").set(w.context)
         gauge.labels("companion_share").set(w.companion_share or 0.0)
+
+
+def _source(pinned: float | None) -> str:
+    return "fitted" if pinned is None else "pinned"
 
 
 def _log_failure(task: asyncio.Task[SessionFit]) -> None:

@@ -32,6 +32,7 @@ from toolselect.metrics import Metrics
 from toolselect.names import normalise_query
 from toolselect.records import (
     AnalyticsResult,
+    ApiKey,
     Exemplar,
     ExemplarDelta,
     OracleCall,
@@ -280,6 +281,21 @@ class BufferedStore:
 
     async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
         return await self._through("analytics", lambda: self.inner.analytics(name, since))
+
+    # API keys are never spooled: while the store is down, writing one fails with
+    # `StoreUnavailable` and the registry keeps the keys it last read.
+
+    async def save_key(self, key: ApiKey) -> None:
+        await self._through("save_key", lambda: self.inner.save_key(key))
+
+    async def revoke_key(self, key_id: str) -> bool:
+        return await self._through("revoke_key", lambda: self.inner.revoke_key(key_id))
+
+    async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        return await self._through("list_keys", lambda: self.inner.list_keys(tenant))
+
+    async def active_keys(self) -> list[ApiKey]:
+        return await self._through("active_keys", lambda: self.inner.active_keys())
 
     async def close(self) -> None:
         try:

@@ -17,6 +17,7 @@ from toolselect.records import (
     TIER_STRENGTH,
     TRUSTED_TIERS,
     AnalyticsResult,
+    ApiKey,
     Exemplar,
     ExemplarDelta,
     OracleCall,
@@ -60,6 +61,7 @@ __all__ = [
     "CatalogStore",
     "Exemplar",
     "ExemplarDelta",
+    "KeyStore",
     "LabelStore",
     "LearnerStore",
     "OracleCall",
@@ -198,14 +200,38 @@ class AnalyticsStore(Protocol):
         ...
 
 
+class KeyStore(Protocol):
+    """API keys (`toolselect.keys`): never a key itself, only its SHA-256 and display prefix.
+    What the key registry loads and the key management routes and commands write."""
+
+    async def save_key(self, key: ApiKey) -> None:
+        """Store a new key; an id or hash already stored raises `StoreError`."""
+
+    async def revoke_key(self, key_id: str) -> bool:
+        """Mark a key revoked now (by the store's clock); True when the key exists. A key
+        revoked before keeps its first `revoked_at`."""
+        ...
+
+    async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        """Keys, revoked ones too, of one tenant (all with None), oldest first (by
+        `created_at`, then id). All of them is what the registry loads: a revoked key still
+        keeps authentication on."""
+        ...
+
+    async def active_keys(self) -> list[ApiKey]:
+        """Every key not revoked, of every tenant, oldest first (whether `serve` may bind
+        beyond loopback)."""
+        ...
+
+
 class LearnerStore(TurnStore, LabelStore, Protocol):
     """What the learner writes and reads: turns, labels and their ratchet lookup."""
 
 
-class Store(CatalogStore, LearnerStore, AnalyticsStore, Protocol):
-    """Where tools, turns, exemplars and oracle calls live; shared by every replica. Callers
-    depend on the part they use (`CatalogStore`, `LabelStore`, `TurnStore`, `AnalyticsStore`);
-    the composition root and the stores themselves hold the whole.
+class Store(CatalogStore, LearnerStore, AnalyticsStore, KeyStore, Protocol):
+    """Where tools, turns, exemplars, oracle calls and API keys live; shared by every replica.
+    Callers depend on the part they use (`CatalogStore`, `LabelStore`, `TurnStore`,
+    `AnalyticsStore`, `KeyStore`); the composition root and the stores themselves hold the whole.
 
     Every method is a coroutine and never blocks the event loop. Failures to reach the backend
     raise `StoreUnavailable`; other backend failures raise `StoreError`.

@@ -35,9 +35,11 @@ from neo4j.exceptions import (
 
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
+from toolselect.keys import key_from_row, key_row
 from toolselect.names import normalise_query
 from toolselect.records import (
     AnalyticsResult,
+    ApiKey,
     Exemplar,
     ExemplarDelta,
     OracleCall,
@@ -359,6 +361,31 @@ class Neo4jStore:
                 database_=self._database,
             )
         return finish(name, ([record[c] for c in columns] for record in result.records))
+
+    # --- API keys ---------------------------------------------------------------------------
+
+    async def save_key(self, key: ApiKey) -> None:
+        props = key_row(key, to_db)
+
+        async def work(tx: AsyncManagedTransaction) -> None:
+            await neo4j_tx.rows(tx, "save_api_key", {"key": props})
+
+        await self._write(work)
+
+    async def revoke_key(self, key_id: str) -> bool:
+        params = {"id": key_id, "now": to_db(self._clock())}
+
+        async def work(tx: AsyncManagedTransaction) -> bool:
+            return bool((await neo4j_tx.one(tx, "revoke_api_key", params))["revoked"])
+
+        return await self._write(work)
+
+    async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        rows = await self._read("list_api_keys", {"tenant": tenant})
+        return [key_from_row(r["key"], from_db) for r in rows]
+
+    async def active_keys(self) -> list[ApiKey]:
+        return [key_from_row(r["key"], from_db) for r in await self._read("active_api_keys", {})]
 
 
 async def connect_neo4j(

@@ -53,6 +53,12 @@ _SCHEMA = (
         catalog_version INTEGER NOT NULL, exemplar_version INTEGER NOT NULL)""",
     """INSERT INTO meta (id, catalog_version, exemplar_version) VALUES (1, 0, 0)
         ON CONFLICT(id) DO NOTHING""",
+    # API keys (`toolselect.keys`): the SHA-256 of each key, never the key.
+    """CREATE TABLE IF NOT EXISTS api_keys (
+        id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, prefix TEXT NOT NULL,
+        tenant TEXT NOT NULL, role TEXT NOT NULL, name TEXT, created_at TEXT NOT NULL,
+        revoked_at TEXT)""",
+    "CREATE INDEX IF NOT EXISTS api_keys_tenant ON api_keys(tenant, created_at)",
 )
 
 # Columns added after version 1: (table, column, type), added where missing.

@@ -20,9 +20,11 @@ import structlog
 
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
+from toolselect.keys import key_from_row, key_row
 from toolselect.names import normalise_query
 from toolselect.records import (
     AnalyticsResult,
+    ApiKey,
     Exemplar,
     ExemplarDelta,
     OracleCall,
@@ -85,6 +87,12 @@ _UPSERT_CALL = """
         turn_id = excluded.turn_id, input_tokens = excluded.input_tokens,
         output_tokens = excluded.output_tokens, cost_usd = excluded.cost_usd,
         error = excluded.error"""
+_INSERT_KEY = """
+    INSERT INTO api_keys (id, hash, prefix, tenant, role, name, created_at, revoked_at)
+    VALUES (:id, :hash, :prefix, :tenant, :role, :name, :created_at, :revoked_at)"""
+_REVOKE_KEY = "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?"
+_LIST_KEYS = "SELECT * FROM api_keys WHERE ?1 IS NULL OR tenant = ?1 ORDER BY created_at, id"
+_ACTIVE_KEYS = "SELECT * FROM api_keys WHERE revoked_at IS NULL ORDER BY created_at, id"
 # Primary result codes meaning "cannot reach the data now" rather than "refused the operation".
 _UNAVAILABLE_CODES = {5, 6, 10, 13, 14, 15, 26}  # BUSY LOCKED IOERR FULL CANTOPEN PROTOCOL NOTADB
 _UNAVAILABLE_WORDS = ("locked", "busy", "disk i/o", "unable to open", "disk is full")
@@ -387,3 +395,34 @@ class SqliteStore:
         since_text = None if since is None else ts(since)
         rows = await self._run(lambda conn: sqlite_analytics.raw_rows(conn, name, since_text))
         return finish(name, rows)
+
+    # --- API keys -------------------------------------------------------------------------
+
+    async def save_key(self, key: ApiKey) -> None:
+        row = key_row(key, ts)
+
+        def work(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                conn.execute(_INSERT_KEY, row)
+
+        await self._run(work)
+
+    async def revoke_key(self, key_id: str) -> bool:
+        now = ts(self._clock())
+
+        def work(conn: sqlite3.Connection) -> bool:
+            with transaction(conn):
+                return conn.execute(_REVOKE_KEY, (now, key_id)).rowcount > 0
+
+        return await self._run(work)
+
+    async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        return await self._keys(_LIST_KEYS, (tenant,))
+
+    async def active_keys(self) -> list[ApiKey]:
+        return await self._keys(_ACTIVE_KEYS, ())
+
+    async def _keys(self, query: str, params: tuple[object, ...]) -> list[ApiKey]:
+        return await self._run(
+            lambda conn: [key_from_row(dict(r), dt) for r in conn.execute(query, params)]
+        )

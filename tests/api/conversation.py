@@ -1,0 +1,35 @@
+"""Pinned conversation signals for the surfaces' tests: weights and relations set on a started
+service, so a test knows which companion, prior and context a request gets without fitting."""
+
+from __future__ import annotations
+
+import asyncio
+
+from toolselect.learn.session_fit import SessionFit, SessionWeights
+from toolselect.ranker.relations import Relations
+from toolselect.service import Service
+
+# get_weather is used with web_search in 8 of its 10 pairs (share 0.8) and with send_email in 2
+# (0.2, under the pinned least share); create_calendar_event followed send_email in every step.
+RELATIONS = Relations(
+    {("get_weather", "web_search"): 8, ("get_weather", "send_email"): 2},
+    {("send_email", "create_calendar_event"): 5},
+)
+COMPANIONS = SessionWeights(companion_share=0.5)
+WEATHER = "what's the weather in Turin tomorrow, rain or wind?"
+WEATHER_COMPANION = {"tool": "web_search", "score": 0.8, "with": "get_weather"}
+
+
+async def pin(
+    service: Service, weights: SessionWeights = COMPANIONS, relations: Relations = RELATIONS
+) -> None:
+    """Set `weights` and `relations` on `service` for the rest of a test.
+
+    A refresh first, so the upkeep's own first refresh (due at start) is over and the next is
+    not due for `session_refit_s`: nothing replaces the pinned values meanwhile."""
+    await service.sessions.refresh()
+    running = service.sessions._task  # a refresh the upkeep may have started just before
+    if running is not None:
+        await asyncio.gather(running, return_exceptions=True)
+    service.sessions.relations = relations
+    service.sessions.fit = SessionFit(weights=weights, reason="pinned by the test")

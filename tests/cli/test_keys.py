@@ -1,0 +1,146 @@
+"""`toolselect keys create|list|revoke` as a user runs them (real subprocesses, a real store),
+and a running `toolselect serve` taking their changes within its poll interval."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import EXE, run
+from tests.services import cli_env, free_port
+from toolselect.api.server import check_bind
+from toolselect.config import Settings
+from toolselect.errors import ConfigError
+from toolselect.keys import key_hash
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """A clean environment on a fresh embedded store, polled every 0.2 s by a server."""
+    return cli_env(tmp_path / "keys.db", TOOLSELECT_POLL_INTERVAL="0.2")
+
+
+def create(env: dict[str, str], *args: str) -> dict[str, str]:
+    done = run(["keys", "create", *args], env)
+    assert done.returncode == 0, done.stderr
+    made: dict[str, str] = json.loads(done.stdout)
+    assert "shown only this once" in done.stderr
+    return made
+
+
+def test_create_list_revoke(env: dict[str, str], tmp_path: Path) -> None:
+    """`create` prints the key once with its record; `list` shows ids, prefixes, tenants and
+    roles (never a key or hash), by tenant; `revoke` marks it; an unknown id exits 1."""
+    made = create(env, "--tenant", "team-a", "--role", "agent", "--name", "ci")
+    other = create(env, "--tenant", "team-b", "--role", "admin")
+    key = made["key"]
+    assert key.startswith("tsk_") and made["prefix"] == key[:12]
+    assert (made["tenant"], made["role"], made["name"]) == ("team-a", "agent", "ci")
+
+    listed = run(["keys", "list", "--json"], env)
+    assert listed.returncode == 0, listed.stderr
+    assert [k["id"] for k in json.loads(listed.stdout)["keys"]] == [made["id"], other["id"]]
+    table = run(["keys", "list", "--tenant", "team-a"], env)
+    assert table.returncode == 0 and made["id"] in table.stdout and other["id"] not in table.stdout
+    assert "team-a  agent" in table.stdout and "active" in table.stdout
+    for text in (listed.stdout, table.stdout):
+        assert key not in text and key_hash(key) not in text
+
+    revoked = run(["keys", "revoke", made["id"]], env)
+    assert revoked.returncode == 0 and json.loads(revoked.stdout) == {
+        "id": made["id"],
+        "revoked": True,
+    }
+    [row] = json.loads(run(["keys", "list", "--json", "--tenant", "team-a"], env).stdout)["keys"]
+    assert "revoked_at" in row
+    unknown = run(["keys", "revoke", "000000000000"], env)
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == "toolselect keys: no API key with id '000000000000'"
+
+
+def test_bad_arguments_are_one_line(env: dict[str, str]) -> None:
+    """A bad tenant is one line naming the rule (exit 2); a bad role is argparse's (exit 2)."""
+    bad = run(["keys", "create", "--tenant", "Team A", "--role", "agent"], env)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "toolselect keys: expected a tenant id matching ^[a-z0-9][a-z0-9_-]{0,62}$, got 'Team A'"
+    )
+    assert run(["keys", "create", "--tenant", "a", "--role", "root"], env).returncode == 2
+
+
+def _status(url: str, key: str) -> int:
+    request = urllib.request.Request(
+        url + "/v1/analytics", headers={"Authorization": f"Bearer {key}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.fixture
+def server(env: dict[str, str]) -> Iterator[str]:
+    """`toolselect serve` on a free loopback port of the keys' store, ready."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*EXE, "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=1) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            pass
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, "server did not become ready"
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+
+
+def _becomes(url: str, key: str, status: int) -> None:
+    deadline = time.monotonic() + 10
+    while _status(url, key) != status:
+        assert time.monotonic() < deadline, f"no {status} within 10 s"
+        time.sleep(0.05)
+
+
+def test_a_running_server_takes_keys_from_the_cli(env: dict[str, str], server: str) -> None:
+    """A key created with the CLI works on a running server (and turns authentication on),
+    and once revoked with the CLI it is refused, each within the server's poll interval."""
+    assert _status(server, "anything") == 200  # no key anywhere: open
+    made = create(env, "--tenant", "default", "--role", "editor")
+    _becomes(server, "anything", 401)
+    _becomes(server, made["key"], 200)
+    assert run(["keys", "revoke", made["id"]], env).returncode == 0
+    _becomes(server, made["key"], 401)
+
+
+def test_a_public_bind_accepts_stored_keys(tmp_path: Path) -> None:
+    """`serve` beyond loopback is refused without keys, and allowed once the store holds an
+    active key (or with TOOLSELECT_API_KEYS)."""
+    db = tmp_path / "bind.db"
+    settings = Settings(host="0.0.0.0", store=f"sqlite:{db}", data_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="TOOLSELECT_API_KEYS"):
+        check_bind(settings, insecure=False)
+    check_bind(settings.override(api_keys=("k",)), insecure=False)
+    create(cli_env(db), "--tenant", "default", "--role", "admin")
+    check_bind(settings, insecure=False)

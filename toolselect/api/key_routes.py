@@ -1,0 +1,61 @@
+"""The admin routes that manage API keys at run time: create (the key is shown once), list and
+revoke. Keys are written to the store, which every replica's upkeep reads within its poll
+interval (`Service.reload_keys`); this process's registry takes the change at once."""
+
+from __future__ import annotations
+
+import structlog
+from aiohttp import web
+
+from toolselect.api import key_models as km
+from toolselect.api.http import CALLER, SERVICE, json_response, read_model
+from toolselect.clock import utc_now
+from toolselect.errors import NotFound
+from toolselect.keys import check_tenant, new_key
+
+log = structlog.get_logger("toolselect.api")
+
+
+async def create_key(request: web.Request) -> web.Response:
+    """`POST /v1/keys`: a new key of any tenant, answered once with the key itself."""
+    service = request.app[SERVICE]
+    body = await read_model(request, km.KeyCreateRequest)
+    secret, key = new_key(check_tenant(body.tenant), body.role, utc_now(), name=body.name)
+    await service.store.save_key(key)
+    service.keys.add(key)
+    log.info(
+        "api_key_created",
+        key_id=key.id,
+        tenant=key.tenant,
+        role=key.role,
+        by=request[CALLER].key_id,
+    )
+    out = km.KeyOut.of(key)
+    return json_response(km.KeyCreated(key=secret, **out.model_dump()), status=201)
+
+
+async def list_keys(request: web.Request) -> web.Response:
+    """`GET /v1/keys[?tenant=]`: every tenant's keys, or one tenant's; never a key or hash."""
+    tenant = request.query.get("tenant")
+    if tenant is not None:
+        check_tenant(tenant)
+    keys = await request.app[SERVICE].store.list_keys(tenant)
+    return json_response(km.KeyList(keys=[km.KeyOut.of(k) for k in keys]))
+
+
+async def revoke_key(request: web.Request) -> web.Response:
+    """`DELETE /v1/keys/{id}`: the key is refused from now on (here at once, elsewhere within
+    the poll interval); 404 for an unknown id."""
+    service = request.app[SERVICE]
+    key_id = request.match_info["id"]
+    if not await service.store.revoke_key(key_id):
+        raise NotFound(f"no API key with id {key_id!r}", "id")
+    service.keys.drop(key_id)
+    log.info("api_key_revoked", key_id=key_id, by=request[CALLER].key_id)
+    return json_response(km.KeyRevoked(id=key_id, revoked=True))
+
+
+def add_key_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/keys", create_key)
+    app.router.add_get("/v1/keys", list_keys)
+    app.router.add_delete("/v1/keys/{id}", revoke_key)
