@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 
 from aiohttp import web
 
@@ -15,6 +16,7 @@ from toolselect.api.errors import HttpError
 from toolselect.api.http import DEADLINE, SERVICE, json_response, read_body, read_model
 from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
+from toolselect.ranker.relations import Companion
 from toolselect.records import Exemplar, Tool
 from toolselect.service import Service
 from toolselect.service.ranking import Conversation
@@ -60,17 +62,12 @@ async def rank(request: web.Request) -> web.Response:
             embedder=service.ranking.embedder_id,
             took_ms=round((time.perf_counter() - started) * 1e3, 3),
             search_id=search.search_id,
-            companions=[
-                m.CompanionTool(tool=c.tool, score=c.score, with_=c.with_)
-                for c in search.companions
-            ]
-            if body.companions
-            else None,
+            companions=companions_out(search.companions, body.companions),
         )
     )
 
 
-def conversation_of(body: m.RankRequest) -> Conversation:
+def conversation_of(body: m.RankRequest | m.SelectRequest) -> Conversation:
     """The request's conversation fields as the ranking facade takes them."""
     return Conversation(
         session_id=body.session_id,
@@ -80,35 +77,30 @@ def conversation_of(body: m.RankRequest) -> Conversation:
     )
 
 
+def companions_out(found: Sequence[Companion], asked: int) -> list[m.CompanionTool] | None:
+    """The answer's `companions`: present (maybe empty) when asked for, absent otherwise."""
+    if not asked:
+        return None
+    return [m.CompanionTool(tool=c.tool, score=c.score, with_=c.with_) for c in found]
+
+
 async def select(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_model(request, m.SelectRequest)
     candidates = candidates_to_tools([c.model_dump() for c in body.candidates])
-    # The same conversation fields as `/v1/rank` (`conversation_of`), PromptKit's payload beside.
-    conversation = Conversation(
-        session_id=body.session_id,
-        previous_tools=tuple(body.previous_tools or ()),
-        context=tuple(body.context or ()),
-        companions=body.companions,
-    )
     selection = await service.ranking.select(
         body.query.Text,
         candidates,
         body.query.K,
         pack=body.query.PackID or None,
-        conversation=conversation,
+        conversation=conversation_of(body),
     )
     return json_response(
         m.SelectResponse(
             selected=selection.selected,
             reason=selection.reason,
             search_id=selection.search_id,
-            companions=[
-                m.CompanionTool(tool=c.tool, score=c.score, with_=c.with_)
-                for c in selection.companions
-            ]
-            if body.companions
-            else None,
+            companions=companions_out(selection.companions, body.companions),
         )
     )
 

@@ -15,12 +15,14 @@ never predicts itself. Prior and context are chosen together on the follow-up tu
 the used tools in the top k plus top-1 among them: a prior that buys recall with the order of
 the top is no help), never worse than the message alone in either measure on either fold, then
 each weight is kept only if dropping it loses at least `MIN_GAIN`. A companion is worth a slot when it is needed more often than the tool the
-ranking would show in that slot: the share threshold is lowered while the companions it
+ranking would show in that slot (the 95% lower bound of its rate above that tool's rate) and
+brings every used tool into view on `MIN_GAIN` more of the turns: the share threshold is lowered while the companions it
 adds are.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -298,6 +300,15 @@ def fit_sessions(
     )
 
 
+def _lower_bound(hits: int, n: int, z: float = 1.645) -> float:
+    """The one-sided 95% Wilson lower bound of a rate of `hits` in `n`: a few lucky hits of
+    companions drawn from noise do not beat the next ranks."""
+    p = hits / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - spread) / (1 + z * z / n)
+
+
 def _companion_share(
     parts: Sequence[_Part], key: _Key, k: int, n: int, names: Sequence[str]
 ) -> tuple[float | None, float | None, float | None, float | None, float | None]:
@@ -334,11 +345,14 @@ def _companion_share(
     for s in COMPANION_SHARES:  # highest share first: stop where the added ones stop paying
         hits, shown = per_share[s]
         added_hits, added = hits - before[0], shown - before[1]
-        if added and added_hits / added <= next_precision:
+        if added and _lower_bound(added_hits, added) <= next_precision:
             break
         if shown >= MIN_COMPANIONS_SHOWN:
             chosen = s
         before = (hits, shown)
+    # And they must bring every used tool into view on at least MIN_GAIN more turns.
+    if chosen is not None and every_with[chosen] - every_alone < MIN_GAIN * turns:
+        chosen = None
     if chosen is None:
         return None, None, next_precision, every_alone / turns, every_alone / turns
     hits, shown = per_share[chosen]

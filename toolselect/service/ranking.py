@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -155,21 +155,29 @@ class RankingFacade:
         ranking = self._ranker.rank(
             vector, k, restrict=tools, pack=pack, prior=prior, prior_weight=weights.prior
         )
-        companions: tuple[Companion, ...] = ()
-        if conversation.companions and weights.companion_share is not None:
-            allowed = self._ranker.allowed(tools, pack)
-            companions = tuple(
-                self._sessions.relations.companions(
-                    ranking.tools,
-                    conversation.companions,
-                    weights.companion_share,
-                    allowed.__contains__,
-                    previous,
-                )
-            )
-            self._metrics.companions_offered.inc(len(companions))
+        companions = self._companions(
+            ranking.tools, conversation, lambda: self._ranker.allowed(tools, pack), previous
+        )
         self._metrics.rank_latency.observe(time.perf_counter() - started)
         return ranking, companions
+
+    def _companions(
+        self,
+        ranked: Sequence[str],
+        conversation: Conversation,
+        allowed: Callable[[], Collection[str]],
+        previous: Sequence[str],
+    ) -> tuple[Companion, ...]:
+        """The companions a caller asked for, among the `allowed` names (built only then)."""
+        least = self._sessions.weights.companion_share
+        if not conversation.companions or least is None:
+            return ()
+        names = allowed()
+        found = self._sessions.relations.companions(
+            ranked, conversation.companions, least, names.__contains__, previous
+        )
+        self._metrics.companions_offered.inc(len(found))
+        return tuple(found)
 
     async def search(
         self,
@@ -210,19 +218,9 @@ class RankingFacade:
             chosen = await self._choose(
                 text, candidates, k, conversation.context, previous, weights
             )
-        companions: tuple[Companion, ...] = ()
-        if conversation.companions and weights.companion_share is not None:
-            names = {c.name for c in candidates}
-            companions = tuple(
-                self._sessions.relations.companions(
-                    chosen.selected,
-                    conversation.companions,
-                    weights.companion_share,
-                    names.__contains__,
-                    previous,
-                )
-            )
-            self._metrics.companions_offered.inc(len(companions))
+        companions = self._companions(
+            chosen.selected, conversation, lambda: {c.name for c in candidates}, previous
+        )
         shown = (*chosen.selected, *(c.tool for c in companions))
         search_id = self._searches.record(shown, pack)
         return replace(chosen, search_id=search_id, companions=companions)
