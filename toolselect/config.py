@@ -322,9 +322,9 @@ FIELDS: tuple[Field, ...] = (
     Field("shutdown_timeout_s", "TOOLSELECT_SHUTDOWN_TIMEOUT", _float(0.0, 3600.0), "seconds to drain on shutdown"),
     Field("api_keys", "TOOLSELECT_API_KEYS", _names, "comma list of API keys, or `@FILE` (one key a line): `admin` keys of tenant `default`, never stored; with these or any key made by `toolselect keys create`, `/v1/*` needs `Authorization: Bearer` (README, Operating for several teams)"),
     Field("metrics_auth", "TOOLSELECT_METRICS_AUTH", _bool, "require an `admin` key on `/metrics` too (when keys are on)"),
-    Field("tenant_rps", "TOOLSELECT_TENANT_RPS", _float(0.0, 1_000_000.0), "`/v1/*` requests per second each tenant may send to one process (a token bucket in its memory), beyond them `429 rate_limited` with `Retry-After`; 0: no limit"),
+    Field("tenant_rps", "TOOLSELECT_TENANT_RPS", _float(0.0, 1_000_000.0), "`/v1/*` (and MCP over HTTP) requests per second each tenant may send to one process (a token bucket in its memory), beyond them `429 rate_limited` with `Retry-After`; 0: no limit"),
     Field("tenant_burst", "TOOLSELECT_TENANT_BURST", _int(0, 1_000_000), "requests a tenant may send at once before `TOOLSELECT_TENANT_RPS` paces it (the bucket's size); 0: one second's worth (at least 1)"),
-    Field("global_rps", "TOOLSELECT_GLOBAL_RPS", _float(0.0, 1_000_000.0), "`/v1/*` requests per second one process takes from all tenants together (one second's worth at once), beyond them `429 rate_limited`; 0: no limit"),
+    Field("global_rps", "TOOLSELECT_GLOBAL_RPS", _float(0.0, 1_000_000.0), "`/v1/*` (and MCP over HTTP) requests per second one process takes from all tenants together (one second's worth at once), beyond them `429 rate_limited`; 0: no limit"),
     Field("log_level", "TOOLSELECT_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "log level"),
     Field("log_format", "TOOLSELECT_LOG_FORMAT", _choice("auto", "json", "console"), "`auto`: JSON unless stdout is a terminal"),
 )  # fmt: skip

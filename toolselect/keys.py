@@ -13,7 +13,10 @@ names the least role of every `/v1/*` route, and `required_role` decides for any
 `/v1/*` route without a rule needs `admin` (`tests/unit/test_keys.py` holds every registered route
 to the table). `KeyRegistry` is what the middleware asks: the stored keys (reloaded by the
 service's upkeep) and `TOOLSELECT_API_KEYS`, which are `admin` keys of `default` and never stored.
-`RateLimits` are the per-tenant and global token buckets, in this process's memory.
+`MCP_ROLES` does the same for the tools and resources of `toolselect mcp` over HTTP
+(`mcp_role`; `tests/mcp/test_keys.py` holds every tool, resource and template the server
+registers to it). `RateLimits` are the per-tenant and global token buckets, in this process's
+memory.
 
 Pure: no I/O and no clock (times are passed in), so the rules are tested on their own.
 """
@@ -34,6 +37,7 @@ from toolselect.records import ApiKey, Role
 
 __all__ = [
     "DEFAULT_TENANT",
+    "MCP_ROLES",
     "OPEN_CALLER",
     "ROLES",
     "ROUTE_ROLES",
@@ -53,8 +57,11 @@ __all__ = [
     "key_from_row",
     "key_hash",
     "key_row",
+    "mcp_role",
+    "mcp_rule",
     "new_key",
     "required_role",
+    "unserved",
 ]
 
 ROLES: tuple[Role, ...] = get_args(Role)
@@ -93,6 +100,20 @@ ROUTE_ROLES: Mapping[tuple[str, str], Role] = {
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json", "/ui", "/ui/", "/ui/{name}"})
 METRICS_ROUTE = "/metrics"
 
+# The least role of each MCP tool and resource (`toolselect mcp --transport http`; stdio has no
+# keys): ("tool", name) or ("resource", URI), where `{name}` stands for any last segment and a
+# query (`?since=...`, a template's `{?since}`) is left out. The same ladder as the routes: the
+# agent's loop, then what changes the catalog or labels and what reads the data (the editor's);
+# anything about keys, and anything missing here, needs `admin`.
+MCP_ROLES: Mapping[tuple[str, str], Role] = {
+    ("tool", "search_tools"): "agent",
+    ("tool", "report_turn"): "agent",
+    ("tool", "label_turn"): "editor",
+    ("resource", "toolselect://catalog"): "editor",
+    ("resource", "toolselect://analytics"): "editor",
+    ("resource", "toolselect://analytics/{name}"): "editor",
+}
+
 
 def required_role(method: str, route: str | None, path: str, *, metrics_auth: bool) -> Role | None:
     """The least role a request needs, or None when it is open. `route` is the matched route
@@ -104,6 +125,33 @@ def required_role(method: str, route: str | None, path: str, *, metrics_auth: bo
     if path == METRICS_ROUTE and metrics_auth:
         return "admin"
     return None
+
+
+def mcp_rule(kind: Literal["tool", "resource"], name: str) -> tuple[str, str] | None:
+    """The `MCP_ROLES` entry a tool name, resource URI or URI template falls under, if any."""
+    if kind == "resource":
+        name = name.split("{?", 1)[0].split("?", 1)[0]
+        if (kind, name) not in MCP_ROLES:
+            name = name.rpartition("/")[0] + "/{name}"
+    return (kind, name) if (kind, name) in MCP_ROLES else None
+
+
+def mcp_role(kind: Literal["tool", "resource"], name: str) -> Role:
+    """The least role an MCP tool call or resource read needs (`admin` without a rule)."""
+    rule = mcp_rule(kind, name)
+    return "admin" if rule is None else MCP_ROLES[rule]
+
+
+def unserved(tenant: str) -> str | None:
+    """Why `tenant`'s requests for data are refused, or None when they are served. The store
+    holds the `default` tenant's data only until it scopes every read and write by tenant, so
+    another tenant's key must never reach it (its keys can still be managed)."""
+    if tenant == DEFAULT_TENANT:
+        return None
+    return (
+        f"tenant {tenant!r} is not served by this version of toolselect, which serves the data "
+        f"of tenant {DEFAULT_TENANT!r} only (keys of any tenant can be managed at /v1/keys)"
+    )
 
 
 def allows(role: str, needed: str) -> bool:

@@ -1,5 +1,5 @@
 """toolselect as an MCP server (`toolselect mcp`): tool search, turn reports and labels as MCP tools,
-the analyses and the catalog as MCP resources, over stdio or streamable HTTP.
+the analyses and the catalog as MCP resources (`mcp_resources`), over stdio or streamable HTTP.
 
 One `Service` runs in-process for the life of the server (the SDK's lifespan: entered once per
 process on stdio, once for the session manager over HTTP, never once per session). stdout is the
@@ -7,33 +7,29 @@ stdio protocol channel, so the service logs only to stderr (`toolselect.logs`).
 
 Errors reach the host as tool results with `isError` and one line naming the field and the rule
 (`expected k in 1..100, got 0`); resources answer with a JSON-RPC error. Nothing a caller sends
-stops the server.
+stops the server. Over HTTP the API keys apply (`mcp_auth`): a request without a valid key is
+refused before the SDK sees it, and a tool or resource needs the role `keys.MCP_ROLES` names.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import anyio
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import (
-    ResourceError,
-    ResourceNotFoundError,
-    ToolError,
-    UnexpectedToolError,
-)
-from mcp.server.mcpserver.resources import FunctionResource
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_REQUEST, ToolAnnotations
+from pydantic import AnyUrl, BaseModel, Field, ValidationError
 
-from toolselect.analytics import registry
 from toolselect.api.models import Companions, CompanionTool
 from toolselect.config import Settings
-from toolselect.errors import InvalidInput, NotFound, ToolselectError
+from toolselect.errors import InvalidInput, ToolselectError
+from toolselect.mcp_auth import KeyGate, refusal
+from toolselect.mcp_resources import Running, add_resources
 from toolselect.records import Tool
 from toolselect.service import Service
 from toolselect.service.ranking import Conversation
@@ -42,9 +38,6 @@ from toolselect.turns import Name, Outcome, ReportedTurn, UsedTools, turn_proble
 log = structlog.get_logger("toolselect.mcp")
 
 SERVER_NAME = "toolselect"
-ANALYTICS_URI = "toolselect://analytics"
-CATALOG_URI = "toolselect://catalog"
-JSON_MIME = "application/json"
 
 INSTRUCTIONS = """\
 toolselect ranks a tool catalog for a request and learns from what the agent then did.
@@ -259,11 +252,17 @@ def explain(exc: ValidationError) -> str:
 
 
 class ToolselectMCP(MCPServer[Service]):
-    """The SDK's server, with argument validation errors told in toolselect's words."""
+    """The SDK's server, with argument validation errors told in toolselect's words, and each
+    tool call and resource read held to the caller's key (`mcp_auth.refusal`)."""
+
+    running: Running
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: ToolContext | None = None
     ) -> Any:
+        refused = refusal("tool", name)
+        if refused is not None:
+            raise ToolError(refused)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -272,15 +271,17 @@ class ToolselectMCP(MCPServer[Service]):
                 raise
             raise ToolError(f"Error executing tool {name}: {explain(cause)}") from cause
 
-
-def _dumps(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    async def read_resource(self, uri: AnyUrl | str, context: ToolContext | None = None) -> Any:
+        refused = refusal("resource", str(uri))
+        if refused is not None:
+            raise MCPError(INVALID_REQUEST, refused, {"uri": str(uri)})
+        return await super().read_resource(uri, context)
 
 
 def build_server(settings: Settings, service: Service | None = None) -> ToolselectMCP:
     """The MCP server; its lifespan starts a `Service` on `settings` and closes it at the end,
     or serves a started `service` its caller closes (as `create_app(service)` does)."""
-    running = _Running()
+    running = Running()
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[Service]) -> AsyncIterator[Service]:
@@ -311,12 +312,20 @@ def build_server(settings: Settings, service: Service | None = None) -> Toolsele
         label_turn,
         annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=True, openWorldHint=False),
     )
-    _add_resources(server, running)
+    add_resources(server, running)
+    server.running = running
     return server
 
 
+def http_app(server: ToolselectMCP, settings: Settings) -> KeyGate:
+    """The SDK's streamable HTTP app (at `/mcp`) behind the API keys' `KeyGate`."""
+    app = server.streamable_http_app(host=settings.host)
+    return KeyGate(app, lambda: server.running.service, settings)
+
+
 def run(server: ToolselectMCP, settings: Settings, transport: Literal["stdio", "http"]) -> None:
-    """Serve until stdin closes (stdio) or SIGINT/SIGTERM (HTTP, at `settings.host:port/mcp`).
+    """Serve until stdin closes (stdio) or SIGINT/SIGTERM (HTTP, at `settings.host:port/mcp`,
+    behind the API keys' `KeyGate`).
 
     Over HTTP uvicorn shuts down gracefully on a signal (the service closes, its learner drained),
     then raises the signal again, so the process ends as killed by it, the Unix convention.
@@ -327,7 +336,7 @@ def run(server: ToolselectMCP, settings: Settings, transport: Literal["stdio", "
     import uvicorn
 
     config = uvicorn.Config(
-        server.streamable_http_app(host=settings.host),
+        http_app(server, settings),
         host=settings.host,
         port=settings.port,
         # No logging config of uvicorn's own: its access lines would go to stdout; through the
@@ -345,103 +354,3 @@ _SDK_LEVELS: dict[str, Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = {
     "warning": "WARNING",
     "error": "ERROR",
 }
-
-
-class _Running:
-    """The service while the server runs. Static resources take no `Context` in the SDK, so
-    they reach the lifespan's service through this slot instead."""
-
-    def __init__(self) -> None:
-        self.service: Service | None = None
-
-    def get(self) -> Service:
-        if self.service is None:
-            raise ResourceError("the toolselect service is not running")
-        return self.service
-
-
-async def _analysis(service: Service, name: str, since: str | None) -> str:
-    try:
-        if name == registry.LEARNING:
-            return _dumps(service.learning.fit())
-        return _dumps(await service.learning.analysis(name, since))
-    except NotFound as exc:
-        raise ResourceNotFoundError(str(exc)) from exc
-    except ToolselectError as exc:
-        raise ResourceError(" ".join(str(exc).split())) from exc
-
-
-def _add_resources(server: ToolselectMCP, running: _Running) -> None:
-    names = (*registry.NAMES, registry.LEARNING)
-
-    async def catalog() -> str:
-        tools = await running.get().catalog.list_tools()
-        return _dumps(
-            {
-                "tools": [
-                    {
-                        "name": t.name,
-                        "description": t.description,
-                        "inputSchema": dict(t.input_schema),
-                        "packs": list(t.packs),
-                    }
-                    for t in tools
-                ]
-            }
-        )
-
-    async def index() -> str:
-        return _dumps({"analyses": [f"{ANALYTICS_URI}/{name}" for name in names]})
-
-    server.add_resource(
-        FunctionResource.from_function(
-            catalog,
-            CATALOG_URI,
-            name="catalog",
-            description="Every tool of the catalog: name, description, inputSchema, packs.",
-            mime_type=JSON_MIME,
-        )
-    )
-    server.add_resource(
-        FunctionResource.from_function(
-            index,
-            ANALYTICS_URI,
-            name="analytics",
-            description="The URIs of the analyses of the learning loop.",
-            mime_type=JSON_MIME,
-        )
-    )
-    for name in names:
-        description = (
-            "what the learning loop chose from its labels: fold, calibration curve, teacher depth"
-            if name == registry.LEARNING
-            else registry.ANALYSES[name].description
-        )
-        server.add_resource(
-            FunctionResource.from_function(
-                _analysis_reader(running, name),
-                f"{ANALYTICS_URI}/{name}",
-                name=name,
-                description=f"{description} (JSON: name, columns, rows)",
-                mime_type=JSON_MIME,
-            )
-        )
-
-    # The same analyses with a `since` filter (ISO-8601 date or time), for hosts that fill in
-    # resource templates.
-    @server.resource(
-        ANALYTICS_URI + "/{name}{?since}",
-        name="analysis",
-        description="One analysis by name, optionally only data at or after `since` (ISO-8601).",
-        mime_type=JSON_MIME,
-    )
-    async def analysis(name: str, since: str | None = None) -> str:
-        return await _analysis(running.get(), name, since)
-
-
-def _analysis_reader(running: _Running, name: str) -> Callable[[], Any]:
-    async def read() -> str:
-        return await _analysis(running.get(), name, None)
-
-    read.__name__ = f"analysis_{name}"
-    return read

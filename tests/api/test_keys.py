@@ -82,8 +82,8 @@ async def test_roles_per_route(services: ServiceFactory, aiohttp_client: ClientF
     """An agent key ranks and observes but gets 403 on PUT /v1/tools and /v1/keys; an editor
     keeps the catalog but not the keys; an admin key made at run time manages keys."""
     client, _ = await services.serve(aiohttp_client, api_keys=(ADMIN,))
-    agent = (await create(client, "team-a", "agent"))["key"]
-    editor = (await create(client, "team-a", "editor"))["key"]
+    agent = (await create(client, "default", "agent"))["key"]
+    editor = (await create(client, "default", "editor"))["key"]
     admin = (await create(client, "team-b", "admin", name="ops"))["key"]
 
     assert (await client.put("/v1/tools", json=TOOLS, headers=bearer(editor))).status == 200
@@ -118,14 +118,14 @@ async def test_create_use_revoke_refused(
     and once revoked is refused 401 on the same service; an unknown id is 404."""
     client, service = await services.serve(aiohttp_client, api_keys=(ADMIN,))
     await service.catalog.upsert_tools(HAND_CATALOG)
-    made = await create(client, "team-a", "agent", name="ci")
+    made = await create(client, "default", "agent", name="ci")
     key = made["key"]
     assert set(made) == {"key", "id", "prefix", "tenant", "role", "name", "created_at"}
-    assert (made["tenant"], made["role"], made["name"]) == ("team-a", "agent", "ci")
+    assert (made["tenant"], made["role"], made["name"]) == ("default", "agent", "ci")
     assert key.startswith("tsk_") and made["prefix"] == key[:12]
     assert (await client.post("/v1/rank", json=RANK, headers=bearer(key))).status == 200
 
-    listed = await client.get("/v1/keys?tenant=team-a", headers=bearer(ADMIN))
+    listed = await client.get("/v1/keys?tenant=default", headers=bearer(ADMIN))
     text = await listed.text()
     assert listed.status == 200 and key not in text and key[12:] not in text
     [out] = (await listed.json())["keys"]
@@ -180,7 +180,7 @@ async def test_a_revocation_reaches_a_second_service_within_the_poll_interval(
         aiohttp_client, api_keys=(ADMIN,), poll_interval_s=0.2, data_dir=str(tmp_path / "two")
     )
     await service.catalog.upsert_tools(HAND_CATALOG)
-    made = await create(one, "team-a", "agent")
+    made = await create(one, "default", "agent")
 
     async def status_on_two() -> int:
         return (await two.post("/v1/rank", json=RANK, headers=bearer(made["key"]))).status
@@ -219,16 +219,16 @@ async def test_the_caller_and_the_tenant_header(
     """A stored key acts as its own tenant and role; naming its own tenant is fine, another
     is 403 unless the key is an admin; a malformed tenant header is 422."""
     spy = await spied(sqlite, aiohttp_client, api_keys=(ADMIN,))
-    made = await create(spy.client, "team-a", "agent")
+    made = await create(spy.client, "default", "agent")
     headers = bearer(made["key"])
     assert (await spy.client.post("/v1/rank", json=RANK, headers=headers)).status == 200
-    assert spy.seen[-1] == Caller("team-a", "agent", made["id"])
-    own = bearer(made["key"], "team-a")
+    assert spy.seen[-1] == Caller("default", "agent", made["id"])
+    own = bearer(made["key"], "default")
     assert (await spy.client.post("/v1/rank", json=RANK, headers=own)).status == 200
     other = await spy.client.post("/v1/rank", json=RANK, headers=bearer(made["key"], "team-b"))
     error = await error_of(other, 403)
     assert (error["code"], error["field"]) == ("forbidden", "X-Toolselect-Tenant")
-    assert "'team-a'" in error["message"] and "'team-b'" in error["message"]
+    assert "'default'" in error["message"] and "'team-b'" in error["message"]
     bad = await spy.client.post("/v1/rank", json=RANK, headers=bearer(ADMIN, "Team B"))
     assert (await error_of(bad, 422))["field"] == "X-Toolselect-Tenant"
 
@@ -243,7 +243,7 @@ async def test_without_keys_everything_stays_open(
     assert (await client.post("/v1/rank", json=RANK)).status == 200
     assert spy.seen[-1] == Caller("default", "admin", None)
     assert (await client.post("/v1/rank", json=RANK, headers=bearer("anything"))).status == 200
-    assert (await client.get("/v1/tools", headers={"X-Toolselect-Tenant": "t"})).status == 200
+    assert (await client.get("/v1/keys", headers={"X-Toolselect-Tenant": "t"})).status == 200
     assert spy.seen[-1] == Caller("t", "admin", None)
     resp = await client.post("/v1/keys", json={"tenant": "default", "role": "admin"})
     assert resp.status == 201
@@ -262,7 +262,7 @@ async def test_a_key_cannot_be_checked_before_the_stored_keys_are_read(
     not_ready` (its tenant is unknown), while a configured key works."""
     client, service = await sqlite.serve(aiohttp_client, api_keys=(ADMIN,), poll_interval_s=3600.0)
     await service.catalog.upsert_tools(HAND_CATALOG)
-    made = await create(client, "team-a", "agent")
+    made = await create(client, "default", "agent")
     service.keys = KeyRegistry((ADMIN,))  # as after a start with the store down: never read
     resp = await client.post("/v1/rank", json=RANK, headers=bearer(made["key"]))
     error = await error_of(resp, 503)
@@ -282,3 +282,34 @@ async def test_metrics_need_an_admin_key_when_guarded(
     assert (await client.get("/metrics")).status == 401
     assert (await client.get("/metrics", headers=bearer(editor))).status == 403
     assert (await client.get("/metrics", headers=bearer(ADMIN))).status == 200
+
+
+async def test_another_tenants_keys_reach_no_data_yet(
+    sqlite: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """The store holds the `default` tenant's data only: a key of another tenant (any role,
+    even admin), or an admin naming another tenant, is refused 403 on every data route, and
+    nothing of `default` leaks in the answer; keys of any tenant can still be managed."""
+    client, service = await sqlite.serve(aiohttp_client, api_keys=(ADMIN,))
+    await service.catalog.upsert_tools(HAND_CATALOG)
+    keys = {role: (await create(client, "team-a", role))["key"] for role in ("agent", "admin")}
+    turn = {"request": "weather in Turin", "used_tool": "get_weather"}
+    calls = [
+        ("POST", "/v1/rank", RANK),
+        ("POST", "/v1/observe", turn),
+        ("GET", "/v1/tools", None),
+        ("GET", "/v1/analytics/misroute_rate", None),
+    ]
+    callers = [("agent", bearer(keys["agent"])), ("admin", bearer(keys["admin"]))]
+    callers.append(("admin", bearer(ADMIN, "team-a")))
+    for role, headers in callers:
+        for method, path, body in calls:
+            if role == "agent" and method == "GET":
+                continue  # an agent's role is refused first (the test above)
+            resp = await client.request(method, path, json=body, headers=headers)
+            error = await error_of(resp, 403)
+            assert error["code"] == "forbidden", (path, error)
+            assert "'team-a'" in error["message"] and "get_weather" not in error["message"]
+    listed = await client.get("/v1/keys?tenant=team-a", headers=bearer(keys["admin"]))
+    assert listed.status == 200 and len((await listed.json())["keys"]) == 2
+    assert (await client.post("/v1/rank", json=RANK, headers=bearer(ADMIN))).status == 200

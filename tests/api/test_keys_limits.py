@@ -11,6 +11,7 @@ import pytest_asyncio
 from structlog.testing import capture_logs
 
 from tests.api.conftest import HAND_CATALOG, ClientFactory
+from tests.api.test_keys import bearer
 from tests.services import ServiceFactory
 from toolselect.clock import utc_now
 from toolselect.keys import key_hash, new_key
@@ -18,10 +19,6 @@ from toolselect.service import Service
 
 ADMIN = "k-admin-env-51c9"
 RANK = {"query": "weather in Turin"}
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest_asyncio.fixture(loop_scope="function")
@@ -48,7 +45,8 @@ async def test_a_tenant_over_its_rate_gets_429_and_another_does_not(
         aiohttp_client, api_keys=(ADMIN,), tenant_rps=0.1, tenant_burst=2
     )
     await service.catalog.upsert_tools(HAND_CATALOG)
-    busy, calm = await stored_key(service, "busy"), await stored_key(service, "calm")
+    # Only `default` has data here yet: the other tenant spends its rate on its keys.
+    busy, calm = await stored_key(service, "default"), await stored_key(service, "calm", "admin")
     for _ in range(2):
         assert (await client.post("/v1/rank", json=RANK, headers=bearer(busy))).status == 200
     refused = await client.post("/v1/rank", json=RANK, headers=bearer(busy))
@@ -56,14 +54,14 @@ async def test_a_tenant_over_its_rate_gets_429_and_another_does_not(
     error = (await refused.json())["error"]
     assert error == {
         "code": "rate_limited",
-        "message": "tenant 'busy' sent more than 0.1 requests per second",
+        "message": "tenant 'default' sent more than 0.1 requests per second",
     }
     assert int(refused.headers["Retry-After"]) >= 1
     for _ in range(2):
-        assert (await client.post("/v1/rank", json=RANK, headers=bearer(calm))).status == 200
+        assert (await client.get("/v1/keys", headers=bearer(calm))).status == 200
     assert (await client.get("/healthz")).status == 200  # health is never limited
     metrics = await (await client.get("/metrics")).text()
-    assert 'toolselect_rate_limited_total{scope="tenant",tenant="busy"} 1.0' in metrics
+    assert 'toolselect_rate_limited_total{scope="tenant",tenant="default"} 1.0' in metrics
     assert 'tenant="calm"' not in metrics
     assert 'toolselect_http_rejected_total{reason="rate_limited"} 1.0' in metrics
 
@@ -97,22 +95,24 @@ async def test_keys_never_reach_logs_metrics_or_errors(
     errors: list[str] = []
 
     async def call(status: int, method: str, path: str, key: str, **kwargs: Any) -> Any:
-        resp = await client.request(method, path, headers=bearer(key), **kwargs)
+        # The admin acts as another tenant, so its calls spend none of `default`'s rate.
+        headers = bearer(key, "ops") if key == ADMIN else bearer(key)
+        resp = await client.request(method, path, headers=headers, **kwargs)
         assert resp.status == status, await resp.text()
         if resp.status >= 400:
             errors.append(await resp.text())
         return resp
 
     with capture_logs() as logs:
-        body = {"tenant": "team-a", "role": "agent"}
+        body = {"tenant": "default", "role": "agent"}
         made = await (await call(201, "POST", "/v1/keys", ADMIN, json=body)).json()
         key = made["key"]
-        for _ in range(4):
+        await call(404, "GET", "/v1/nope", key)
+        for _ in range(3):
             await call(200, "POST", "/v1/rank", key, json=RANK)
         await call(429, "POST", "/v1/rank", key, json=RANK)
         await call(403, "PUT", "/v1/tools", key, json={"tools": []})
         await call(422, "POST", "/v1/keys", ADMIN, json={"tenant": key, "role": "agent"})
-        await call(404, "GET", "/v1/nope", ADMIN)
         await call(200, "DELETE", f"/v1/keys/{made['id']}", ADMIN)
         await call(401, "POST", "/v1/rank", key, json=RANK)
         await call(401, "POST", "/v1/rank", "tsk_not-a-key-at-all", json=RANK)

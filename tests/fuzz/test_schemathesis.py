@@ -7,6 +7,10 @@ test Neo4j, each holding the demo catalog. Bounded for CI: a fixed seed, determi
 generation, `MAX_EXAMPLES` per operation plus schemathesis' coverage cases (about 900 requests
 per store, ~35 s for both on 2 cores).
 
+The server requires an API key (`FUZZ_KEY`, configured, so the key routes' cases cannot turn
+authentication on or off midway) and every case carries it through the document's `bearer`
+scheme; the key routes are fuzzed with the rest.
+
 Not checked: `positive_data_acceptance`. JSON Schema cannot say "names unique within the list",
 so schema-valid bodies with a repeated tool name or candidate ID are rightly refused (422).
 """
@@ -40,6 +44,7 @@ from tests.services import wipe
 from toolselect.api import models as m
 from toolselect.api.app import create_app_from_settings
 from toolselect.api.http import SERVICE
+from toolselect.api.key_routes import add_key_routes
 from toolselect.api.openapi import openapi_document
 from toolselect.api.routes import add_routes
 from toolselect.catalog import load_demo_catalog
@@ -49,6 +54,7 @@ from toolselect.service import Service
 pytestmark = pytest.mark.slow
 SEED = 20_240_611
 MAX_EXAMPLES = 50
+FUZZ_KEY = "tsk_fuzz-0123456789abcdefghijklmnopqrstuvwxyzABC"
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -108,7 +114,13 @@ class LiveServer:
 
 
 def _settings(tmp: Path, server: Neo4jServer | None) -> Settings:
-    base = Settings(data_dir=str(tmp), oracle="on", poll_interval_s=0.5, embedder="hashing")
+    base = Settings(
+        data_dir=str(tmp),
+        oracle="on",
+        poll_interval_s=0.5,
+        embedder="hashing",
+        api_keys=(FUZZ_KEY,),
+    )
     if server is None:
         return base.override(store=f"sqlite:{tmp / 'toolselect.db'}")
     return base.override(
@@ -144,6 +156,7 @@ def _served_routes() -> frozenset[str]:
     """The paths the app registers (what `/openapi.json` keeps), without starting anything."""
     app = web.Application()
     add_routes(app)
+    add_key_routes(app)
     return frozenset(resource.canonical for resource in app.router.resources())
 
 
@@ -157,6 +170,7 @@ SCHEMA = schemathesis.openapi.from_dict(
     config=schemathesis.Config.from_dict(
         {
             "seed": SEED,
+            "auth": {"openapi": {"bearer": {"bearer": FUZZ_KEY}}},
             "suppress-health-check": ["too_slow", "filter_too_much", "data_too_large"],
             # Schemathesis's default list plus 413: a body past the size limit is refused as
             # too large before its items are counted, which is a rejection too.
@@ -234,8 +248,10 @@ def test_served_document_is_the_fuzzed_one(live: LiveServer) -> None:
 @settings(deadline=None, suppress_health_check=list(HealthCheck))
 def test_api(case: schemathesis.Case[Any], live: LiveServer) -> None:
     """Every operation on each store: no 5xx; status, content type and body as documented;
-    schema-violating input refused; undocumented methods 405; a well-formed observe is 202."""
+    schema-violating input refused; undocumented methods 405; a well-formed observe with the
+    key is 202 (a coverage case leaves the key out, and is refused 401)."""
     response = case.call_and_validate(base_url=live.url, checks=CHECKS, timeout=30)
     observing = case.method == "POST" and case.path.startswith("/v1/observe")
-    if observing and _observe_well_formed(case, live.settings):
+    keyed = response.request.headers.get("Authorization") == f"Bearer {FUZZ_KEY}"
+    if observing and keyed and _observe_well_formed(case, live.settings):
         assert response.status_code == 202, (case.body, response.text)

@@ -319,17 +319,6 @@ def test_stdout_carries_only_protocol_messages(store_db: Path) -> None:
     assert "mcp_service_closed" in done.stderr  # stdin closed: the lifespan closed the service
 
 
-def test_http_refuses_a_public_bind_without_insecure(tmp_path: Path) -> None:
-    """The MCP endpoint has no authentication, so a non-loopback bind needs --insecure."""
-    done = run_cli(
-        ["mcp", "--transport", "http", "--host", "0.0.0.0", "--port", "1"],
-        cli_env(tmp_path / "s.db"),
-    )
-    assert done.returncode == 2
-    assert "refusing to serve MCP on 0.0.0.0" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
-
-
 async def test_default_hybrid_embedder_serves(store_db: Path) -> None:
     """With the default dense+hashing embedder the lifespan loads the model and search works."""
     params = stdio_params(store_db)

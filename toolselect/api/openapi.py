@@ -1,4 +1,8 @@
-"""`/openapi.json`, generated from the same pydantic models that validate requests."""
+"""`/openapi.json`, generated from the same pydantic models that validate requests.
+
+Every `/v1/*` operation names the `bearer` security scheme (an API key: `toolselect.keys`) and
+the refusals of the middleware's keys and limits (401, 403, 429); health and readiness are open.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from toolselect import __version__
+from toolselect.api import key_models as km
 from toolselect.api import models as m
 
 _REF = "#/components/schemas/{model}"
@@ -32,18 +37,41 @@ _OPERATIONS: tuple[
     ("get", "/v1/analytics", "Named analyses", None, 200, m.AnalyticsList, (), ()),
     ("get", "/v1/analytics/learning", "What the learning loop chose from its labels", None, 200, m.LearningFit, (), ()),
     ("get", "/v1/analytics/{name}", "Run one analysis", None, 200, m.AnalyticsResult, ("name",), ("since",)),
+    ("post", "/v1/keys", "Create an API key (the answer is the one time it is shown)", km.KeyCreateRequest, 201, km.KeyCreated, (), ()),
+    ("get", "/v1/keys", "List API keys, of every tenant or one (never a key itself)", None, 200, km.KeyList, (), ("tenant",)),
+    ("delete", "/v1/keys/{id}", "Revoke an API key", None, 200, km.KeyRevoked, ("id",), ()),
     ("get", "/healthz", "Process alive", None, 200, m.Health, (), ()),
     ("get", "/readyz", "Store reachable and catalog loaded", None, 200, m.Health, (), ()),
 )  # fmt: skip
 
 _ERRORS = {
     "400": "invalid_json",
-    "401": "unauthorized",
     "404": "not_found",
     "413": "too_large",
     "415": "unsupported_media_type",
     "422": "invalid_request",
     "503": "overloaded / not_ready",
+}
+_RETRY_AFTER = {
+    "Retry-After": {"description": "Whole seconds to wait", "schema": {"type": "integer"}}
+}
+# (description, headers) of the refusals of `/v1/*`, whose routes need a key while any exists.
+_KEY_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
+    "401": (
+        "unauthorized: no Authorization: Bearer <key>, or an unknown or revoked key",
+        {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}},
+    ),
+    "403": ("forbidden: the key's role is below the route's, or it names another tenant", {}),
+    "429": ("rate_limited: the tenant's or the process's request rate is spent", _RETRY_AFTER),
+}
+_SECURITY_SCHEMES = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An API key (`toolselect keys create`, `POST /v1/keys` or "
+        "TOOLSELECT_API_KEYS), needed on /v1/* as soon as any key exists; with none, the API "
+        "is open.",
+    }
 }
 
 
@@ -55,6 +83,7 @@ def openapi_document(routes: frozenset[str] | None = None) -> dict[str, Any]:
         | {m.ErrorResponse},
         key=lambda model: model.__name__,
     )
+    error = {"application/json": {"schema": _ref(m.ErrorResponse)}}
     _, schema = models_json_schema([(model, "validation") for model in models], ref_template=_REF)
     paths: dict[str, dict[str, Any]] = {}
     for method, path, summary, request, status, response, path_params, query_params in _OPERATIONS:
@@ -69,14 +98,17 @@ def openapi_document(routes: frozenset[str] | None = None) -> dict[str, Any]:
                     "content": {"application/json": {"schema": _ref(response)}},
                 },
                 **{
-                    code: {
-                        "description": meaning,
-                        "content": {"application/json": {"schema": _ref(m.ErrorResponse)}},
-                    }
+                    code: {"description": meaning, "content": error}
                     for code, meaning in _ERRORS.items()
                 },
             },
         }
+        if path.startswith("/v1/"):
+            op["security"] = [{"bearer": []}]
+            for code, (meaning, headers) in _KEY_ERRORS.items():
+                op["responses"][code] = {"description": meaning, "content": error}
+                if headers:
+                    op["responses"][code]["headers"] = headers
         params = [
             {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
             for p in path_params
@@ -96,7 +128,10 @@ def openapi_document(routes: frozenset[str] | None = None) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "toolselect", "version": __version__},
         "paths": paths,
-        "components": {"schemas": schema.get("$defs", {})},
+        "components": {
+            "schemas": schema.get("$defs", {}),
+            "securitySchemes": _SECURITY_SCHEMES,
+        },
     }
 
 

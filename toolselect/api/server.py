@@ -36,7 +36,8 @@ def is_loopback(host: str) -> bool:
 
 def check_bind(settings: Settings, insecure: bool) -> None:
     """Refuse to expose an unauthenticated API beyond this machine unless told to: keys are
-    configured (`TOOLSELECT_API_KEYS`) or the store answers now with an active stored key."""
+    configured (`TOOLSELECT_API_KEYS`) or the store answers now with an active stored key.
+    `serve` and `mcp --transport http` (the same keys guard both) call it before starting."""
     if settings.api_keys or is_loopback(settings.host) or insecure:
         return
     if asyncio.run(_has_stored_keys(settings)):

@@ -19,6 +19,7 @@ from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, ValidationError
 
+from toolselect.api import key_models as km
 from toolselect.api import models as m
 from toolselect.client.observer import ObserveStats, TurnBuffer, turn_request
 from toolselect.client.transport import AiohttpTransport, Response, Transport
@@ -34,8 +35,9 @@ log = logging.getLogger(__name__)
 Model = TypeVar("Model", bound=BaseModel)
 Sleep = Callable[[float], Awaitable[None]]
 
-# The statuses worth asking again: the server said it is busy or not ready yet.
-RETRY_STATUSES = frozenset({503})
+# The statuses worth asking again: the server said it is busy or not ready yet (503), or the
+# tenant's request rate is spent for now (429 `rate_limited`).
+RETRY_STATUSES = frozenset({429, 503})
 # The server's default limit on a query, and on each `context` message (UTF-8 bytes).
 MAX_CONTEXT_BYTES = 8 << 10
 
@@ -43,7 +45,7 @@ MAX_CONTEXT_BYTES = 8 << 10
 class AsyncClient:
     """A client of one toolselect server; use as `async with AsyncClient(url) as ts: ...`.
 
-    `retries` extra attempts follow a 503 or a connection failure, waiting the server's
+    `retries` extra attempts follow a 503, a 429 or a connection failure, waiting the server's
     `Retry-After` when it sent one, else `backoff_s * 2**attempt` (jittered, at most
     `max_backoff_s`). Turns given to `observe` are sent in the background, in batches of
     `observe_batch`, at least every `observe_interval_s`; `close` sends what is left.
@@ -204,6 +206,25 @@ class AsyncClient:
     async def learning(self) -> m.LearningFit:
         """What the learning loop chose from its labels (`GET /v1/analytics/learning`)."""
         return await self.call("GET", "/v1/analytics/learning", m.LearningFit)
+
+    # -- keys (an admin key's) -------------------------------------------------------------
+
+    async def create_key(self, tenant: str, role: str, *, name: str | None = None) -> km.KeyCreated:
+        """A new API key of `tenant` with `role` (`agent`, `editor` or `admin`); the answer's
+        `key` is the one time it is shown (`POST /v1/keys`)."""
+        body = _build(km.KeyCreateRequest, tenant=tenant, role=role, name=name)
+        return await self.call("POST", "/v1/keys", km.KeyCreated, body)
+
+    async def list_keys(self, *, tenant: str | None = None) -> list[km.KeyOut]:
+        """Every tenant's keys, or `tenant`'s, revoked ones too; never a key itself."""
+        query = f"?{urlencode({'tenant': tenant})}" if tenant else ""
+        return (await self.call("GET", f"/v1/keys{query}", km.KeyList)).keys
+
+    async def revoke_key(self, key_id: str) -> bool:
+        """Refuse a key from now on (`DELETE /v1/keys/{id}`): at once on the server that
+        answers, on the others within their poll interval; `ApiError` 404 for an unknown id."""
+        path = f"/v1/keys/{quote(key_id, safe='')}"
+        return (await self.call("DELETE", path, km.KeyRevoked)).revoked
 
     # -- the exchange ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
+from toolselect.api import key_models as km
 from toolselect.api import models as m
 from toolselect.client.aio import AsyncClient
 from toolselect.client.observer import ObserveStats
@@ -146,6 +147,18 @@ class Client:
     def learning(self) -> m.LearningFit:
         """What the learning loop chose from its labels."""
         return self._run(self._async.learning())
+
+    def create_key(self, tenant: str, role: str, *, name: str | None = None) -> km.KeyCreated:
+        """A new API key (an admin key's call); the answer's `key` is shown this once."""
+        return self._run(self._async.create_key(tenant, role, name=name))
+
+    def list_keys(self, *, tenant: str | None = None) -> list[km.KeyOut]:
+        """Every tenant's keys, or `tenant`'s; never a key itself."""
+        return self._run(self._async.list_keys(tenant=tenant))
+
+    def revoke_key(self, key_id: str) -> bool:
+        """Refuse a key from now on; `ApiError` 404 for an unknown id."""
+        return self._run(self._async.revoke_key(key_id))
 
 
 class Tools:

@@ -90,20 +90,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from toolselect.api.server import is_loopback
-    from toolselect.errors import ConfigError
+    from toolselect.api.server import check_bind
     from toolselect.logs import configure_logging
     from toolselect.mcp_server import build_server, run
 
     settings = _settings(args)
     # stdout carries the stdio protocol: every log line goes to stderr.
     configure_logging(settings.log_level, settings.log_format)
-    if args.transport == "http" and not is_loopback(settings.host) and not args.insecure:
-        # The MCP endpoint has no authentication of its own (API keys guard only `serve`).
-        raise ConfigError(
-            f"refusing to serve MCP on {settings.host}: it has no authentication; "
-            "bind a loopback address or pass --insecure"
-        )
+    if args.transport == "http":
+        # The API keys guard MCP over HTTP as they guard `serve`: the same refusal without any.
+        check_bind(settings, args.insecure)
     run(build_server(settings), settings, args.transport)
     return 0
 
@@ -336,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--host", help="with --transport http (default: from settings)")
     mcp.add_argument("--port", type=int, help="with --transport http (default: from settings)")
     mcp.add_argument(
-        "--insecure", action="store_true", help="allow a non-loopback bind (no authentication)"
+        "--insecure", action="store_true", help="allow a non-loopback bind without API keys"
     )
     mcp.set_defaults(func=cmd_mcp)
 

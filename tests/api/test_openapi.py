@@ -1,0 +1,114 @@
+"""`/openapi.json`: every route the app serves is documented (the key routes with their models),
+and `/v1/*` names the bearer key and the refusals of keys and limits (401, 403, 429)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+
+from tests.services import ClientFactory, ServiceFactory
+from toolselect.api.app import _app
+from toolselect.api.openapi import openapi_document
+from toolselect.config import Settings
+
+# Served but not API operations: the document itself, Prometheus text and the dashboard's files.
+UNDOCUMENTED = {"/openapi.json", "/metrics", "/ui", "/ui/", "/ui/{name}"}
+KEY_REFUSALS = {"401", "403", "429"}
+
+
+def _served() -> set[tuple[str, str]]:
+    """(method, path) of every route the served app registers, HEAD left out."""
+    app = _app(Settings())
+    return {
+        (route.method.lower(), route.resource.canonical)
+        for route in app.router.routes()
+        if route.resource is not None and route.method != "HEAD"
+    }
+
+
+def _ref(content: dict[str, Any]) -> str:
+    ref: str = content["application/json"]["schema"]["$ref"]
+    return ref.rsplit("/", 1)[1]
+
+
+def test_every_served_route_is_documented() -> None:
+    """Each route of the app (but the document, `/metrics` and the dashboard) is an operation
+    of the document, and the document names no route the app does not serve."""
+    doc = openapi_document()
+    documented = {(method, path) for path, ops in doc["paths"].items() for method in ops}
+    served = {(method, path) for method, path in _served() if path not in UNDOCUMENTED}
+    assert documented == served
+
+
+def test_key_routes_have_their_models() -> None:
+    """`POST /v1/keys` takes `KeyCreateRequest` and answers `201 KeyCreated`; `GET /v1/keys`
+    (`?tenant=`) answers `KeyList`; `DELETE /v1/keys/{id}` answers `KeyRevoked`."""
+    doc = openapi_document()
+    create = doc["paths"]["/v1/keys"]["post"]
+    assert _ref(create["requestBody"]["content"]) == "KeyCreateRequest"
+    assert _ref(create["responses"]["201"]["content"]) == "KeyCreated"
+    listing = doc["paths"]["/v1/keys"]["get"]
+    assert _ref(listing["responses"]["200"]["content"]) == "KeyList"
+    assert [p["name"] for p in listing["parameters"]] == ["tenant"]
+    revoke = doc["paths"]["/v1/keys/{id}"]["delete"]
+    assert _ref(revoke["responses"]["200"]["content"]) == "KeyRevoked"
+    assert revoke["parameters"][0] == {
+        "name": "id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+    }
+    schemas = doc["components"]["schemas"]
+    assert set(schemas["KeyCreateRequest"]["required"]) == {"tenant", "role"}
+    assert schemas["KeyCreateRequest"]["properties"]["role"]["enum"] == ["agent", "editor", "admin"]
+    assert "key" in schemas["KeyCreated"]["required"]
+    assert "key" not in schemas["KeyOut"]["properties"]
+    assert "hash" not in schemas["KeyOut"]["properties"]
+
+
+def test_v1_operations_name_the_key_and_its_refusals() -> None:
+    """Every `/v1/*` operation needs the `bearer` scheme and may answer 401 (with
+    `WWW-Authenticate`), 403 and 429 (with `Retry-After`) in the error model; health and
+    readiness need no key and answer none of the three."""
+    doc = openapi_document()
+    scheme = doc["components"]["securitySchemes"]["bearer"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            refusals = KEY_REFUSALS & set(op["responses"])
+            if not path.startswith("/v1/"):
+                assert refusals == set() and "security" not in op, (method, path)
+                continue
+            assert refusals == KEY_REFUSALS, (method, path)
+            assert op["security"] == [{"bearer": []}]
+            for status in KEY_REFUSALS:
+                assert _ref(op["responses"][status]["content"]) == "ErrorResponse"
+            assert "WWW-Authenticate" in op["responses"]["401"]["headers"]
+            assert "Retry-After" in op["responses"]["429"]["headers"]
+            assert op["responses"]["401"]["description"].startswith("unauthorized")
+            assert op["responses"]["403"]["description"].startswith("forbidden")
+            assert op["responses"]["429"]["description"].startswith("rate_limited")
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def sqlite(tmp_path: Path) -> AsyncIterator[ServiceFactory]:
+    factory = ServiceFactory("sqlite", tmp_path, None)
+    yield factory
+    await factory.aclose()
+
+
+async def test_served_document_lists_the_key_routes(
+    sqlite: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """The running app's `/openapi.json`, open even with keys on, is the whole document with
+    `/v1/keys` and `/v1/keys/{id}`."""
+    client, _ = await sqlite.serve(aiohttp_client, api_keys=("k-admin-openapi",))
+    resp = await client.get("/openapi.json")
+    assert resp.status == 200
+    doc = await resp.json()
+    assert doc == openapi_document()
+    assert set(doc["paths"]["/v1/keys"]) == {"post", "get"}
+    assert set(doc["paths"]["/v1/keys/{id}"]) == {"delete"}

@@ -1,0 +1,381 @@
+"""API keys on `toolselect mcp --transport http`: the same keys as the HTTP API, the role of each
+tool and resource (`keys.MCP_ROLES`), tenants, revocation within the poll interval, rate limits
+and the public bind. A real process on a SQLite store whose keys the CLI makes, reached with the
+MCP SDK's own client and with plain HTTP; the limits on the in-process server behind uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+import pytest
+import uvicorn
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.mcp.conftest import CATALOG, EXE, run_cli, stop, wait_for_port
+from tests.mcp.test_readme import block
+from tests.mcp.test_server import read_json, text
+from tests.services import ServiceFactory, cli_env, free_port
+from toolselect.clock import utc_now
+from toolselect.config import Settings
+from toolselect.keys import MCP_ROLES, mcp_role, mcp_rule, new_key
+from toolselect.mcp_server import build_server, http_app
+
+ADMIN = "k-mcp-admin-3b9d"  # the TOOLSELECT_API_KEYS key of the servers here
+POLL_S = 0.5
+ROLES = {"agent": ("default", "agent"), "editor": ("default", "editor"),
+         "team_agent": ("team-a", "agent"), "team_editor": ("team-a", "editor")}  # fmt: skip
+SEARCH = {"query": "what's the weather in Turin tomorrow?", "k": 1}
+KEY_SHOWN = "tsk_..."  # how the README's block shows a key
+NOT_SERVED = (
+    "is not served by this version of toolselect, which serves the data of tenant 'default' only"
+)
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A running `toolselect mcp --transport http` with keys: its URL, store, log and keys."""
+
+    url: str
+    db: Path
+    log: Path
+    keys: dict[str, str]  # name in ROLES -> the key
+
+
+def create_key(db: Path, tenant: str, role: str) -> dict[str, Any]:
+    """`toolselect keys create` on the store `db`: the key's JSON, the key included."""
+    done = run_cli(["keys", "create", "--tenant", tenant, "--role", role], cli_env(db))
+    assert done.returncode == 0, done.stderr
+    made: dict[str, Any] = json.loads(done.stdout)
+    return made
+
+
+def bearer(key: str, tenant: str | None = None) -> dict[str, str]:
+    """The headers of a request with `key` (acting on `tenant` when given)."""
+    headers = {"Authorization": f"Bearer {key}"}
+    if tenant is not None:
+        headers["X-Toolselect-Tenant"] = tenant
+    return headers
+
+
+@asynccontextmanager
+async def connected(url: str, headers: dict[str, str]) -> AsyncIterator[Client]:
+    """An SDK client session on `url` sending `headers` with every request."""
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        Client(streamable_http_client(url, http_client=http), read_timeout_seconds=60) as client,
+    ):
+        yield client
+
+
+async def initialize(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+    """An MCP `initialize` POSTed to `url`: status, headers and body (JSON when it is)."""
+    ping = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    sent = {"Accept": "application/json, text/event-stream", **(headers or {})}
+    async with aiohttp.ClientSession() as session, session.post(url, json=ping, headers=sent) as r:
+        raw = await r.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw
+        return r.status, r.headers, body
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
+    """The three-tool store with one key per entry of ROLES (made by the CLI), served over HTTP
+    with the configured admin key ADMIN and a short poll interval."""
+    folder = tmp_path_factory.mktemp("mcp-keys")
+    db = folder / "store.db"
+    catalog = folder / "tools.json"
+    catalog.write_text(json.dumps(CATALOG))
+    assert run_cli(["tools", "import", str(catalog)], cli_env(db)).returncode == 0
+    keys = {name: create_key(db, *spec)["key"] for name, spec in ROLES.items()}
+    port = free_port()
+    log = folder / "mcp-http.log"
+    env = cli_env(db, TOOLSELECT_API_KEYS=ADMIN, TOOLSELECT_POLL_INTERVAL=str(POLL_S))
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [*EXE, "mcp", "--transport", "http", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
+    try:
+        wait_for_port(port, proc, log)
+        yield Keyed(f"http://127.0.0.1:{port}/mcp", db, log, keys)
+    finally:
+        stop(proc, log)
+    logged = log.read_text()
+    assert not [name for name, key in {**keys, "admin": ADMIN}.items() if key in logged]
+
+
+async def test_every_tool_and_resource_has_a_role() -> None:
+    """Each tool, resource and resource template the server registers falls under an entry of
+    `MCP_ROLES`, and each entry covers something registered: agents search and report,
+    labels and every resource need an editor."""
+    server = build_server(Settings(embedder="hashing"))
+    registered: list[tuple[Literal["tool", "resource"], str]] = [
+        ("tool", t.name) for t in await server.list_tools()
+    ]
+    registered += [("resource", str(r.uri)) for r in await server.list_resources()]
+    registered += [("resource", t.uri_template) for t in await server.list_resource_templates()]
+    rules = {(kind, name): mcp_rule(kind, name) for kind, name in registered}
+    assert [item for item, rule in rules.items() if rule is None] == []
+    assert set(rules.values()) == set(MCP_ROLES)
+    assert {name for (kind, name), role in MCP_ROLES.items() if role == "agent"} == {
+        "search_tools",
+        "report_turn",
+    }
+    assert mcp_role("resource", "toolselect://analytics/drift?since=2020-01-01") == "editor"
+    assert mcp_role("tool", "manage_keys") == "admin"  # without a rule
+
+
+async def test_requests_without_a_valid_key_are_refused_401(keyed: Keyed) -> None:
+    """No `Authorization`, another scheme, or an unknown key: `401 unauthorized` with
+    `WWW-Authenticate: Bearer` and the API's JSON error, never echoing the key sent."""
+    wrong = "tsk_not-a-key-0123456789"
+    for headers in ({}, {"Authorization": f"Basic {wrong}"}, {"Authorization": f"Bearer {wrong}"}):
+        status, sent_back, body = await initialize(keyed.url, headers)
+        assert status == 401, body
+        assert sent_back["WWW-Authenticate"] == "Bearer"
+        assert body["error"]["code"] == "unauthorized"
+        assert body["error"]["field"] == "Authorization"
+        assert "Bearer" in body["error"]["message"]
+        assert wrong not in json.dumps(body)
+    status, _, body = await initialize(keyed.url, bearer(ADMIN))
+    assert status == 200, body
+    assert wrong not in keyed.log.read_text()
+
+
+async def test_an_agent_searches_and_reports_but_reads_no_resource(keyed: Keyed) -> None:
+    """An agent key lists and calls search_tools and report_turn; label_turn is an `isError`
+    result naming the editor role, and a resource read a JSON-RPC error saying the same."""
+    async with connected(keyed.url, bearer(keyed.keys["agent"])) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        found = await client.call_tool("search_tools", SEARCH)
+        assert not found.is_error, text(found)
+        body = found.structured_content
+        assert body is not None and body["tools"][0]["name"] == "get_weather"
+        report = {"request": SEARCH["query"], "used_tool": "get_weather",
+                  "search_id": body["search_id"], "outcome": "ok"}  # fmt: skip
+        reported = await client.call_tool("report_turn", report)
+        labelled = await client.call_tool("label_turn", {"query": "rain?", "tool": "get_weather"})
+        refused = []
+        for uri in ("toolselect://catalog", "toolselect://analytics/drift?since=2020-01-01"):
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource(uri)
+            refused.append(caught.value.message)
+    assert names == {"search_tools", "report_turn", "label_turn"}
+    assert reported.structured_content == {"queued": True, "reason": None}, text(reported)
+    assert labelled.is_error
+    assert text(labelled) == (
+        "forbidden: expected a key of role editor or above for tool label_turn, got role agent"
+    )
+    assert refused == [
+        "forbidden: expected a key of role editor or above for resource toolselect://catalog, "
+        "got role agent",
+        "forbidden: expected a key of role editor or above for resource "
+        "toolselect://analytics/drift?since=2020-01-01, got role agent",
+    ]
+
+
+async def test_an_editor_reads_resources_and_labels(keyed: Keyed) -> None:
+    """An editor key reads the catalog and the analyses and records a label; so does the
+    configured admin key."""
+    for key in (keyed.keys["editor"], ADMIN):
+        async with connected(keyed.url, bearer(key)) as client:
+            catalog = await read_json(client, "toolselect://catalog")
+            index = await read_json(client, "toolselect://analytics")
+            drift = await read_json(client, "toolselect://analytics/drift?since=2000-01-01")
+            labelled = await client.call_tool(
+                "label_turn", {"query": "is it going to rain in Oslo?", "tool": "get_weather"}
+            )
+        assert {t["name"] for t in catalog["tools"]} == {"send_email", "get_weather", "web_search"}
+        assert "toolselect://analytics/drift" in index["analyses"]
+        assert drift["name"] == "drift"
+        assert not labelled.is_error, text(labelled)
+
+
+async def test_another_tenants_key_is_refused(keyed: Keyed) -> None:
+    """A key of tenant `team-a` gets no default-tenant data: every tool is an `isError` result
+    and every read an error saying other tenants are not served; an admin acting on `team-b`
+    (`X-Toolselect-Tenant`) likewise; a non-admin naming another tenant is `403 forbidden`."""
+    messages = []
+    async with connected(keyed.url, bearer(keyed.keys["team_agent"])) as client:
+        for tool, arguments in (
+            ("search_tools", SEARCH),
+            ("report_turn", {"request": "hi", "used_tool": "web_search"}),
+        ):
+            result = await client.call_tool(tool, arguments)
+            assert result.is_error, text(result)
+            messages.append(text(result))
+    async with connected(keyed.url, bearer(keyed.keys["team_editor"])) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.read_resource("toolselect://catalog")
+        messages.append(caught.value.message)
+        labelled = await client.call_tool("label_turn", {"query": "rain?", "tool": "get_weather"})
+        messages.append(text(labelled))
+    async with connected(keyed.url, bearer(ADMIN, "team-b")) as client:
+        result = await client.call_tool("search_tools", SEARCH)
+        messages.append(text(result))
+    assert all(m.startswith("forbidden: ") and NOT_SERVED in m for m in messages), messages
+    assert "'team-a'" in messages[0] and "'team-b'" in messages[-1]
+    assert not any("no data" in m for m in messages)
+    status, _, body = await initialize(keyed.url, bearer(keyed.keys["agent"], "team-a"))
+    assert status == 403, body
+    assert (body["error"]["code"], body["error"]["field"]) == ("forbidden", "X-Toolselect-Tenant")
+
+
+async def test_a_key_made_or_revoked_by_the_cli_counts_within_the_poll_interval(
+    keyed: Keyed,
+) -> None:
+    """A key created by `toolselect keys create` while the server runs is accepted, and once
+    `toolselect keys revoke` has run it is refused 401, each within the poll interval."""
+
+    async def status_after(key: str, wanted: int) -> float:
+        started = time.monotonic()
+        while (status := (await initialize(keyed.url, bearer(key)))[0]) != wanted:
+            assert time.monotonic() - started < 10 * POLL_S, status
+            await asyncio.sleep(0.05)
+        return time.monotonic() - started
+
+    made = create_key(keyed.db, "default", "agent")
+    assert await status_after(made["key"], 200) <= POLL_S + 1.0
+    async with connected(keyed.url, bearer(made["key"])) as client:
+        assert not (await client.call_tool("search_tools", SEARCH)).is_error
+    done = run_cli(["keys", "revoke", made["id"]], cli_env(keyed.db))
+    assert done.returncode == 0, done.stderr
+    assert await status_after(made["key"], 401) <= POLL_S + 1.0
+
+
+def test_a_public_bind_needs_keys(tmp_path: Path) -> None:
+    """`--host 0.0.0.0` without any key, configured or stored, refuses to start with one line
+    saying so, like `serve`."""
+    done = run_cli(
+        ["mcp", "--transport", "http", "--host", "0.0.0.0", "--port", str(free_port())],
+        cli_env(tmp_path / "s.db"),
+    )
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]  # after the log of the store looked at for keys
+    assert last.startswith("toolselect mcp: refusing to serve on 0.0.0.0 without API keys")
+
+
+@pytest.fixture
+def public(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+    """`mcp --transport http --host 0.0.0.0` on a store holding one active agent key, and no
+    key configured: its loopback URL, the key and its log."""
+    db = tmp_path / "store.db"
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps(CATALOG))
+    assert run_cli(["tools", "import", str(catalog)], cli_env(db)).returncode == 0
+    key = create_key(db, "default", "agent")["key"]
+    port = free_port()
+    log = tmp_path / "mcp.log"
+    argv = [*EXE, "mcp", "--transport", "http", "--host", "0.0.0.0", "--port", str(port)]
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            argv, env=cli_env(db), stdout=subprocess.DEVNULL, stderr=stderr, text=True
+        )
+    try:
+        wait_for_port(port, proc, log)
+        yield f"http://127.0.0.1:{port}/mcp", key, log
+    finally:
+        stop(proc, log)
+    assert key not in log.read_text()
+
+
+async def test_a_public_bind_with_a_stored_key_starts(public: tuple[str, str, Path]) -> None:
+    """With an active key in the store, `--host 0.0.0.0` serves: no key is 401, the stored
+    key searches."""
+    url, key, _ = public
+    assert (await initialize(url))[0] == 401
+    async with connected(url, bearer(key)) as client:
+        found = await client.call_tool("search_tools", SEARCH)
+    assert not found.is_error, text(found)
+
+
+async def test_the_readme_keyed_config_block_connects(keyed: Keyed) -> None:
+    """The README's `mcpServers` block with a key: its `Authorization` header, the key put in,
+    reaches the tools."""
+    entry = json.loads(block("mcp-http-keys-config"))["mcpServers"]["toolselect"]
+    assert entry["type"] == "http" and entry["url"].endswith("/mcp")
+    header = entry["headers"]["Authorization"]
+    assert header == f"Bearer {KEY_SHOWN}"
+    headers = {**entry["headers"], "Authorization": header.replace(KEY_SHOWN, keyed.keys["agent"])}
+    async with connected(keyed.url, headers) as client:
+        found = await client.call_tool("search_tools", SEARCH)
+    assert not found.is_error, text(found)
+
+
+@asynccontextmanager
+async def in_process(services: ServiceFactory, **overrides: Any) -> AsyncIterator[str]:
+    """The in-process MCP server over a started service, behind uvicorn on a free port (what
+    `run` serves); yields its URL."""
+    service = await services.start(wait_for_store=True, **overrides)
+    settings = service.settings.override(host="127.0.0.1", port=free_port())
+    app = http_app(build_server(settings, service), settings)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None)
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not task.done(), task
+            await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{settings.port}/mcp"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest.fixture
+def sqlite_services(tmp_path: Path) -> Iterator[ServiceFactory]:
+    """Services on a SQLite file (closed by the test's own `aclose`)."""
+    yield ServiceFactory("sqlite", tmp_path, None)
+
+
+async def test_the_rate_limit_is_per_tenant(sqlite_services: ServiceFactory) -> None:
+    """Beyond `TOOLSELECT_TENANT_RPS` (one request, then one every 2 s) a tenant's next request
+    is `429 rate_limited` with `Retry-After: 2`, while another tenant's key still passes; a
+    refused key spends nothing."""
+    try:
+        async with in_process(
+            sqlite_services, api_keys=(ADMIN,), tenant_rps=0.5, tenant_burst=1
+        ) as url:
+            service = sqlite_services.started[0]
+            secret, record = new_key("team-a", "agent", utc_now())
+            await service.store.save_key(record)
+            service.keys.add(record)
+            admin = {"Authorization": f"Bearer {ADMIN}"}
+            assert (await initialize(url, {"Authorization": "Bearer wrong"}))[0] == 401
+            assert (await initialize(url, admin))[0] == 200
+            status, headers, body = await initialize(url, admin)
+            other = await initialize(url, {"Authorization": f"Bearer {secret}"})
+    finally:
+        await sqlite_services.aclose()
+    assert status == 429, body
+    assert headers["Retry-After"] == "2"
+    assert body["error"]["code"] == "rate_limited"
+    assert body["error"]["message"] == "tenant 'default' sent more than 0.5 requests per second"
+    assert other[0] == 200, other

@@ -1,0 +1,191 @@
+"""API keys on the MCP server's streamable HTTP transport: who calls, and what they may do.
+
+`KeyGate` wraps the SDK's ASGI app (`mcp_server.run`) and treats every HTTP request as the
+HTTP API treats `/v1/*` (`api/middleware.py`), with the same keys: the service's
+`KeyRegistry` (`TOOLSELECT_API_KEYS` and the stored keys, read again every poll, so a key
+created or revoked anywhere counts here within `TOOLSELECT_POLL_INTERVAL`). With no key at all
+it stays open. Otherwise a missing, unknown or revoked key is `401 unauthorized` with
+`WWW-Authenticate: Bearer`; `X-Toolselect-Tenant` naming another tenant needs an admin key
+(`403 forbidden`); beyond the tenant's or the process's rate, `429 rate_limited` with
+`Retry-After` (`keys.RateLimits`, this process's own buckets). Errors are the API's JSON model
+(`{"error": {"code", "message", "field"?}}`); a key never reaches a log line or a message.
+
+The caller a request was let in as is `CALLER`, a contextvar: the SDK runs the handler of each
+message in the context of the request that carried it. `refusal` is what every tool call and
+resource read asks (`ToolselectMCP`): the role `keys.MCP_ROLES` names, and the tenant, since
+only the tenants `keys.unserved` allows have data yet. Over stdio there is no request and no key: `CALLER`
+stays None and the host, which started the process, acts as `OPEN_CALLER`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Literal
+
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from toolselect.api.errors import HttpError
+from toolselect.config import Settings
+from toolselect.errors import InvalidInput
+from toolselect.keys import (
+    OPEN_CALLER,
+    TENANT_HEADER,
+    Caller,
+    KeyRegistry,
+    RateLimits,
+    allows,
+    bearer_token,
+    check_tenant,
+    mcp_role,
+    unserved,
+)
+from toolselect.service import Service
+
+# Who the current MCP request acts as; None off HTTP (stdio, an in-process client).
+CALLER: ContextVar[Caller | None] = ContextVar("toolselect_mcp_caller", default=None)
+
+
+def current_caller() -> Caller:
+    """The caller of the tool call or resource read being served."""
+    return CALLER.get() or OPEN_CALLER
+
+
+def refusal(kind: Literal["tool", "resource"], name: str) -> str | None:
+    """Why the current caller may not call tool `name` or read resource `name`: None when it
+    may. A role below the rule's, or a tenant whose data is not served here."""
+    caller = current_caller()
+    needed = mcp_role(kind, name)
+    if not allows(caller.role, needed):
+        return (
+            f"forbidden: expected a key of role {needed} or above for {kind} {name}, "
+            f"got role {caller.role}"
+        )
+    why = unserved(caller.tenant)
+    return None if why is None else f"forbidden: {why}"
+
+
+def _unauthorized(message: str) -> HttpError:
+    return HttpError(
+        401, "unauthorized", message, "Authorization", headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def _authenticated(header: str | None, keys: KeyRegistry) -> Caller:
+    """The key's caller, as the API's middleware decides it (`OPEN_CALLER` while no key
+    exists; `503 not_ready` for a key not configured before the stored keys were read)."""
+    token = bearer_token(header)
+    caller = None if token is None else keys.resolve(token)
+    if caller is not None:
+        return caller
+    if token is not None and not keys.loaded:
+        raise HttpError(
+            503,
+            "not_ready",
+            "API keys not loaded yet: the store has not answered since start",
+            headers={"Retry-After": "1"},
+        )
+    if not keys.enabled:
+        return OPEN_CALLER
+    if token is None:
+        raise _unauthorized("expected Authorization: Bearer <API key>")
+    raise _unauthorized("unknown or revoked API key (Authorization: Bearer <API key>)")
+
+
+def _acting_as(wanted: str | None, caller: Caller) -> Caller:
+    """The caller on the tenant `X-Toolselect-Tenant` names: only an admin may name another."""
+    if wanted is None or wanted == caller.tenant:
+        return caller
+    try:
+        tenant = check_tenant(wanted, TENANT_HEADER)
+    except InvalidInput:
+        raise HttpError(
+            422,
+            "invalid_request",
+            f"expected {TENANT_HEADER} to be a tenant id (lower-case letters, digits, _ and -, "
+            "1..63 characters, starting with a letter or digit)",
+            TENANT_HEADER,
+        ) from None
+    if caller.role != "admin":
+        raise HttpError(
+            403,
+            "forbidden",
+            f"expected an admin key to act on another tenant, got a {caller.role} key of "
+            f"tenant {caller.tenant!r} asking for {tenant!r}",
+            TENANT_HEADER,
+        )
+    return Caller(tenant, caller.role, caller.key_id)
+
+
+class KeyGate:
+    """ASGI middleware in front of the SDK's app: authenticate, then limit, every HTTP request;
+    the caller goes in `CALLER` for the tools and resources to check."""
+
+    def __init__(
+        self, app: ASGIApp, service: Callable[[], Service | None], settings: Settings
+    ) -> None:
+        self.app = app
+        self._service = service
+        self.limits = RateLimits(settings.tenant_rps, settings.tenant_burst, settings.global_rps)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # the lifespan
+            await self.app(scope, receive, send)
+            return
+        try:
+            caller = self.admit(Headers(scope=scope))
+        except HttpError as exc:
+            await _response(exc)(scope, receive, send)
+            return
+        token = CALLER.set(caller)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CALLER.reset(token)
+
+    def admit(self, headers: Headers) -> Caller:
+        """The caller a request acts as; `HttpError` (401, 403, 422, 429 or 503) when refused."""
+        service = self._service()
+        if service is None:
+            raise HttpError(
+                503,
+                "not_ready",
+                "the toolselect service is not running",
+                headers={"Retry-After": "1"},
+            )
+        caller = _authenticated(headers.get("authorization"), service.keys)
+        caller = _acting_as(headers.get(TENANT_HEADER), caller)
+        if self.limits.enabled:
+            refused = self.limits.admit(caller.tenant, time.monotonic())
+            if refused is not None:
+                if refused.scope == "tenant":
+                    message = (
+                        f"tenant {caller.tenant!r} sent more than "
+                        f"{self.limits.tenant_rps:g} requests per second"
+                    )
+                else:
+                    message = f"more than {self.limits.global_rps:g} requests per second in all"
+                raise HttpError(
+                    429,
+                    "rate_limited",
+                    message,
+                    headers={"Retry-After": str(refused.retry_after_s)},
+                )
+        return caller
+
+
+def _response(error: HttpError) -> Response:
+    """The API's JSON error model, as a Starlette response."""
+    body: dict[str, str] = {"code": error.code, "message": error.message}
+    if error.field is not None:
+        body["field"] = error.field
+    return Response(
+        json.dumps({"error": body}, ensure_ascii=False, separators=(",", ":")),
+        status_code=error.status,
+        headers=error.headers,
+        media_type="application/json",
+    )

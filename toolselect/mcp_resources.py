@@ -1,0 +1,129 @@
+"""The MCP server's resources: the catalog and the analyses, as JSON (`mcp_server`).
+
+Static resources take no `Context` in the SDK, so they reach the lifespan's service through a
+`Running` slot. A failed read is a `ResourceError` (an unknown analysis `ResourceNotFoundError`),
+which the SDK answers as a JSON-RPC error; who may read which resource is `keys.MCP_ROLES`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+from mcp.server.mcpserver.resources import FunctionResource
+
+from toolselect.analytics import registry
+from toolselect.errors import NotFound, ToolselectError
+from toolselect.service import Service
+
+ANALYTICS_URI = "toolselect://analytics"
+CATALOG_URI = "toolselect://catalog"
+JSON_MIME = "application/json"
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+class Running:
+    """The service while the server runs. Static resources take no `Context` in the SDK, so
+    they reach the lifespan's service through this slot instead."""
+
+    def __init__(self) -> None:
+        self.service: Service | None = None
+
+    def get(self) -> Service:
+        if self.service is None:
+            raise ResourceError("the toolselect service is not running")
+        return self.service
+
+
+async def _analysis(service: Service, name: str, since: str | None) -> str:
+    try:
+        if name == registry.LEARNING:
+            return _dumps(service.learning.fit())
+        return _dumps(await service.learning.analysis(name, since))
+    except NotFound as exc:
+        raise ResourceNotFoundError(str(exc)) from exc
+    except ToolselectError as exc:
+        raise ResourceError(" ".join(str(exc).split())) from exc
+
+
+def add_resources(server: MCPServer[Service], running: Running) -> None:
+    """The catalog, the analyses' index, each analysis and the `since` template."""
+    names = (*registry.NAMES, registry.LEARNING)
+
+    async def catalog() -> str:
+        tools = await running.get().catalog.list_tools()
+        return _dumps(
+            {
+                "tools": [
+                    {
+                        "name": t.name,
+                        "description": t.description,
+                        "inputSchema": dict(t.input_schema),
+                        "packs": list(t.packs),
+                    }
+                    for t in tools
+                ]
+            }
+        )
+
+    async def index() -> str:
+        return _dumps({"analyses": [f"{ANALYTICS_URI}/{name}" for name in names]})
+
+    server.add_resource(
+        FunctionResource.from_function(
+            catalog,
+            CATALOG_URI,
+            name="catalog",
+            description="Every tool of the catalog: name, description, inputSchema, packs.",
+            mime_type=JSON_MIME,
+        )
+    )
+    server.add_resource(
+        FunctionResource.from_function(
+            index,
+            ANALYTICS_URI,
+            name="analytics",
+            description="The URIs of the analyses of the learning loop.",
+            mime_type=JSON_MIME,
+        )
+    )
+    for name in names:
+        description = (
+            "what the learning loop chose from its labels: fold, calibration curve, teacher depth"
+            if name == registry.LEARNING
+            else registry.ANALYSES[name].description
+        )
+        server.add_resource(
+            FunctionResource.from_function(
+                _analysis_reader(running, name),
+                f"{ANALYTICS_URI}/{name}",
+                name=name,
+                description=f"{description} (JSON: name, columns, rows)",
+                mime_type=JSON_MIME,
+            )
+        )
+
+    # The same analyses with a `since` filter (ISO-8601 date or time), for hosts that fill in
+    # resource templates.
+    @server.resource(
+        ANALYTICS_URI + "/{name}{?since}",
+        name="analysis",
+        description="One analysis by name, optionally only data at or after `since` (ISO-8601).",
+        mime_type=JSON_MIME,
+    )
+    async def analysis(name: str, since: str | None = None) -> str:
+        return await _analysis(running.get(), name, since)
+
+
+def _analysis_reader(running: Running, name: str) -> Callable[[], Any]:
+    async def read() -> str:
+        return await _analysis(running.get(), name, None)
+
+    read.__name__ = f"analysis_{name}"
+    return read
