@@ -4,15 +4,17 @@
 // Parameters: $since - ISO-8601 datetime string or null (all time); only turns with
 //   at >= $since and exemplars with created_at >= $since count as pointing at a tool.
 //   In Neo4j Browser: :param since => null
+// $tenant - the tenant whose data is read (every node matched carries it).
+//   In Neo4j Browser: :param tenant => 'default'
 // Columns: tool. Order: tool.
-OPTIONAL MATCH (t:Turn)
+OPTIONAL MATCH (t:Turn {tenant: $tenant})
 WHERE $since IS NULL OR t.at >= datetime($since)
 WITH collect(DISTINCT t.top1) + collect(DISTINCT t.used_tool) AS seen
-OPTIONAL MATCH (e:ToolSelectionExample)-[:SELECTS]->(labelled:Tool)
+OPTIONAL MATCH (e:ToolSelectionExample {tenant: $tenant})-[:SELECTS]->(labelled:Tool {tenant: $tenant})
 WHERE $since IS NULL OR e.created_at >= datetime($since)
 WITH seen, collect(DISTINCT labelled.name) AS labelled_names
 WITH seen + labelled_names AS seen
-MATCH (tool:Tool)
+MATCH (tool:Tool {tenant: $tenant})
 WHERE NOT tool.name IN seen
 RETURN tool.name AS tool
 ORDER BY tool

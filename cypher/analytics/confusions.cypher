@@ -1,10 +1,12 @@
 // confusions: which tool did agents use when the oracle says another one was right?
 // Parameters: $since - ISO-8601 datetime string or null (all time); counts turns with at >= $since.
 //   In Neo4j Browser: :param since => null
+// $tenant - the tenant whose data is read (every node matched carries it).
+//   In Neo4j Browser: :param tenant => 'default'
 // Columns: used_tool, label (the labelled tool), turns (flagged turns with that pair).
 // Only flagged turns with a label that differs from the used tool (exact names) count.
 // Order: turns descending, then used_tool, then label.
-MATCH (t:Turn)
+MATCH (t:Turn {tenant: $tenant})
 WHERE t.flagged
   AND t.label IS NOT NULL
   AND t.label <> t.used_tool

@@ -1,11 +1,13 @@
 // misroute_rate: how often is each tool's use flagged as a mis-route, and why?
 // Parameters: $since - ISO-8601 datetime string or null (all time); counts turns with at >= $since.
 //   In Neo4j Browser: :param since => null
+// $tenant - the tenant whose data is read (every node matched carries it).
+//   In Neo4j Browser: :param tenant => 'default'
 // Columns: used_tool, turns (turns that used it), flagged (of those, flagged),
 //   rate (flagged / turns; toolselect rounds it to 4 places, here it is unrounded),
 //   top_reason (most frequent flag_reason among its flagged turns, ties by name; null if none).
 // Order: flagged descending, then used_tool.
-MATCH (t:Turn)
+MATCH (t:Turn {tenant: $tenant})
 WHERE $since IS NULL OR t.at >= datetime($since)
 WITH
   t.used_tool AS used_tool,

@@ -2,6 +2,8 @@
 // tools that search showed (recall@k, k being what each search showed)?
 // Parameters: $since - ISO-8601 datetime string or null (all time); counts turns with at >= $since.
 //   In Neo4j Browser: :param since => null
+// $tenant - the tenant whose data is read (every node matched carries it).
+//   In Neo4j Browser: :param tenant => 'default'
 // One row per UTC day, pack and used tool with at least one turn whose search_status is set
 // (turns observed without a search id do not count anywhere here).
 // Columns: day (UTC date of the turn's at, YYYY-MM-DD), pack (the turn's pack, null for none),
@@ -18,7 +20,7 @@
 // Whether the right tool was among those shown is not stored, so a fallback can be a miss of
 // the ranker or of the agent alike.
 // Order: day, then pack (nulls last), then used_tool.
-MATCH (t:Turn)
+MATCH (t:Turn {tenant: $tenant})
 WHERE t.search_status IN ['shown', 'not_shown', 'unknown', 'other_pack']
   AND ($since IS NULL OR t.at >= datetime($since))
 WITH

@@ -2,18 +2,20 @@
 // Parameters: $since - ISO-8601 datetime string or null (all time); counts flagged turns with
 //   at >= $since and their (:OracleCall) nodes with at >= $since.
 //   In Neo4j Browser: :param since => null
+// $tenant - the tenant whose data is read (every node matched carries it).
+//   In Neo4j Browser: :param tenant => 'default'
 // Columns: tier, result (either may be null), decisions (flagged turns), teacher_calls (OracleCall
 //   nodes the turns ESCALATED to), input_tokens, output_tokens, cost_usd (the calls' costs added
 //   smallest first, so every store gets the same float; toolselect rounds it to 6 places),
 //   latency_p50_ms, latency_p95_ms (nearest rank over the calls' latency_ms: the value at index
 //   ceil(p * n) - 1 of the sorted list, which is what percentileDisc computes; null without calls).
 // Order: tier, then result (nulls last).
-MATCH (t:Turn)
+MATCH (t:Turn {tenant: $tenant})
 WHERE t.flagged AND ($since IS NULL OR t.at >= datetime($since))
 WITH t.tier AS tier, t.result AS result, collect(t) AS turns
 CALL (turns) {
   UNWIND turns AS t
-  MATCH (t)-[:ESCALATED]->(c:OracleCall)
+  MATCH (t)-[:ESCALATED]->(c:OracleCall {tenant: $tenant})
   WHERE $since IS NULL OR c.at >= datetime($since)
   WITH c
   ORDER BY c.cost_usd

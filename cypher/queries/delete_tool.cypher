@@ -1,4 +1,4 @@
 // Removes the tool with its IN_PACK, SELECTS and USED edges; exemplars are tombstoned first.
-MATCH (t:Tool {name: $name})
+MATCH (t:Tool {tenant: $tenant, name: $name})
 DETACH DELETE t
 RETURN count(*) AS deleted

@@ -1,6 +1,6 @@
 // The start of save_exemplars: take the Meta write lock (as lock_meta does) and read what the
 // save rules need: which of $tools exist, and the labels $keys have now.
-MERGE (m:Meta {key: 'state'})
+MERGE (m:Meta {tenant: $tenant, key: 'state'})
   ON CREATE SET m.catalog_version = 0, m.exemplar_version = 0
 SET m._lock = true
 WITH m
@@ -8,12 +8,12 @@ REMOVE m._lock
 WITH m
 CALL () {
   UNWIND $tools AS name
-  MATCH (t:Tool {name: name})
+  MATCH (t:Tool {tenant: $tenant, name: name})
   RETURN collect(t.name) AS known
 }
 CALL () {
   UNWIND $keys AS key
-  MATCH (e:ToolSelectionExample {query_key: key})-[:SELECTS]->(t:Tool)
+  MATCH (e:ToolSelectionExample {tenant: $tenant, query_key: key})-[:SELECTS]->(t:Tool)
   RETURN collect({query_norm: e.query_norm, tier: e.tier, tool: t.name, count: e.count, id: e.id}) AS stored
 }
 RETURN m.exemplar_version AS exemplar_version, known, stored

@@ -1,3 +1,3 @@
-MATCH (t:Tool {name: $name})
+MATCH (t:Tool {tenant: $tenant, name: $name})
 OPTIONAL MATCH (t)-[:IN_PACK]->(p:Pack)
 RETURN t {.*} AS tool, collect(p.name) AS packs

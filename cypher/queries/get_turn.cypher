@@ -1,2 +1,2 @@
-MATCH (t:Turn {id: $id})
+MATCH (t:Turn {tenant: $tenant, id: $id})
 RETURN t {.*} AS turn

@@ -5,29 +5,29 @@
 // [{src, dst, count}] add to (:Tool)-[:FOLLOWED_BY]->(:Tool). Only catalog tools are passed.
 CALL () {
   UNWIND $links AS link
-  MATCH (t:Turn {id: link.turn})
-  MERGE (s:Session {id: link.session})
+  MATCH (t:Turn {tenant: $tenant, id: link.turn})
+  MERGE (s:Session {tenant: $tenant, id: link.session})
   MERGE (s)-[:HAS]->(t)
   WITH t, link
   WHERE link.prev IS NOT NULL
-  MATCH (p:Turn {id: link.prev})
+  MATCH (p:Turn {tenant: $tenant, id: link.prev})
   MERGE (p)-[:NEXT]->(t)
 }
 CALL () {
   UNWIND $tails AS tail
-  MERGE (s:Session {id: tail.session})
+  MERGE (s:Session {tenant: $tenant, id: tail.session})
   SET s.last_turn = tail.turn, s.last_tools = tail.tools
 }
 CALL () {
   UNWIND $pairs AS pair
-  MATCH (a:Tool {name: pair.a}), (b:Tool {name: pair.b})
+  MATCH (a:Tool {tenant: $tenant, name: pair.a}), (b:Tool {tenant: $tenant, name: pair.b})
   MERGE (a)-[r:USED_WITH]->(b)
   ON CREATE SET r.count = pair.count
   ON MATCH SET r.count = r.count + pair.count
 }
 CALL () {
   UNWIND $transitions AS step
-  MATCH (a:Tool {name: step.src}), (b:Tool {name: step.dst})
+  MATCH (a:Tool {tenant: $tenant, name: step.src}), (b:Tool {tenant: $tenant, name: step.dst})
   MERGE (a)-[r:FOLLOWED_BY]->(b)
   ON CREATE SET r.count = step.count
   ON MATCH SET r.count = r.count + step.count

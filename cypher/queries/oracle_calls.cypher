@@ -1,4 +1,4 @@
-MATCH (c:OracleCall)
+MATCH (c:OracleCall {tenant: $tenant})
 WHERE $turn_id IS NULL OR c.turn_id = $turn_id
 RETURN c {.*} AS call
 ORDER BY c.at, c.seq

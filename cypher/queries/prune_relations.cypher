@@ -2,7 +2,7 @@
 // (>= 0) per tool by count descending, then the other tool's name. A tool's FOLLOWED_BY steps
 // beyond its top $keep go; a USED_WITH pair goes when neither of its tools keeps it.
 CALL () {
-  MATCH (src:Tool)-[r:FOLLOWED_BY]->(dst:Tool)
+  MATCH (src:Tool {tenant: $tenant})-[r:FOLLOWED_BY]->(dst:Tool)
   WITH src, r, dst
   ORDER BY r.count DESC, dst.name
   WITH src, collect(r) AS steps
@@ -10,7 +10,7 @@ CALL () {
   DELETE r
 }
 CALL () {
-  MATCH (t:Tool)-[r:USED_WITH]-(o:Tool)
+  MATCH (t:Tool {tenant: $tenant})-[r:USED_WITH]-(o:Tool)
   WITH t, r, o
   ORDER BY r.count DESC, o.name
   WITH t, collect(r) AS rs

@@ -2,7 +2,7 @@
 // node; only its count, time of the latest sighting (ISO 8601 text), version and turn change, and
 // the turn that saw it last is the one linked (the graph holds no node or edge per repeat).
 UNWIND $rows AS row
-MATCH (e:ToolSelectionExample {query_key: row.query_key})
+MATCH (e:ToolSelectionExample {tenant: $tenant, query_key: row.query_key})
 SET e.count = row.count, e.created_at = datetime(row.created_at), e.version = row.version,
     e.turn_id = row.turn_id
 WITH e
@@ -11,7 +11,7 @@ CALL (e) {
   DELETE r
 }
 CALL (e) {
-  MATCH (turn:Turn {id: e.turn_id})
+  MATCH (turn:Turn {tenant: $tenant, id: e.turn_id})
   MERGE (turn)-[:PRODUCED]->(e)
 }
 RETURN count(e) AS written

@@ -1,4 +1,4 @@
-MATCH (ts:ExemplarTombstone)
+MATCH (ts:ExemplarTombstone {tenant: $tenant})
 WHERE ts.version > $version
 RETURN ts.query_norm AS query_norm
 ORDER BY ts.version, ts.query_norm

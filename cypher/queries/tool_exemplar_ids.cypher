@@ -1,2 +1,2 @@
-MATCH (e:ToolSelectionExample)-[:SELECTS]->(:Tool {name: $name})
+MATCH (e:ToolSelectionExample)-[:SELECTS]->(:Tool {tenant: $tenant, name: $name})
 RETURN e.id AS id

@@ -1,20 +1,42 @@
-// Unique constraints (Community edition: no existence or node-key constraints).
-// Each also backs a range index, so lookups by these keys are index seeks.
-CREATE CONSTRAINT tool_name IF NOT EXISTS FOR (t:Tool) REQUIRE t.name IS UNIQUE;
-CREATE CONSTRAINT pack_name IF NOT EXISTS FOR (p:Pack) REQUIRE p.name IS UNIQUE;
-CREATE CONSTRAINT turn_id IF NOT EXISTS FOR (t:Turn) REQUIRE t.id IS UNIQUE;
-CREATE CONSTRAINT exemplar_id IF NOT EXISTS FOR (e:ToolSelectionExample) REQUIRE e.id IS UNIQUE;
-// Normalised queries are unique by their SHA-256 (`query_key`): a range index refuses keys
-// over about 8 KiB. Stores made before query_key drop the query_norm constraints.
+// Unique constraints (Community edition: no existence or node-key constraints), per tenant:
+// every node of a tenant's data carries `tenant`, and its key is unique within that tenant only.
+// Each also backs a composite range index led by tenant, so lookups by these keys are index seeks
+// and a tenant's nodes of one label are a prefix seek.
+// Stores made before tenants had single-property constraints; migrate() gives their nodes
+// tenant 'default' first (`queries/backfill_tenant`), then these drop and replace them.
+DROP CONSTRAINT tool_name IF EXISTS;
+DROP CONSTRAINT pack_name IF EXISTS;
+DROP CONSTRAINT turn_id IF EXISTS;
+DROP CONSTRAINT exemplar_id IF EXISTS;
+DROP CONSTRAINT exemplar_query_key IF EXISTS;
+DROP CONSTRAINT tombstone_query_key IF EXISTS;
+DROP CONSTRAINT oracle_call_id IF EXISTS;
+DROP CONSTRAINT meta_key IF EXISTS;
+DROP CONSTRAINT session_id IF EXISTS;
+// Stores made before query_key had query_norm constraints.
 DROP CONSTRAINT exemplar_query_norm IF EXISTS;
 DROP CONSTRAINT tombstone_query_norm IF EXISTS;
-CREATE CONSTRAINT exemplar_query_key IF NOT EXISTS
-  FOR (e:ToolSelectionExample) REQUIRE e.query_key IS UNIQUE;
-CREATE CONSTRAINT tombstone_query_key IF NOT EXISTS
-  FOR (ts:ExemplarTombstone) REQUIRE ts.query_key IS UNIQUE;
-CREATE CONSTRAINT oracle_call_id IF NOT EXISTS FOR (c:OracleCall) REQUIRE c.id IS UNIQUE;
-CREATE CONSTRAINT meta_key IF NOT EXISTS FOR (m:Meta) REQUIRE m.key IS UNIQUE;
-CREATE CONSTRAINT session_id IF NOT EXISTS FOR (s:Session) REQUIRE s.id IS UNIQUE;
-// API keys: one node per key, unique by id and by the SHA-256 of the key.
+CREATE CONSTRAINT tool_tenant_name IF NOT EXISTS
+  FOR (t:Tool) REQUIRE (t.tenant, t.name) IS UNIQUE;
+CREATE CONSTRAINT pack_tenant_name IF NOT EXISTS
+  FOR (p:Pack) REQUIRE (p.tenant, p.name) IS UNIQUE;
+CREATE CONSTRAINT turn_tenant_id IF NOT EXISTS
+  FOR (t:Turn) REQUIRE (t.tenant, t.id) IS UNIQUE;
+CREATE CONSTRAINT exemplar_tenant_id IF NOT EXISTS
+  FOR (e:ToolSelectionExample) REQUIRE (e.tenant, e.id) IS UNIQUE;
+// Normalised queries are unique by their SHA-256 (`query_key`): a range index refuses keys
+// over about 8 KiB.
+CREATE CONSTRAINT exemplar_tenant_query_key IF NOT EXISTS
+  FOR (e:ToolSelectionExample) REQUIRE (e.tenant, e.query_key) IS UNIQUE;
+CREATE CONSTRAINT tombstone_tenant_query_key IF NOT EXISTS
+  FOR (ts:ExemplarTombstone) REQUIRE (ts.tenant, ts.query_key) IS UNIQUE;
+CREATE CONSTRAINT oracle_call_tenant_id IF NOT EXISTS
+  FOR (c:OracleCall) REQUIRE (c.tenant, c.id) IS UNIQUE;
+CREATE CONSTRAINT meta_tenant_key IF NOT EXISTS
+  FOR (m:Meta) REQUIRE (m.tenant, m.key) IS UNIQUE;
+CREATE CONSTRAINT session_tenant_id IF NOT EXISTS
+  FOR (s:Session) REQUIRE (s.tenant, s.id) IS UNIQUE;
+// API keys are not a tenant's data (each names its tenant): one node per key, unique by id and
+// by the SHA-256 of the key, across tenants.
 CREATE CONSTRAINT api_key_id IF NOT EXISTS FOR (k:ApiKey) REQUIRE k.id IS UNIQUE;
 CREATE CONSTRAINT api_key_hash IF NOT EXISTS FOR (k:ApiKey) REQUIRE k.hash IS UNIQUE;

@@ -1,4 +1,8 @@
-// Range indexes for the reads and joins the store and the analytics queries make.
+// Range indexes for the reads and joins the store and the analytics queries make. Lookups by a
+// key within a tenant use the constraints' composite indexes; these serve the rest (each read
+// also matches the tenant, which filters the few rows an index seek finds).
+// A tenant's turns by time (session_turns, the analyses' `since`).
+CREATE INDEX turn_tenant_at IF NOT EXISTS FOR (t:Turn) ON (t.tenant, t.at);
 CREATE INDEX turn_at IF NOT EXISTS FOR (t:Turn) ON (t.at);
 CREATE INDEX turn_used_tool IF NOT EXISTS FOR (t:Turn) ON (t.used_tool);
 CREATE INDEX exemplar_version IF NOT EXISTS FOR (e:ToolSelectionExample) ON (e.version);

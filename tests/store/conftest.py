@@ -3,7 +3,8 @@ in-memory fake (`toolselect.testing.memory_store`) and real Neo4j.
 
 `store_factory` is parametrised over the three (test ids end in `[sqlite]` / `[memory]` /
 `[neo4j]`, so `-k sqlite` runs the embedded half alone); it builds stores with custom retention or
-clocks and reopens a store on the same data. `store` is a default store from it.
+clocks, reopens a store on the same data and opens another tenant's view of the same database
+(`tenant`). `store` is a default store from it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import pytest_asyncio
 
 from tests.neo4j_server import NEO4J, Neo4jServer
+from toolselect.keys import DEFAULT_TENANT
 from toolselect.records import Retention
 from toolselect.store.port import Store
 from toolselect.store.sqlite.store import SqliteStore
@@ -33,7 +35,7 @@ class StoreFactory:
         self.backend = backend
         self._path = tmp_path / "store.db"
         self._server = server
-        self._open_stores: dict[int, tuple[Store, Any, Retention, Clock | None]] = {}
+        self._open_stores: dict[int, tuple[Store, Any, Retention, Clock | None, str]] = {}
 
     @property
     def expected_uri(self) -> str:
@@ -50,15 +52,34 @@ class StoreFactory:
     async def reopen(self, store: Store) -> Store:
         """Close `store` and open a new one (new connection or driver) on the same data."""
         assert self.backend != "memory", "mark the test `reopens`: memory data ends with it"
-        _, _, retention, clock = self._open_stores[id(store)]
+        _, _, retention, clock, tenant = self._open_stores[id(store)]
         await self._close(store)
-        return await self._open(retention, clock, wipe=False)
+        return await self._open(retention, clock, wipe=False, tenant=tenant)
 
-    async def _open(self, retention: Retention, clock: Clock | None, *, wipe: bool) -> Store:
+    async def tenant(
+        self, tenant: str, retention: Retention | None = None, clock: Clock | None = None
+    ) -> Store:
+        """A migrated store of `tenant` on the database (Neo4j) or file family (SQLite) of the
+        stores made here, wiping nothing: another tenant's view beside them. In memory, a
+        store of its own (every in-memory store has a private database)."""
+        return await self._open(retention or Retention(), clock, wipe=False, tenant=tenant)
+
+    async def _open(
+        self,
+        retention: Retention,
+        clock: Clock | None,
+        *,
+        wipe: bool,
+        tenant: str = DEFAULT_TENANT,
+    ) -> Store:
         extra: dict[str, Any] = {} if clock is None else {"clock": clock}
+        if tenant != DEFAULT_TENANT:
+            extra["tenant"] = tenant
         store: Store
         driver: Any = None
-        if self.backend == "memory":
+        if self.backend == "memory" and tenant != DEFAULT_TENANT:
+            store = SqliteStore(Path(":memory:"), retention=retention, **extra)
+        elif self.backend == "memory":
             # The fake is a context manager; its exit closes the store with the others.
             driver = AsyncExitStack()
             store = await driver.enter_async_context(memory_store(retention=retention, clock=clock))
@@ -83,12 +104,12 @@ class StoreFactory:
             except BaseException:
                 await driver.close()
                 raise
-        self._open_stores[id(store)] = (store, driver, retention, clock)
+        self._open_stores[id(store)] = (store, driver, retention, clock, tenant)
         await store.migrate()
         return store
 
     async def _close(self, store: Store) -> None:
-        _, driver, _, _ = self._open_stores.pop(id(store))
+        _, driver, *_ = self._open_stores.pop(id(store))
         try:
             await store.close()
         finally:

@@ -37,15 +37,19 @@ pytestmark = pytest.mark.neo4j
 # Recent enough for the default 90-day retention, in the past, with microseconds.
 T0 = (datetime.now(UTC) - timedelta(days=1)).replace(microsecond=123456)
 
+# Per tenant: (label, properties) of each uniqueness constraint.
 CONSTRAINTS = {
-    ("Tool", "name"),
-    ("Pack", "name"),
-    ("Turn", "id"),
-    ("ToolSelectionExample", "id"),
-    ("ToolSelectionExample", "query_key"),
-    ("ExemplarTombstone", "query_key"),
-    ("OracleCall", "id"),
-    ("Meta", "key"),
+    ("Tool", ("tenant", "name")),
+    ("Pack", ("tenant", "name")),
+    ("Turn", ("tenant", "id")),
+    ("ToolSelectionExample", ("tenant", "id")),
+    ("ToolSelectionExample", ("tenant", "query_key")),
+    ("ExemplarTombstone", ("tenant", "query_key")),
+    ("OracleCall", ("tenant", "id")),
+    ("Meta", ("tenant", "key")),
+    ("Session", ("tenant", "id")),
+    ("ApiKey", ("id",)),
+    ("ApiKey", ("hash",)),
 }
 INDEXES = {
     ("Turn", "at"),
@@ -150,7 +154,7 @@ async def test_migrate_creates_every_constraint_and_index(
     await Neo4jStore(driver, db).migrate()
 
     constraints, indexes = await schema(driver, db)
-    assert {(c[2][0], c[3][0]) for c in constraints if c[1] == "UNIQUENESS"} >= CONSTRAINTS
+    assert {(c[2][0], c[3]) for c in constraints if c[1] == "UNIQUENESS"} >= CONSTRAINTS
     assert {(i[2][0], i[3][0]) for i in indexes if i[1] == "RANGE" and i[2]} >= INDEXES
     assert all(i[4] == "ONLINE" for i in indexes)
 
@@ -165,7 +169,9 @@ async def test_migrate_twice_changes_nothing(store: Neo4jStore, driver: neo4j.As
     assert before[1] == StoreState(catalog_version=1, exemplar_version=0)
     # The lock marker of version-moving writes is never committed.
     meta = await rows(driver, db, "MATCH (m:Meta {key: 'state'}) RETURN keys(m) AS k")
-    assert [sorted(r["k"]) for r in meta] == [["catalog_version", "exemplar_version", "key"]]
+    assert [sorted(r["k"]) for r in meta] == [
+        ["catalog_version", "exemplar_version", "key", "tenant"]
+    ]
 
 
 async def test_embeddings_are_float32_bytes_and_old_lists_still_read(

@@ -236,6 +236,11 @@ class BufferedStore:
     def uri(self) -> str:
         return self.inner.uri
 
+    @property
+    def tenant(self) -> str:
+        """The inner store's tenant (a spool holds one tenant's writes: one spool per tenant)."""
+        return self.inner.tenant
+
     async def migrate(self) -> None:
         await self.inner.migrate()  # a probe, like ping: it reaches the backend whatever its state
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from toolselect.config import Settings
+from toolselect.keys import DEFAULT_TENANT
 from toolselect.records import Retention
 from toolselect.store.port import Store
 
 
-async def open_store(settings: Settings, *, verify: bool = True) -> Store:
-    """The configured store (not yet migrated); `StoreUnavailable` names the URI and cause.
+async def open_store(
+    settings: Settings, *, verify: bool = True, tenant: str = DEFAULT_TENANT
+) -> Store:
+    """The configured store of `tenant` (not yet migrated); `StoreUnavailable` names the URI and
+    cause. A deployment without tenants uses `default`, whose data is where it always was (the
+    SQLite file itself; the Neo4j nodes `migrate()` gives tenant `default`).
 
     With `verify=False` a Neo4j store is returned without contacting the server, so a service
     can start before its database and connect when it comes up.
@@ -28,7 +33,8 @@ async def open_store(settings: Settings, *, verify: bool = True) -> Store:
             settings.neo4j_database,
             retention=retention,
             verify=verify,
+            tenant=tenant,
         )
     from toolselect.store.sqlite.store import SqliteStore
 
-    return SqliteStore(settings.sqlite_path, retention=retention)
+    return SqliteStore(settings.sqlite_path, retention=retention, tenant=tenant)

@@ -233,6 +233,10 @@ class Store(CatalogStore, LearnerStore, AnalyticsStore, KeyStore, Protocol):
     Callers depend on the part they use (`CatalogStore`, `LabelStore`, `TurnStore`,
     `AnalyticsStore`, `KeyStore`); the composition root and the stores themselves hold the whole.
 
+    A store is one tenant's view (`tenant`): every read and write is scoped to it by the store
+    itself. API keys are the exception: they are not a tenant's data (each names its own) and
+    only the `default` tenant's store holds them; another tenant's raises `StoreError`.
+
     Every method is a coroutine and never blocks the event loop. Failures to reach the backend
     raise `StoreUnavailable`; other backend failures raise `StoreError`.
     """
@@ -240,6 +244,13 @@ class Store(CatalogStore, LearnerStore, AnalyticsStore, KeyStore, Protocol):
     @property
     def uri(self) -> str:
         """Where the store lives, for messages (never includes credentials)."""
+        ...
+
+    @property
+    def tenant(self) -> str:
+        """The tenant whose data this store reads and writes (`toolselect.keys.TENANT_PATTERN`;
+        `default` unless opened for another): nothing of another tenant is ever read, written
+        or counted in its versions, and names and ids are unique per tenant only."""
         ...
 
     async def migrate(self) -> None:

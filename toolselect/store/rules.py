@@ -9,7 +9,9 @@ them out itself, and they drifted:
 - labels: one per normalised query, never a downgrade (`supersedes`), a batch applied in order
   (`plan_saves`);
 - retention: three steps over the non-exempt exemplars, newest kept (`retention_plan`, with
-  `evictions` as the executable statement of what the stores' queries select).
+  `evictions` as the executable statement of what the stores' queries select);
+- tenants: a store is opened for one tenant and applies all of these within it; API keys are
+  not a tenant's data and live with the `default` tenant's store only (`check_key_tenant`).
 
 Nothing here does I/O or imports a backend library (`tests/unit/test_purity.py`).
 """
@@ -22,7 +24,8 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from toolselect.errors import InvalidInput
+from toolselect.errors import InvalidInput, StoreError
+from toolselect.keys import DEFAULT_TENANT
 from toolselect.records import (
     TIER_STRENGTH,
     Exemplar,
@@ -36,6 +39,16 @@ from toolselect.records import (
     unpack_vector,
     utc,
 )
+
+
+def check_key_tenant(tenant: str) -> None:
+    """API keys live in the `default` tenant's store (the one the service reads them from);
+    another tenant's store refuses every key method with `StoreError`."""
+    if tenant != DEFAULT_TENANT:
+        raise StoreError(
+            f"keys live in the {DEFAULT_TENANT!r} tenant's store, not in tenant {tenant!r}'s"
+        )
+
 
 # Human labels are the loop's ground truth: retention neither evicts nor counts them.
 RETENTION_EXEMPT: tuple[str, ...] = ("feedback",)

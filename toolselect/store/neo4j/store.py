@@ -3,8 +3,14 @@
 Each operation is one Cypher file from `cypher/queries/` with `$parameters`; reads are routed as
 reads, writes run in managed write transactions (retried by the driver on transient errors such as
 deadlocks) and the database is always named. Every write that moves a version first takes the
-write lock of the `(:Meta {key: 'state'})` node (`queries/lock_meta`), so concurrent writers on any
-replica get strictly increasing, unique versions.
+write lock of the `(:Meta {tenant, key: 'state'})` node (`queries/lock_meta`), so concurrent
+writers on any replica get strictly increasing, unique versions.
+
+A store is one tenant's view of the database: every node of its data carries `tenant`, every
+query matches and creates nodes with `tenant: $tenant`, and `$tenant` is added to the parameters
+of every query in one place (`_read`, `_params` and `tx.Scoped`), never by the operations; the
+uniqueness constraints are per tenant (`cypher/schema/constraints.cypher`). API keys are not a
+tenant's data: only the `default` tenant's store reads and writes them.
 
 Embeddings are stored as float32 little-endian bytes (`pack_vector`), as in the SQLite store:
 sending or reading a batch of them as lists of floats cost seconds of driver time per batch.
@@ -16,26 +22,18 @@ Driver errors never leave this module: unreachable servers and refused credentia
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import structlog
 from neo4j import AsyncDriver, AsyncGraphDatabase, AsyncManagedTransaction, Record, RoutingControl
-from neo4j.exceptions import (
-    AuthError,
-    ConstraintError,
-    DriverError,
-    Neo4jError,
-    ServiceUnavailable,
-    SessionExpired,
-)
+from neo4j.exceptions import ConstraintError, DriverError, Neo4jError
 
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
-from toolselect.keys import key_from_row, key_row
+from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row
 from toolselect.names import normalise_query
 from toolselect.records import (
     AnalyticsResult,
@@ -50,12 +48,14 @@ from toolselect.records import (
     Turn,
     UpsertResult,
 )
-from toolselect.store.neo4j import cypher
+from toolselect.store.neo4j import cypher, migration
 from toolselect.store.neo4j import tx as neo4j_tx
-from toolselect.store.neo4j.tx import from_db, lock_meta, q, query_key, to_db, to_db_text
+from toolselect.store.neo4j.boundary import translated, without_credentials
+from toolselect.store.neo4j.tx import Scoped, from_db, lock_meta, q, query_key, to_db, to_db_text
 from toolselect.store.rules import (
     call_from_row,
     call_row,
+    check_key_tenant,
     check_tiers,
     exemplar_from_row,
     last_per_name,
@@ -69,23 +69,15 @@ log = structlog.get_logger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
-Work = Callable[Concatenate[AsyncManagedTransaction, P], Awaitable[R]]
+Work = Callable[Concatenate[Scoped, P], Awaitable[R]]
 
 _TURN_CHUNK = 2_000  # turns per transaction: bounded transaction memory for large batches
 _CONNECT_TIMEOUT_S = 5.0
 _RETRY_TIME_S = 5.0  # managed transactions retry transient errors (deadlocks, failover) this long
-_UNAVAILABLE = (ServiceUnavailable, SessionExpired, AuthError, OSError)
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _without_credentials(uri: str) -> str:
-    parts = urlsplit(uri)
-    if "@" not in parts.netloc:
-        return uri
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def _tool(props: Mapping[str, Any], packs: Sequence[str]) -> Tool:
@@ -97,7 +89,9 @@ def _exemplar(props: Mapping[str, Any], tool: str) -> Exemplar:
 
 
 class Neo4jStore:
-    """`Store` on a Neo4j 5 database (Community or Enterprise, single server, cluster or Aura)."""
+    """`Store` on a Neo4j 5 database (Community or Enterprise, single server, cluster or Aura),
+    for one tenant (`toolselect.keys.TENANT_PATTERN`): several stores of different tenants may
+    share one driver and database and never see each other's data."""
 
     def __init__(
         self,
@@ -107,10 +101,12 @@ class Neo4jStore:
         uri: str = "",
         retention: Retention = Retention(),  # noqa: B008 - frozen, so sharing it is safe
         clock: Callable[[], datetime] = _utc_now,
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
+        self._tenant = check_tenant(tenant)
         self._driver = driver
         self._database = database
-        self._uri = _without_credentials(uri)
+        self._uri = without_credentials(uri)
         self._retention = retention
         self._clock = clock
 
@@ -118,30 +114,35 @@ class Neo4jStore:
     def uri(self) -> str:
         return self._uri
 
+    @property
+    def tenant(self) -> str:
+        return self._tenant
+
     # --- plumbing ---------------------------------------------------------------------------
 
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except _UNAVAILABLE as exc:
-            raise StoreUnavailable(f"cannot reach Neo4j at {self._uri}: {exc}") from exc
-        except (Neo4jError, DriverError) as exc:
-            raise StoreError(f"Neo4j at {self._uri} refused the operation: {exc}") from exc
+    def _params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`params` with this store's `$tenant` (which no caller can override)."""
+        return {**params, "tenant": self._tenant}
 
     async def _read(self, name: str, params: dict[str, Any]) -> list[Record]:
-        with self._translated():
+        with translated(self._uri):
             result = await self._driver.execute_query(
-                q(name), params, routing_=RoutingControl.READ, database_=self._database
+                q(name),
+                self._params(params),
+                routing_=RoutingControl.READ,
+                database_=self._database,
             )
         return list(result.records)
 
     async def _write_once(self, work: Work[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        async def scoped(tx: AsyncManagedTransaction) -> R:
+            return await work(Scoped(tx, self._tenant), *args, **kwargs)
+
         async with self._driver.session(database=self._database) as session:
-            return await session.execute_write(work, *args, **kwargs)
+            return await session.execute_write(scoped)
 
     async def _write(self, work: Work[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        with self._translated():
+        with translated(self._uri):
             try:
                 return await self._write_once(work, *args, **kwargs)
             except ConstraintError:
@@ -151,33 +152,18 @@ class Neo4jStore:
     # --- lifecycle --------------------------------------------------------------------------
 
     async def migrate(self) -> None:
-        """Create constraints, indexes and the state record; idempotent."""
-        count = 0
-        with self._translated():
-            for name in cypher.names("schema"):
-                for statement in cypher.statements(name):
-                    await self._driver.execute_query(statement, database_=self._database)
-                    count += 1
-            await self._driver.execute_query(
-                q("await_indexes"), {"timeout_s": 300}, database_=self._database
-            )
-            await self._backfill_query_keys()
+        """Migrate old data (to tenant `default`), create constraints, indexes and this tenant's
+        state record; idempotent (`migration`)."""
+        with translated(self._uri):
+            count = await migration.migrate(self._driver, self._database)
         await self._write(lock_meta)
-        log.info("neo4j_migrated", store=self._uri, database=self._database, statements=count)
-
-    async def _backfill_query_keys(self) -> None:
-        """Give exemplars and tombstones of older stores their `query_key` (hashed here, since
-        Cypher has no SHA-256)."""
-        while True:
-            records, _, _ = await self._driver.execute_query(
-                q("missing_query_keys"), database_=self._database
-            )
-            if not records:
-                return
-            rows = [{"node": r["node"], "key": query_key(r["query_norm"])} for r in records]
-            await self._driver.execute_query(
-                q("set_query_keys"), {"rows": rows}, database_=self._database
-            )
+        log.info(
+            "neo4j_migrated",
+            store=self._uri,
+            database=self._database,
+            tenant=self._tenant,
+            statements=count,
+        )
 
     async def ping(self) -> None:
         """Raise `StoreUnavailable` unless the database answers now."""
@@ -188,7 +174,7 @@ class Neo4jStore:
         return StoreState(int(row["catalog_version"]), int(row["exemplar_version"]))
 
     async def close(self) -> None:
-        with self._translated():
+        with translated(self._uri):
             await self._driver.close()
 
     # --- tools ------------------------------------------------------------------------------
@@ -200,7 +186,7 @@ class Neo4jStore:
         rows = [tool_row(t) for t in by_name.values()]
         links = [] if pack is None else [{"tool": name, "pack": pack} for name in by_name]
 
-        async def work(tx: AsyncManagedTransaction) -> int:
+        async def work(tx: Scoped) -> int:
             await lock_meta(tx)
             params = {"tools": rows, "now": to_db(self._clock())}
             changed = int((await neo4j_tx.one(tx, "upsert_tools", params))["changed"])
@@ -226,7 +212,7 @@ class Neo4jStore:
         return _tool(rows[0]["tool"], rows[0]["packs"]) if rows else None
 
     async def delete_tool(self, name: str) -> bool:
-        async def work(tx: AsyncManagedTransaction) -> bool:
+        async def work(tx: Scoped) -> bool:
             state = await lock_meta(tx)
             ids = [r["id"] for r in await neo4j_tx.rows(tx, "tool_exemplar_ids", {"name": name})]
             if ids:
@@ -254,7 +240,7 @@ class Neo4jStore:
         for start in range(0, len(batch), _TURN_CHUNK):
             chunk = batch[start : start + _TURN_CHUNK]
             rows = [turn_row(turn, to_db_text) for turn in chunk]
-            with self._translated():
+            with translated(self._uri):
                 try:
                     created += await self._write_once(
                         neo4j_tx.create_turns, rows, chunk, self._retention.relations_per_tool
@@ -309,7 +295,7 @@ class Neo4jStore:
         should still apply `deleted` first and `upserted` second, which is right either way.
         """
 
-        async def work(tx: AsyncManagedTransaction) -> ExemplarDelta:
+        async def work(tx: Scoped) -> ExemplarDelta:
             current = int((await neo4j_tx.one(tx, "state", {}))["exemplar_version"])
             written = await neo4j_tx.rows(tx, "exemplars_since", {"version": version})
             gone = await neo4j_tx.rows(tx, "tombstones_since", {"version": version})
@@ -319,12 +305,12 @@ class Neo4jStore:
                 deleted=tuple(r["query_norm"] for r in gone),
             )
 
-        with self._translated():
+        with translated(self._uri):
             async with self._driver.session(database=self._database) as session:
-                return await session.execute_read(work)
+                return await session.execute_read(lambda tx: work(Scoped(tx, self._tenant)))
 
     async def delete_exemplar(self, exemplar_id: str) -> bool:
-        async def work(tx: AsyncManagedTransaction) -> bool:
+        async def work(tx: Scoped) -> bool:
             state = await lock_meta(tx)
             if not await neo4j_tx.tombstone(tx, [exemplar_id], state.exemplar_version + 1):
                 return False
@@ -338,7 +324,7 @@ class Neo4jStore:
     async def record_oracle_call(self, call: OracleCall) -> None:
         props = call_row(call, to_db)
 
-        async def work(tx: AsyncManagedTransaction) -> None:
+        async def work(tx: Scoped) -> None:
             await neo4j_tx.rows(tx, "record_oracle_call", {"call": props})
 
         await self._write(work)
@@ -353,10 +339,10 @@ class Neo4jStore:
         """Run `cypher/analytics/<name>.cypher` as a read; rows finished as every store does."""
         columns = get_analysis(name).columns  # NotFound before any I/O
         params = {"since": None if since is None else to_db_text(since)}
-        with self._translated():
+        with translated(self._uri):
             result = await self._driver.execute_query(
                 cypher.query(f"analytics/{name}"),
-                params,
+                self._params(params),
                 routing_=RoutingControl.READ,
                 database_=self._database,
             )
@@ -365,26 +351,30 @@ class Neo4jStore:
     # --- API keys ---------------------------------------------------------------------------
 
     async def save_key(self, key: ApiKey) -> None:
+        check_key_tenant(self._tenant)
         props = key_row(key, to_db)
 
-        async def work(tx: AsyncManagedTransaction) -> None:
+        async def work(tx: Scoped) -> None:
             await neo4j_tx.rows(tx, "save_api_key", {"key": props})
 
         await self._write(work)
 
     async def revoke_key(self, key_id: str) -> bool:
+        check_key_tenant(self._tenant)
         params = {"id": key_id, "now": to_db(self._clock())}
 
-        async def work(tx: AsyncManagedTransaction) -> bool:
+        async def work(tx: Scoped) -> bool:
             return bool((await neo4j_tx.one(tx, "revoke_api_key", params))["revoked"])
 
         return await self._write(work)
 
     async def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
-        rows = await self._read("list_api_keys", {"tenant": tenant})
+        check_key_tenant(self._tenant)
+        rows = await self._read("list_api_keys", {"key_tenant": tenant})
         return [key_from_row(r["key"], from_db) for r in rows]
 
     async def active_keys(self) -> list[ApiKey]:
+        check_key_tenant(self._tenant)
         return [key_from_row(r["key"], from_db) for r in await self._read("active_api_keys", {})]
 
 
@@ -396,6 +386,7 @@ async def connect_neo4j(
     *,
     retention: Retention = Retention(),  # noqa: B008 - frozen, so sharing it is safe
     verify: bool = True,
+    tenant: str = DEFAULT_TENANT,
 ) -> Neo4jStore:
     """A store on a reachable, authenticated Neo4j; `StoreUnavailable` otherwise.
 
@@ -407,7 +398,7 @@ async def connect_neo4j(
     parts = urlsplit(uri)
     username = username or unquote(parts.username or "")
     password = password or unquote(parts.password or "")
-    shown = _without_credentials(uri)
+    shown = without_credentials(uri)
 
     def unavailable(exc: BaseException) -> StoreUnavailable:
         cause = str(exc).replace(uri, shown)
@@ -426,7 +417,7 @@ async def connect_neo4j(
         )
     except (DriverError, Neo4jError, ValueError) as exc:  # a malformed URI or unknown scheme
         raise unavailable(exc) from exc
-    store = Neo4jStore(driver, database, uri=shown, retention=retention)
+    store = Neo4jStore(driver, database, uri=shown, retention=retention, tenant=tenant)
     if not verify:
         return store
     try:

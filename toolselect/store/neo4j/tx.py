@@ -1,6 +1,9 @@
 """The Neo4j store's transaction steps: each runs named Cypher files inside a managed transaction
 the store opens, so several operations share them and a step never commits on its own.
 
+Every step runs on a `Scoped` transaction: one bound to the store's tenant, which adds `$tenant`
+to every query it runs, so no step can read or write another tenant's nodes by forgetting it.
+
 Times go to the server as aware UTC datetimes (`to_db`) and come back through `from_db`; the
 rows themselves are `toolselect.store.rules`'s, shared with the SQLite store.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, LiteralString, cast
 
@@ -60,33 +64,42 @@ def from_db(value: Any) -> datetime:
     return cast(datetime, native).astimezone(UTC)
 
 
-async def rows(tx: AsyncManagedTransaction, name: str, params: dict[str, Any]) -> list[Record]:
-    result = await tx.run(q(name), params)
+@dataclass(frozen=True, slots=True)
+class Scoped:
+    """A managed transaction bound to one tenant: every query run through `rows` and `one`
+    gets `$tenant` (over any `tenant` in the parameters)."""
+
+    tx: AsyncManagedTransaction
+    tenant: str
+
+
+async def rows(tx: Scoped, name: str, params: dict[str, Any]) -> list[Record]:
+    result = await tx.tx.run(q(name), {**params, "tenant": tx.tenant})
     return [record async for record in result]
 
 
-async def one(tx: AsyncManagedTransaction, name: str, params: dict[str, Any]) -> Record:
+async def one(tx: Scoped, name: str, params: dict[str, Any]) -> Record:
     return (await rows(tx, name, params))[0]
 
 
-async def lock_meta(tx: AsyncManagedTransaction) -> StoreState:
+async def lock_meta(tx: Scoped) -> StoreState:
     """Take the write lock every version-moving write starts with; the versions under it."""
     row = await one(tx, "lock_meta", {})
     return StoreState(int(row["catalog_version"]), int(row["exemplar_version"]))
 
 
-async def bump(tx: AsyncManagedTransaction, *, catalog: int = 0, exemplar: int = 0) -> None:
+async def bump(tx: Scoped, *, catalog: int = 0, exemplar: int = 0) -> None:
     await rows(tx, "bump_versions", {"catalog": catalog, "exemplar": exemplar})
 
 
-async def tombstone(tx: AsyncManagedTransaction, ids: Sequence[str], version: int) -> int:
+async def tombstone(tx: Scoped, ids: Sequence[str], version: int) -> int:
     """Delete exemplars by id, leaving tombstones at `version`; how many existed."""
     row = await one(tx, "tombstone_exemplars", {"ids": list(ids), "version": version})
     return int(row["deleted"])
 
 
 async def record_turns(
-    tx: AsyncManagedTransaction, rows: list[dict[str, Any]], turns: Sequence[Turn], keep: int
+    tx: Scoped, rows: list[dict[str, Any]], turns: Sequence[Turn], keep: int
 ) -> int:
     """MERGE turns (`rows`, of `turns`), then link and count those that were new."""
     found = await one(tx, "record_turns", {"turns": rows})
@@ -96,7 +109,7 @@ async def record_turns(
 
 
 async def create_turns(
-    tx: AsyncManagedTransaction, rows: list[dict[str, Any]], turns: Sequence[Turn], keep: int
+    tx: Scoped, rows: list[dict[str, Any]], turns: Sequence[Turn], keep: int
 ) -> int:
     """CREATE turns none of which is stored (`rows`, of `turns`), then link and count them."""
     created = int((await one(tx, "create_turns", {"turns": rows}))["created"])
@@ -104,9 +117,7 @@ async def create_turns(
     return created
 
 
-async def record_sessions(
-    tx: AsyncManagedTransaction, new_turns: Sequence[Turn], keep: int
-) -> None:
+async def record_sessions(tx: Scoped, new_turns: Sequence[Turn], keep: int) -> None:
     """Link turns recorded for the first time to their sessions and count their tools, by the
     rules of `plan_sessions`, then keep `keep` counts per tool (`kept_relations`); the SQLite
     store applies the same rules to its tables."""
@@ -138,7 +149,7 @@ async def record_sessions(
 
 
 async def save_exemplars(
-    tx: AsyncManagedTransaction, exemplars: Sequence[Exemplar], limits: Retention, now: datetime
+    tx: Scoped, exemplars: Sequence[Exemplar], limits: Retention, now: datetime
 ) -> SaveResult:
     """`Store.save_exemplars` in three queries whatever the batch size: lock and read the
     current labels, write (`UNWIND`), then retention and the version move."""

@@ -1,5 +1,6 @@
-"""The SQLite store's file: its tables, how times are written in them, and the transaction and
-version-counter primitives every operation of the store runs on.
+"""The SQLite store's file: which file holds a tenant's data (`tenant_path`), its tables, how
+times are written in them, and the transaction and version-counter primitives every operation of
+the store runs on.
 
 Functions here run on the store's worker thread, on the connection it owns.
 """
@@ -10,8 +11,10 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
-from toolselect.errors import StoreError
+from toolselect.errors import StoreError, StoreUnavailable
+from toolselect.keys import DEFAULT_TENANT, check_tenant
 from toolselect.records import utc
 from toolselect.store.sqlite.sessions import SCHEMA as SESSIONS_SCHEMA
 
@@ -75,6 +78,32 @@ _ADDED = (
 BUMP_CATALOG = "UPDATE meta SET catalog_version = catalog_version + 1 RETURNING catalog_version"
 BUMP_EXEMPLAR = "UPDATE meta SET exemplar_version = exemplar_version + 1 RETURNING exemplar_version"
 NO_STATE = "sqlite store has no state record; run migrate() first"
+
+# Primary result codes meaning "cannot reach the data now" rather than "refused the operation".
+_UNAVAILABLE_CODES = {5, 6, 10, 13, 14, 15, 26}  # BUSY LOCKED IOERR FULL CANTOPEN PROTOCOL NOTADB
+_UNAVAILABLE_WORDS = ("locked", "busy", "disk i/o", "unable to open", "disk is full")
+
+
+def translate(exc: sqlite3.Error, path: Path) -> StoreError:
+    """A `sqlite3` error as the store raises it: `StoreUnavailable` when the file cannot be
+    reached now (locked, busy, I/O), `StoreError` otherwise."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and (
+        (code is not None and code & 0xFF in _UNAVAILABLE_CODES)
+        or any(word in text.lower() for word in _UNAVAILABLE_WORDS)
+    ):
+        return StoreUnavailable(f"sqlite store {path} is unavailable: {text}")
+    return StoreError(f"sqlite store {path} refused the operation: {text}")
+
+
+def tenant_path(path: Path, tenant: str) -> Path:
+    """The file of `tenant`'s data, given the configured path: the `default` tenant's is the
+    path itself (so a file made before tenants is the `default` tenant's), tenant `t`'s is
+    `<stem>.tenant-<t><suffix>` beside it; `:memory:` stays (each store has its own)."""
+    if tenant == DEFAULT_TENANT or str(path) == ":memory:":
+        return path
+    return path.with_name(f"{path.stem}.tenant-{check_tenant(tenant)}{path.suffix}")
 
 
 def create(conn: sqlite3.Connection) -> None:

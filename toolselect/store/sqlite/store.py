@@ -4,6 +4,12 @@ All SQLite work runs on one dedicated worker thread that owns the connection, so
 never block the event loop, and the single writer serialises writes: versions are assigned in
 `BEGIN IMMEDIATE` transactions and so stay monotonic (also across processes sharing the file).
 The records and their semantics are the Neo4j store's; `tests/store` runs one suite on both.
+
+Tenants are isolated physically: one file per tenant (`tenant_path`). The `default` tenant's is
+the configured path itself, so a file written before tenants existed is the `default` tenant's
+as it is; tenant `t` lives next to it in `<stem>.tenant-<t><suffix>` (`toolselect.db` ->
+`toolselect.tenant-acme.db`), and on `:memory:` every store has a private database anyway. API
+keys are not a tenant's data: they live in the `default` tenant's file only.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import structlog
 
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
-from toolselect.keys import key_from_row, key_row
+from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row
 from toolselect.names import normalise_query
 from toolselect.records import (
     AnalyticsResult,
@@ -38,6 +44,7 @@ from toolselect.records import (
 from toolselect.store.rules import (
     call_from_row,
     call_row,
+    check_key_tenant,
     check_tiers,
     last_per_name,
     tool_from_row,
@@ -49,7 +56,16 @@ from toolselect.store.sqlite import analytics as sqlite_analytics
 from toolselect.store.sqlite import exemplars as sqlite_exemplars
 from toolselect.store.sqlite import schema as sqlite_schema
 from toolselect.store.sqlite import sessions as sqlite_sessions
-from toolselect.store.sqlite.schema import BUMP_CATALOG, NO_STATE, bump, dt, transaction, ts
+from toolselect.store.sqlite.schema import (
+    BUMP_CATALOG,
+    NO_STATE,
+    bump,
+    dt,
+    tenant_path,
+    transaction,
+    translate,
+    ts,
+)
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
@@ -93,24 +109,10 @@ _INSERT_KEY = """
 _REVOKE_KEY = "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?"
 _LIST_KEYS = "SELECT * FROM api_keys WHERE ?1 IS NULL OR tenant = ?1 ORDER BY created_at, id"
 _ACTIVE_KEYS = "SELECT * FROM api_keys WHERE revoked_at IS NULL ORDER BY created_at, id"
-# Primary result codes meaning "cannot reach the data now" rather than "refused the operation".
-_UNAVAILABLE_CODES = {5, 6, 10, 13, 14, 15, 26}  # BUSY LOCKED IOERR FULL CANTOPEN PROTOCOL NOTADB
-_UNAVAILABLE_WORDS = ("locked", "busy", "disk i/o", "unable to open", "disk is full")
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _translate(exc: sqlite3.Error, path: Path) -> StoreError:
-    code = getattr(exc, "sqlite_errorcode", None)
-    text = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and (
-        (code is not None and code & 0xFF in _UNAVAILABLE_CODES)
-        or any(word in text.lower() for word in _UNAVAILABLE_WORDS)
-    ):
-        return StoreUnavailable(f"sqlite store {path} is unavailable: {text}")
-    return StoreError(f"sqlite store {path} refused the operation: {text}")
 
 
 def _tool(row: sqlite3.Row, packs: Sequence[str]) -> Tool:
@@ -118,7 +120,8 @@ def _tool(row: sqlite3.Row, packs: Sequence[str]) -> Tool:
 
 
 class SqliteStore:
-    """The `Store` on a local SQLite file; one instance per process is the intended use.
+    """The `Store` of one tenant on a local SQLite file (`tenant_path` of `path`); one instance
+    per process and tenant is the intended use.
 
     `busy_timeout` is how long (seconds) a write waits for another process's lock before the
     call raises `StoreUnavailable`.
@@ -131,8 +134,10 @@ class SqliteStore:
         retention: Retention | None = None,
         clock: Callable[[], datetime] = _utc_now,
         busy_timeout: float = 5.0,
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
-        self._path = Path(path)
+        self._tenant = check_tenant(tenant)
+        self._path = tenant_path(Path(path), self._tenant)
         self._busy_timeout = busy_timeout
         self._retention = retention or Retention()
         self._clock = clock
@@ -144,6 +149,10 @@ class SqliteStore:
     @property
     def uri(self) -> str:
         return f"sqlite:{self._path}"
+
+    @property
+    def tenant(self) -> str:
+        return self._tenant
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -170,7 +179,7 @@ class SqliteStore:
         try:
             return fn(self._connection())
         except sqlite3.Error as exc:
-            raise _translate(exc, self._path) from exc
+            raise translate(exc, self._path) from exc
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
@@ -399,6 +408,7 @@ class SqliteStore:
     # --- API keys -------------------------------------------------------------------------
 
     async def save_key(self, key: ApiKey) -> None:
+        check_key_tenant(self._tenant)
         row = key_row(key, ts)
 
         def work(conn: sqlite3.Connection) -> None:
@@ -408,6 +418,7 @@ class SqliteStore:
         await self._run(work)
 
     async def revoke_key(self, key_id: str) -> bool:
+        check_key_tenant(self._tenant)
         now = ts(self._clock())
 
         def work(conn: sqlite3.Connection) -> bool:
@@ -423,6 +434,7 @@ class SqliteStore:
         return await self._keys(_ACTIVE_KEYS, ())
 
     async def _keys(self, query: str, params: tuple[object, ...]) -> list[ApiKey]:
+        check_key_tenant(self._tenant)
         return await self._run(
             lambda conn: [key_from_row(dict(r), dt) for r in conn.execute(query, params)]
         )

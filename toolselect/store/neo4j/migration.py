@@ -1,0 +1,51 @@
+"""The Neo4j store's schema, and the data migrations stores of older versions need; all of it
+runs at `Neo4jStore.migrate()` and is idempotent.
+
+Order matters: nodes stored before tenants existed first get tenant `default`
+(`queries/backfill_tenant`, in transactions of 10000 nodes), so that every node of a tenant's
+data is covered by the per-tenant constraints `schema/constraints.cypher` then puts in place of
+the single-property ones; exemplars and tombstones stored before `query_key` get theirs last.
+Driver errors are translated by the caller.
+"""
+
+from __future__ import annotations
+
+from neo4j import AsyncDriver
+
+from toolselect.keys import DEFAULT_TENANT
+from toolselect.store.neo4j import cypher
+from toolselect.store.neo4j.tx import q, query_key
+
+
+async def migrate(driver: AsyncDriver, database: str) -> int:
+    """Migrate old data, create constraints and indexes, wait for them; the schema statements
+    run."""
+    await backfill_tenant(driver, database)
+    count = 0
+    for name in cypher.names("schema"):
+        for statement in cypher.statements(name):
+            await driver.execute_query(statement, database_=database)
+            count += 1
+    await driver.execute_query(q("await_indexes"), {"timeout_s": 300}, database_=database)
+    await backfill_query_keys(driver, database)
+    return count
+
+
+async def backfill_tenant(driver: AsyncDriver, database: str) -> int:
+    """Give every node of tenant data without a tenant (stored before tenants) tenant
+    `default`; how many were given it. An auto-commit query: `IN TRANSACTIONS` needs one."""
+    async with driver.session(database=database) as session:
+        result = await session.run(q("backfill_tenant"), {"tenant": DEFAULT_TENANT})
+        summary = await result.consume()
+    return summary.counters.properties_set
+
+
+async def backfill_query_keys(driver: AsyncDriver, database: str) -> None:
+    """Give exemplars and tombstones of older stores their `query_key` (hashed here, since
+    Cypher has no SHA-256)."""
+    while True:
+        records, _, _ = await driver.execute_query(q("missing_query_keys"), database_=database)
+        if not records:
+            return
+        rows = [{"node": r["node"], "key": query_key(r["query_norm"])} for r in records]
+        await driver.execute_query(q("set_query_keys"), {"rows": rows}, database_=database)
