@@ -61,7 +61,6 @@ __all__ = [
     "mcp_rule",
     "new_key",
     "required_role",
-    "unserved",
 ]
 
 ROLES: tuple[Role, ...] = get_args(Role)
@@ -140,18 +139,6 @@ def mcp_role(kind: Literal["tool", "resource"], name: str) -> Role:
     """The least role an MCP tool call or resource read needs (`admin` without a rule)."""
     rule = mcp_rule(kind, name)
     return "admin" if rule is None else MCP_ROLES[rule]
-
-
-def unserved(tenant: str) -> str | None:
-    """Why `tenant`'s requests for data are refused, or None when they are served. The store
-    holds the `default` tenant's data only until it scopes every read and write by tenant, so
-    another tenant's key must never reach it (its keys can still be managed)."""
-    if tenant == DEFAULT_TENANT:
-        return None
-    return (
-        f"tenant {tenant!r} is not served by this version of toolselect, which serves the data "
-        f"of tenant {DEFAULT_TENANT!r} only (keys of any tenant can be managed at /v1/keys)"
-    )
 
 
 def allows(role: str, needed: str) -> bool:

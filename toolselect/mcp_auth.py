@@ -12,8 +12,8 @@ it stays open. Otherwise a missing, unknown or revoked key is `401 unauthorized`
 
 The caller a request was let in as is `CALLER`, a contextvar: the SDK runs the handler of each
 message in the context of the request that carried it. `refusal` is what every tool call and
-resource read asks (`ToolselectMCP`): the role `keys.MCP_ROLES` names, and the tenant, since
-only the tenants `keys.unserved` allows have data yet. Over stdio there is no request and no key: `CALLER`
+resource read asks (`ToolselectMCP`): the role `keys.MCP_ROLES` names; the call then acts on
+its tenant's service (`mcp_resources.tenant_service`). Over stdio there is no request and no key: `CALLER`
 stays None and the host, which started the process, acts as `OPEN_CALLER`.
 """
 
@@ -42,7 +42,6 @@ from toolselect.keys import (
     bearer_token,
     check_tenant,
     mcp_role,
-    unserved,
 )
 from toolselect.service import Service
 
@@ -57,7 +56,7 @@ def current_caller() -> Caller:
 
 def refusal(kind: Literal["tool", "resource"], name: str) -> str | None:
     """Why the current caller may not call tool `name` or read resource `name`: None when it
-    may. A role below the rule's, or a tenant whose data is not served here."""
+    may: a role below the rule's."""
     caller = current_caller()
     needed = mcp_role(kind, name)
     if not allows(caller.role, needed):
@@ -65,8 +64,7 @@ def refusal(kind: Literal["tool", "resource"], name: str) -> str | None:
             f"forbidden: expected a key of role {needed} or above for {kind} {name}, "
             f"got role {caller.role}"
         )
-    why = unserved(caller.tenant)
-    return None if why is None else f"forbidden: {why}"
+    return None
 
 
 def _unauthorized(message: str) -> HttpError:

@@ -1,7 +1,8 @@
 """The MCP server's resources: the catalog and the analyses, as JSON (`mcp_server`).
 
 Static resources take no `Context` in the SDK, so they reach the lifespan's service through a
-`Running` slot. A failed read is a `ResourceError` (an unknown analysis `ResourceNotFoundError`),
+`Running` slot, which also starts other tenants' services (`Running.tenant_service`: each read
+acts on the caller's tenant). A failed read is a `ResourceError` (an unknown analysis `ResourceNotFoundError`),
 which the SDK answers as a JSON-RPC error; who may read which resource is `keys.MCP_ROLES`.
 """
 
@@ -17,7 +18,9 @@ from mcp.server.mcpserver.resources import FunctionResource
 
 from toolselect.analytics import registry
 from toolselect.errors import NotFound, ToolselectError
-from toolselect.service import Service
+from toolselect.keys import DEFAULT_TENANT
+from toolselect.mcp_auth import current_caller
+from toolselect.service import Service, TenantServices
 
 ANALYTICS_URI = "toolselect://analytics"
 CATALOG_URI = "toolselect://catalog"
@@ -34,11 +37,21 @@ class Running:
 
     def __init__(self) -> None:
         self.service: Service | None = None
+        self.tenants: TenantServices | None = None  # around `service`, while it runs
 
     def get(self) -> Service:
         if self.service is None:
             raise ResourceError("the toolselect service is not running")
         return self.service
+
+    async def tenant_service(self) -> Service:
+        """The service of the current caller's tenant (`mcp_auth.current_caller`; `default`
+        over stdio): the lifespan's for `default`, another tenant's started on first use."""
+        default = self.get()
+        tenant = current_caller().tenant
+        if tenant == DEFAULT_TENANT or self.tenants is None:
+            return default
+        return await self.tenants.get(tenant)
 
 
 async def _analysis(service: Service, name: str, since: str | None) -> str:
@@ -57,7 +70,8 @@ def add_resources(server: MCPServer[Service], running: Running) -> None:
     names = (*registry.NAMES, registry.LEARNING)
 
     async def catalog() -> str:
-        tools = await running.get().catalog.list_tools()
+        service = await running.tenant_service()
+        tools = await service.catalog.list_tools()
         return _dumps(
             {
                 "tools": [
@@ -118,12 +132,12 @@ def add_resources(server: MCPServer[Service], running: Running) -> None:
         mime_type=JSON_MIME,
     )
     async def analysis(name: str, since: str | None = None) -> str:
-        return await _analysis(running.get(), name, since)
+        return await _analysis(await running.tenant_service(), name, since)
 
 
 def _analysis_reader(running: Running, name: str) -> Callable[[], Any]:
     async def read() -> str:
-        return await _analysis(running.get(), name, None)
+        return await _analysis(await running.tenant_service(), name, None)
 
     read.__name__ = f"analysis_{name}"
     return read

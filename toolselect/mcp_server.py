@@ -8,7 +8,9 @@ stdio protocol channel, so the service logs only to stderr (`toolselect.logs`).
 Errors reach the host as tool results with `isError` and one line naming the field and the rule
 (`expected k in 1..100, got 0`); resources answer with a JSON-RPC error. Nothing a caller sends
 stops the server. Over HTTP the API keys apply (`mcp_auth`): a request without a valid key is
-refused before the SDK sees it, and a tool or resource needs the role `keys.MCP_ROLES` names.
+refused before the SDK sees it, and a tool or resource needs the role `keys.MCP_ROLES` names;
+it then acts on the service of the caller's tenant (`Running.tenant_service`: other tenants'
+started on first use, as the HTTP API's are).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from toolselect.errors import InvalidInput, ToolselectError
 from toolselect.mcp_auth import KeyGate, refusal
 from toolselect.mcp_resources import Running, add_resources
 from toolselect.records import Tool
-from toolselect.service import Service
+from toolselect.service import Service, TenantServices
 from toolselect.service.ranking import Conversation
 from toolselect.turns import Name, Outcome, ReportedTurn, UsedTools, turn_problem
 
@@ -89,7 +91,11 @@ class LabelResult(BaseModel):
     tier: str
 
 
-def _service(ctx: ToolContext) -> Service:
+async def _service(ctx: ToolContext) -> Service:
+    """The service of the caller's tenant (`default` over stdio)."""
+    server = ctx.mcp_server
+    if isinstance(server, ToolselectMCP):
+        return await server.running.tenant_service()
     return ctx.request_context.lifespan_context
 
 
@@ -133,7 +139,7 @@ async def search_tools(
     conversation (session_id, previous_tools, context) weighs in as far as toolselect's
     stored sessions show it helps; companions are answered apart, each with the tool it goes
     with."""
-    service = _service(ctx)
+    service = await _service(ctx)
     conversation = Conversation(
         session_id=session_id,
         previous_tools=tuple(previous_tools or ()),
@@ -197,7 +203,7 @@ async def report_turn(
     """Report which tool the agent used for a request, after the turn, with the search_id of
     the search_tools result it picked from. Returns at once: the turn is queued for the learner
     (or dropped when its queue is full, never an error)."""
-    service = _service(ctx)
+    service = await _service(ctx)
     # The SDK has validated the arguments against the turn's own field types: the value is
     # made without validating them again, then held to the rules no schema says.
     turn = ReportedTurn.model_construct(
@@ -226,7 +232,8 @@ async def label_turn(
     """Record a human-confirmed label: this request should go to this tool. It is used for
     ranking at once and never expires."""
     try:
-        saved, exemplar = await _service(ctx).learning.feedback(query, tool)
+        service = await _service(ctx)
+        saved, exemplar = await service.learning.feedback(query, tool)
     except ToolselectError as exc:
         raise _tool_error(exc) from exc
     return LabelResult(
@@ -289,10 +296,15 @@ def build_server(settings: Settings, service: Service | None = None) -> Toolsele
         # tools answer `not ready` until the background connect succeeds.
         current = service or await Service.start(settings, wait_for_store=True)
         running.service = current
+        running.tenants = TenantServices(current)
         try:
             yield current
         finally:
-            running.service = None
+            try:
+                await running.tenants.close_others()
+            finally:
+                running.service = None
+                running.tenants = None
             if service is None:
                 await current.close()
                 log.info("mcp_service_closed")

@@ -13,10 +13,12 @@ from pydantic import BaseModel, ValidationError
 
 from toolselect.api.errors import HttpError
 from toolselect.api.validation import rejection
-from toolselect.keys import Caller
-from toolselect.service import Service
+from toolselect.keys import DEFAULT_TENANT, Caller
+from toolselect.service import Service, TenantServices
 
 SERVICE = web.AppKey("service", Service)
+# Every tenant's service (`TenantServices`): `SERVICE` is its `default`.
+TENANTS = web.AppKey("tenants", TenantServices)
 # The request's time limit, for a handler that knows its work is larger (an import) to move.
 DEADLINE = web.RequestKey("deadline", asyncio.Timeout)
 # Who the request acts as (tenant, role, key id): set by the middleware on every `/v1/*`
@@ -24,6 +26,15 @@ DEADLINE = web.RequestKey("deadline", asyncio.Timeout)
 # exists at all. Routes that need no key (health, `/openapi.json`, the dashboard) have none.
 CALLER = web.RequestKey("caller", Caller)
 M = TypeVar("M", bound=BaseModel)
+
+
+async def tenant_service(request: web.Request) -> Service:
+    """The service of the tenant the request acts on: the `default` one for `default` and
+    whenever no caller is on the request; another tenant's is started on its first use."""
+    caller = request.get(CALLER)
+    if caller is None or caller.tenant == DEFAULT_TENANT:
+        return request.app[SERVICE]
+    return await request.app[TENANTS].get(caller.tenant)
 
 
 def _check_content_type(request: web.Request) -> None:

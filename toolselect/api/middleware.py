@@ -34,7 +34,6 @@ from toolselect.keys import (
     bearer_token,
     check_tenant,
     required_role,
-    unserved,
 )
 
 log = structlog.get_logger("toolselect.api")
@@ -200,10 +199,6 @@ def _authorise(request: web.Request, route: str | None) -> None:
     request[CALLER] = caller
     if request.path.startswith("/v1/"):
         _limit(request, caller.tenant)
-    why = unserved(caller.tenant)
-    if why is not None and not request.path.startswith("/v1/keys"):
-        service.metrics.http_rejected.labels("forbidden").inc()
-        raise HttpError(403, "forbidden", why)
 
 
 def _limit(request: web.Request, tenant: str) -> None:

@@ -1,4 +1,5 @@
-"""Route handlers of API v1; each validates with a model from `models.py` and calls the service."""
+"""Route handlers of API v1; each validates with a model from `models.py` and calls the service
+of the caller's tenant (`tenant_service`); health, readiness and metrics are `default`'s."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from toolselect.analytics.registry import LEARNING
 from toolselect.analytics.surfaces import analyses_payload
 from toolselect.api import models as m
 from toolselect.api.errors import HttpError
-from toolselect.api.http import DEADLINE, SERVICE, json_response, read_body, read_model
+from toolselect.api.http import (
+    DEADLINE,
+    SERVICE,
+    json_response,
+    read_body,
+    read_model,
+    tenant_service,
+)
 from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
 from toolselect.ranker.relations import Companion
@@ -48,7 +56,7 @@ def exemplar_out(e: Exemplar) -> m.ExemplarOut:
 
 
 async def rank(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    service = await tenant_service(request)
     body = await read_model(request, m.RankRequest)
     started = time.perf_counter()
     search = await service.ranking.search(
@@ -85,7 +93,7 @@ def companions_out(found: Sequence[Companion], asked: int) -> list[m.CompanionTo
 
 
 async def select(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    service = await tenant_service(request)
     body = await read_model(request, m.SelectRequest)
     candidates = candidates_to_tools([c.model_dump() for c in body.candidates])
     selection = await service.ranking.select(
@@ -106,7 +114,7 @@ async def select(request: web.Request) -> web.Response:
 
 
 async def put_tools(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    service = await tenant_service(request)
     tools, pack = parse_tools(await read_body(request))
     if len(tools) > MAX_TOOLS_PER_PUT:
         raise HttpError(
@@ -141,33 +149,37 @@ async def put_tools(request: web.Request) -> web.Response:
 
 
 async def list_tools(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    service = await tenant_service(request)
     tools = await service.catalog.list_tools(request.query.get("pack") or None)
     return json_response(m.ToolList(tools=[_tool_out(t) for t in tools]))
 
 
 async def get_tool(request: web.Request) -> web.Response:
-    tool = await request.app[SERVICE].catalog.get_tool(request.match_info["name"])
+    service = await tenant_service(request)
+    tool = await service.catalog.get_tool(request.match_info["name"])
     return json_response(_tool_out(tool))
 
 
 async def delete_tool(request: web.Request) -> web.Response:
-    await request.app[SERVICE].catalog.delete_tool(request.match_info["name"])
+    service = await tenant_service(request)
+    await service.catalog.delete_tool(request.match_info["name"])
     return json_response(m.DeletedResponse(deleted=True))
 
 
 async def tool_exemplars(request: web.Request) -> web.Response:
-    exemplars = await request.app[SERVICE].catalog.exemplars_of(request.match_info["name"])
+    service = await tenant_service(request)
+    exemplars = await service.catalog.exemplars_of(request.match_info["name"])
     return json_response(m.ExemplarList(exemplars=[exemplar_out(e) for e in exemplars]))
 
 
 async def delete_exemplar(request: web.Request) -> web.Response:
-    await request.app[SERVICE].learning.delete_exemplar(request.match_info["id"])
+    service = await tenant_service(request)
+    await service.learning.delete_exemplar(request.match_info["id"])
     return json_response(m.DeletedResponse(deleted=True))
 
 
 async def observe(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    service = await tenant_service(request)
     turn = await read_model(request, m.ObserveRequest)
     _check_turn(service, turn, "")
     queued = service.learning.report(turn)
@@ -176,7 +188,7 @@ async def observe(request: web.Request) -> web.Response:
 
 
 async def observe_batch(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    service = await tenant_service(request)
     body = await read_model(request, m.ObserveBatchRequest)
     limit = service.settings.max_batch
     if len(body.turns) > limit:
@@ -209,7 +221,7 @@ def _check_turn(service: Service, turn: m.ObserveRequest, prefix: str) -> None:
 
 
 async def post_exemplar(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    service = await tenant_service(request)
     body = await read_model(request, m.FeedbackRequest)
     saved, exemplar = await service.learning.feedback(body.query, body.tool)
     return json_response(
@@ -225,14 +237,14 @@ async def list_analytics(request: web.Request) -> web.Response:
 
 async def learning_fit(request: web.Request) -> web.Response:
     """What the learning loop chose from its labels: fold, calibration curve, teacher depth."""
-    payload = request.app[SERVICE].learning.fit()
+    service = await tenant_service(request)
+    payload = service.learning.fit()
     return json_response(m.LearningFit.model_validate(payload, strict=False))
 
 
 async def get_analytics(request: web.Request) -> web.Response:
-    body = await request.app[SERVICE].learning.analysis(
-        request.match_info["name"], request.query.get("since")
-    )
+    service = await tenant_service(request)
+    body = await service.learning.analysis(request.match_info["name"], request.query.get("since"))
     return web.json_response(body, dumps=lambda v: json.dumps(v, ensure_ascii=False))
 
 

@@ -1,6 +1,6 @@
 """The service: a composition root (`root.Service`, `parts.compose`), the live index that keeps
 the ranker in step with the store, and the facades the API, the CLI and the MCP server call
-(`ranking`, `catalog`, `learning`)."""
+(`ranking`, `catalog`, `learning`), and `tenants.TenantServices`, one service per tenant."""
 
 from toolselect.service.catalog import IMPORT_BATCH, CatalogFacade
 from toolselect.service.index import LiveIndex, Progress
@@ -8,6 +8,7 @@ from toolselect.service.learning import LearningFacade
 from toolselect.service.parts import Parts, build_teacher, compose
 from toolselect.service.ranking import RankingFacade
 from toolselect.service.root import Service
+from toolselect.service.tenants import TenantServices, tenant_spool
 
 __all__ = [
     "IMPORT_BATCH",
@@ -18,6 +19,8 @@ __all__ = [
     "Progress",
     "RankingFacade",
     "Service",
+    "TenantServices",
     "build_teacher",
     "compose",
+    "tenant_spool",
 ]

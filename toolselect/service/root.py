@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from pathlib import Path
 
 import structlog
 from threadpoolctl import threadpool_limits
@@ -19,8 +20,9 @@ from threadpoolctl import threadpool_limits
 from toolselect.catalog import load_demo_catalog
 from toolselect.clock import Clock, utc_now
 from toolselect.config import Settings
-from toolselect.embed import embedder_for
+from toolselect.embed import Embedder, embedder_for
 from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
+from toolselect.keys import DEFAULT_TENANT
 from toolselect.metrics import Metrics
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
@@ -50,6 +52,7 @@ class Service:
         self.sessions = parts.sessions
         self.keys = parts.keys
         self._maintenance: asyncio.Task[None] | None = None
+        self._owns_embedder = True
 
     @classmethod
     async def start(
@@ -60,12 +63,18 @@ class Service:
         wait_for_store: bool = False,
         clock: Clock = utc_now,
         load_progress: Progress | None = None,
+        tenant: str = DEFAULT_TENANT,
+        embedder: Embedder | None = None,
+        spool_path: Path | None = None,
     ) -> Service:
         """Open the adapters, compose the parts, then load the catalog and exemplars.
 
         With `wait_for_store` (the server), an unreachable store does not stop the start: the
         service answers `not_ready` and keeps connecting in the background; otherwise (the CLI)
         `StoreUnavailable` is raised at once. `load_progress` hears of the catalog's embedding.
+        `tenant` names whose store to open (`TenantServices` starts the others), `embedder` one
+        already loaded to share (this service then does not close it), `spool_path` the spool
+        file when not `settings.spool_path`.
         """
         # One BLAS thread: ranking is a small matrix-vector product, where a second thread buys
         # nothing at the median and multiplies the p99 whenever the other core is busy.
@@ -74,19 +83,24 @@ class Service:
         # On a thread of its own, joined here: the loop's default pool would outlive `close`.
         with ThreadPoolExecutor(1, thread_name_prefix="toolselect-spool-open") as opener:
             spool = await asyncio.get_running_loop().run_in_executor(
-                opener, partial(Spool.open, settings.spool_path, max_bytes=settings.spool_max_bytes)
+                opener,
+                partial(
+                    Spool.open,
+                    spool_path or settings.spool_path,
+                    max_bytes=settings.spool_max_bytes,
+                ),
             )
         if any(spool.depth.values()):
             log.info("spool_pending_at_start", spool=spool.path, **spool.depth)
         try:
-            store = await open_store(settings, verify=not wait_for_store)
+            store = await open_store(settings, verify=not wait_for_store, tenant=tenant)
         except BaseException:
             spool.close()
             raise
         parts = compose(
             settings,
             store,
-            embedder_for(settings),
+            embedder or embedder_for(settings),
             metrics=metrics,
             teacher=build_teacher(settings),
             spool=spool,
@@ -94,6 +108,7 @@ class Service:
             load_progress=load_progress,
         )
         service = cls(parts)
+        service._owns_embedder = embedder is None
         try:
             try:
                 await service.connect()
@@ -149,7 +164,10 @@ class Service:
         """Read the stored API keys into the registry (at connect and every poll), so a key
         created or revoked through any replica counts here within the poll interval. Revoked
         keys are read too: while any key exists, authentication stays on. A read that a local
-        change overtook is dropped; the next poll takes the store's keys."""
+        change overtook is dropped; the next poll takes the store's keys. Keys live in the
+        `default` tenant's store: another tenant's service has none to read."""
+        if self.store.tenant != DEFAULT_TENANT:
+            return
         seen = self.keys.changes
         self.keys.replace(await self.store.list_keys(), read_after=seen)
 
@@ -199,5 +217,6 @@ class Service:
         finally:
             if self.parts.teacher is not None:
                 await self.parts.teacher.aclose()
-            await self.parts.queries.close()  # the embedder too, when it is wrapped
+            if self._owns_embedder:
+                await self.parts.queries.close()  # the embedder too, when it is wrapped
             await self.store.close()

@@ -1,0 +1,243 @@
+"""Tenants kept apart, against the real app on a real socket and real stores: two tenants with
+their own editor and agent keys, each with its own catalog, labels, turns, analyses and search
+ids; an admin acting on a tenant sees that tenant's data; MCP `search_tools` answers from the
+caller's tenant's catalog; an idle tenant is closed and starts again with its data."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from tests.api.test_keys import ADMIN, bearer, create, error_of
+from tests.mcp.test_keys import connected, in_process
+from tests.mcp.test_server import text
+from tests.services import ClientFactory, ServiceFactory
+from toolselect.analytics.registry import LEARNING, NAMES
+from toolselect.api.http import TENANTS
+from toolselect.clock import utc_now
+from toolselect.keys import new_key
+from toolselect.records import Tool
+from toolselect.service import TenantServices, tenant_spool
+from toolselect.store.factory import open_store
+
+A, B = "team-a", "team-b"
+CATALOGS = {
+    A: [
+        Tool("get_weather", "Current weather and forecast for a city: temperature, rain, wind."),
+        Tool("send_email", "Send an email message to a recipient with a subject and body."),
+        Tool("web_search", "Search the web for pages matching a query and return links."),
+    ],
+    B: [
+        Tool("get_weather", "Look up invoices by customer and amount in the billing system."),
+        Tool("send_email", "Translate text from one language into another language."),
+        Tool("web_search", "Read a file from the local filesystem by its path."),
+    ],
+}
+QUERIES = ["weather in Turin tomorrow", "email the report to Ada", "find pages about owls"]
+
+Keys = dict[str, dict[str, str]]
+
+
+def _tools_body(tenant: str) -> dict[str, Any]:
+    return {"tools": [{"name": t.name, "description": t.description} for t in CATALOGS[tenant]]}
+
+
+async def two_tenants(
+    services: ServiceFactory, aiohttp_client: ClientFactory, **settings: Any
+) -> tuple[TestClient[Any, Any], Keys]:
+    """The app with an admin key, tenants A and B each with an editor and an agent key and
+    its own catalog (the same tool names, other descriptions)."""
+    client, _ = await services.serve(aiohttp_client, api_keys=(ADMIN,), **settings)
+    keys: Keys = {}
+    for tenant in (A, B):
+        keys[tenant] = {
+            role: (await create(client, tenant, role))["key"] for role in ("agent", "editor")
+        }
+        put = await client.put(
+            "/v1/tools", json=_tools_body(tenant), headers=bearer(keys[tenant]["editor"])
+        )
+        assert put.status == 200, await put.text()
+    return client, keys
+
+
+async def rank_all(client: TestClient[Any, Any], key: str) -> list[Any]:
+    """Every query of QUERIES ranked with `key`: results, scores and margin."""
+    answers = []
+    for query in QUERIES:
+        resp = await client.post("/v1/rank", json={"query": query, "k": 3}, headers=bearer(key))
+        assert resp.status == 200, await resp.text()
+        body = await resp.json()
+        answers.append((body["results"], body["margin"]))
+    return answers
+
+
+async def analyses(client: TestClient[Any, Any], key: str) -> dict[str, Any]:
+    """Every analysis (and the learning fit) as `key`'s tenant sees it."""
+    seen = {}
+    for name in (*NAMES, LEARNING):
+        resp = await client.get(f"/v1/analytics/{name}", headers=bearer(key))
+        assert resp.status == 200, (name, await resp.text())
+        seen[name] = await resp.json()
+    return seen
+
+
+async def test_the_same_tool_names_stay_separate(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """Tenants A and B each list their own descriptions under the same names; `default`
+    lists neither; an admin naming B sees B's; deleting a tool in A leaves B's."""
+    client, keys = await two_tenants(services, aiohttp_client)
+    for tenant in (A, B):
+        resp = await client.get("/v1/tools", headers=bearer(keys[tenant]["editor"]))
+        listed = {t["name"]: t["description"] for t in (await resp.json())["tools"]}
+        assert listed == {t.name: t.description for t in CATALOGS[tenant]}
+    assert (await (await client.get("/v1/tools", headers=bearer(ADMIN))).json())["tools"] == []
+    as_b = await client.get("/v1/tools/get_weather", headers=bearer(ADMIN, B))
+    assert (await as_b.json())["description"] == CATALOGS[B][0].description
+
+    gone = await client.delete("/v1/tools/send_email", headers=bearer(keys[A]["editor"]))
+    assert gone.status == 200
+    missing = await client.get("/v1/tools/send_email", headers=bearer(keys[A]["editor"]))
+    await error_of(missing, 404)
+    kept = await client.get("/v1/tools/send_email", headers=bearer(keys[B]["editor"]))
+    assert (await kept.json())["description"] == CATALOGS[B][1].description
+
+
+async def test_labels_and_turns_in_one_tenant_leave_the_other_unchanged(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """A label and reported turns in A leave B's rankings bit for bit (results, scores,
+    margin), every analysis of B and B's stored turns unchanged, while A has them."""
+    client, keys = await two_tenants(services, aiohttp_client)
+    b_ranked = await rank_all(client, keys[B]["agent"])
+    b_analyses = await analyses(client, keys[B]["editor"])
+
+    label = {"query": "find pages about owls", "tool": "send_email"}
+    made = await client.post("/v1/exemplars", json=label, headers=bearer(keys[A]["editor"]))
+    assert made.status == 201, await made.text()
+    turns = [
+        {"request": q, "used_tool": tool, "turn_id": f"a-{i}", "outcome": outcome,
+         "session_id": "a-session"}
+        for i, (q, tool, outcome) in enumerate(
+            [(QUERIES[0], "web_search", "error"), (QUERIES[1], "send_email", "ok"),
+             (QUERIES[2], "get_weather", "ok")]
+        )
+    ]  # fmt: skip
+    batch = await client.post(
+        "/v1/observe/batch", json={"turns": turns}, headers=bearer(keys[A]["agent"])
+    )
+    assert batch.status == 202 and (await batch.json())["queued"] == 3
+    tenants = client.app[TENANTS]
+    a_service, b_service = await tenants.get(A), await tenants.get(B)
+    assert await a_service.learning.turn_when_done("a-2", 15.0) is not None
+    assert await b_service.learning.turn_when_done("a-2", 1.0) is None
+
+    assert await rank_all(client, keys[B]["agent"]) == b_ranked
+    assert await analyses(client, keys[B]["editor"]) == b_analyses
+    a_ranked = await rank_all(client, keys[A]["agent"])
+    assert a_ranked[2][0][0]["tool"] == "send_email"  # A's own label took
+
+
+async def test_a_search_id_of_one_tenant_is_unknown_in_another(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """A search id issued in A places A's turn as shown and B's turn as unknown."""
+    client, keys = await two_tenants(services, aiohttp_client)
+    ranked = await client.post(
+        "/v1/rank", json={"query": QUERIES[0], "k": 2}, headers=bearer(keys[A]["agent"])
+    )
+    search_id = (await ranked.json())["search_id"]
+    top = (await ranked.json())["results"][0]["tool"]
+    tenants = client.app[TENANTS]
+    for tenant, turn_id in ((A, "in-a"), (B, "in-b")):
+        turn = {"request": QUERIES[0], "used_tool": top, "search_id": search_id,
+                "turn_id": turn_id}  # fmt: skip
+        sent = await client.post("/v1/observe", json=turn, headers=bearer(keys[tenant]["agent"]))
+        assert sent.status == 202
+    stored_a = await (await tenants.get(A)).learning.turn_when_done("in-a", 15.0)
+    stored_b = await (await tenants.get(B)).learning.turn_when_done("in-b", 15.0)
+    assert stored_a is not None and stored_a.search_status == "shown"
+    assert stored_b is not None and stored_b.search_status == "unknown"
+
+
+async def test_mcp_search_tools_answers_from_each_tenants_catalog(
+    services: ServiceFactory,
+) -> None:
+    """Over MCP with keys, `search_tools` with A's key answers from A's catalog and with B's
+    from B's (the same name, each tenant's description)."""
+    async with in_process(services, api_keys=(ADMIN,)) as url:
+        service = services.started[0]
+        secrets = {}
+        for tenant in (A, B):
+            store = await open_store(service.settings, tenant=tenant)
+            try:
+                await store.migrate()
+                await store.upsert_tools(CATALOGS[tenant])
+            finally:
+                await store.close()
+            secret, record = new_key(tenant, "agent", utc_now())
+            await service.store.save_key(record)
+            service.keys.add(record)
+            secrets[tenant] = secret
+        found = {}
+        for tenant in (A, B):
+            async with connected(url, bearer(secrets[tenant])) as mcp:
+                result = await mcp.call_tool("search_tools", {"query": "weather in Turin", "k": 3})
+            assert not result.is_error, text(result)
+            assert result.structured_content is not None
+            found[tenant] = {
+                t["name"]: t["description"] for t in result.structured_content["tools"]
+            }
+    for tenant in (A, B):
+        assert found[tenant] == {t.name: t.description for t in CATALOGS[tenant]}
+
+
+async def test_an_idle_tenant_is_closed_and_starts_again_with_its_data(
+    services: ServiceFactory,
+) -> None:
+    """A tenant unused for `TOOLSELECT_TENANT_IDLE` is closed by the sweep, the least
+    recently used beyond `TOOLSELECT_TENANTS_LIVE` too; its next use starts it with its data."""
+    service = await services.start(tenants_live=1, tenant_idle_s=60.0)
+    now = [0.0]
+    tenants = TenantServices(service, now=lambda: now[0])
+    try:
+        a = await tenants.get(A)
+        await a.catalog.upsert_tools(CATALOGS[A])
+        assert tenants.live == [A]
+        now[0] = 30.0
+        assert await tenants.sweep() == []
+        now[0] = 61.0
+        assert await tenants.sweep() == [A]
+        assert tenants.live == []
+        again = await tenants.get(A)
+        assert again is not a
+        assert [t.description for t in await again.catalog.list_tools()] == [
+            t.description for t in CATALOGS[A]
+        ]
+        await tenants.get(B)  # beyond one live tenant: A, the least recently used, goes
+        assert tenants.live == [B]
+        assert tenant_spool(service.settings.spool_path, B).name.endswith(
+            f".tenant-{B}{service.settings.spool_path.suffix}"
+        )
+    finally:
+        await tenants.close_others()
+
+
+async def test_the_background_sweep_closes_an_idle_tenant(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """Over HTTP, a tenant unused for `TOOLSELECT_TENANT_IDLE` seconds is closed in the
+    background, and its next request is answered from its data."""
+    client, keys = await two_tenants(services, aiohttp_client, tenant_idle_s=1.0)
+    tenants = client.app[TENANTS]
+    assert set(tenants.live) == {A, B}
+    for _ in range(100):
+        if not tenants.live:
+            break
+        await asyncio.sleep(0.05)
+    assert tenants.live == []
+    resp = await client.get("/v1/tools", headers=bearer(keys[B]["editor"]))
+    assert len((await resp.json())["tools"]) == len(CATALOGS[B])
+    assert tenants.live == [B]

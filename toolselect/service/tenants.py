@@ -1,0 +1,173 @@
+"""One service per tenant: the `default` tenant's, and the others' started on first use.
+
+`TenantServices` holds the `default` tenant's `Service` (started as the server always started
+it: it also holds the API keys, the metrics and the settings) and starts another tenant's on
+its first request, over that tenant's store (`open_store(settings, tenant=...)`) with a spool
+file of its own (`tenant_spool`), sharing the default service's embedder (the model is loaded
+once), `Metrics` and settings. One start per tenant at a time (a lock per tenant); at most
+`TOOLSELECT_TENANTS_LIVE` other tenants live at once (the least recently used is closed beyond
+it), and a tenant unused for `TOOLSELECT_TENANT_IDLE` seconds is closed by a background sweep.
+A closed tenant's data stays in its store; its next request starts it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from toolselect.clock import Clock, utc_now
+from toolselect.config import Settings
+from toolselect.keys import DEFAULT_TENANT, check_tenant
+from toolselect.metrics import Metrics
+from toolselect.service.root import Service
+
+log = structlog.get_logger("toolselect.service")
+
+
+def tenant_spool(path: Path, tenant: str) -> Path:
+    """The spool file of `tenant`: `path` itself for `default`, `<stem>.tenant-<t><suffix>`
+    beside it for any other."""
+    if tenant == DEFAULT_TENANT:
+        return path
+    return path.with_name(f"{path.stem}.tenant-{tenant}{path.suffix}")
+
+
+class TenantServices:
+    """The service of every tenant: `default`'s given, the others started lazily and closed
+    when idle or least recently used beyond the bound (see the module docstring)."""
+
+    def __init__(
+        self,
+        default: Service,
+        *,
+        clock: Clock = utc_now,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.default = default
+        self.settings = default.settings
+        self._clock = clock
+        self._now = now
+        self._live: OrderedDict[str, Service] = OrderedDict()  # least recently used first
+        self._used: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    async def start(
+        cls,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        wait_for_store: bool = False,
+        clock: Clock = utc_now,
+    ) -> TenantServices:
+        """The `default` tenant's service started as `Service.start` does; the others later."""
+        default = await Service.start(
+            settings, metrics=metrics, wait_for_store=wait_for_store, clock=clock
+        )
+        return cls(default, clock=clock)
+
+    @property
+    def live(self) -> list[str]:
+        """The tenants other than `default` whose service runs, least recently used first."""
+        return list(self._live)
+
+    async def get(self, tenant: str) -> Service:
+        """`tenant`'s service, started when it is not running."""
+        if tenant == DEFAULT_TENANT:
+            return self.default
+        service = self._live.get(tenant)
+        if service is None:
+            check_tenant(tenant)
+            lock = self._locks.setdefault(tenant, asyncio.Lock())
+            async with lock:
+                service = self._live.get(tenant)
+                if service is None:
+                    service = await self._start(tenant)
+        self._live.move_to_end(tenant)
+        self._used[tenant] = self._now()
+        await self._bound()
+        return service
+
+    async def _start(self, tenant: str) -> Service:
+        if self._closed:
+            raise RuntimeError("tenant services are closed")
+        settings = self.settings
+        service = await Service.start(
+            settings,
+            metrics=self.default.metrics,
+            wait_for_store=True,
+            clock=self._clock,
+            tenant=tenant,
+            embedder=self.default.embedder,
+            spool_path=tenant_spool(settings.spool_path, tenant),
+        )
+        self._live[tenant] = service
+        self._used[tenant] = self._now()
+        log.info("tenant_started", tenant=tenant, live=len(self._live))
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="toolselect-tenants")
+        return service
+
+    async def _bound(self) -> None:
+        """Close the least recently used tenants beyond `TOOLSELECT_TENANTS_LIVE`."""
+        while len(self._live) > self.settings.tenants_live:
+            await self.close_tenant(next(iter(self._live)), why="evicted")
+
+    async def close_tenant(self, tenant: str, *, why: str = "closed") -> None:
+        """Close `tenant`'s service if it runs (its data stays in the store)."""
+        lock = self._locks.setdefault(tenant, asyncio.Lock())
+        async with lock:
+            service = self._live.pop(tenant, None)
+            self._used.pop(tenant, None)
+            if service is None:
+                return
+            try:
+                await service.close()
+            finally:
+                log.info("tenant_closed", tenant=tenant, why=why, live=len(self._live))
+        if not lock.locked():
+            self._locks.pop(tenant, None)
+
+    async def sweep(self) -> list[str]:
+        """Close every tenant unused for `TOOLSELECT_TENANT_IDLE` seconds; the ones closed."""
+        cutoff = self._now() - self.settings.tenant_idle_s
+        idle = [t for t, used in self._used.items() if used <= cutoff]
+        for tenant in idle:
+            await self.close_tenant(tenant, why="idle")
+        return idle
+
+    async def _sweep_forever(self) -> None:
+        tick = min(30.0, max(0.05, self.settings.tenant_idle_s / 4))
+        while True:
+            await asyncio.sleep(tick)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("tenant_sweep_failed")
+
+    async def close_others(self) -> None:
+        """Close every tenant's service but `default`'s (which its owner closes)."""
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
+        for tenant in list(self._live):
+            try:
+                await self.close_tenant(tenant, why="shutdown")
+            except Exception:
+                log.exception("tenant_close_failed", tenant=tenant)
+
+    async def close(self) -> None:
+        """Close every tenant's service, `default`'s last."""
+        try:
+            await self.close_others()
+        finally:
+            await self.default.close()
