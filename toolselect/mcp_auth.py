@@ -29,18 +29,15 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from toolselect.api.callers import acting_as, authenticate
 from toolselect.api.errors import HttpError
 from toolselect.config import Settings
-from toolselect.errors import InvalidInput
 from toolselect.keys import (
     OPEN_CALLER,
     TENANT_HEADER,
     Caller,
-    KeyRegistry,
     RateLimits,
     allows,
-    bearer_token,
-    check_tenant,
     mcp_role,
 )
 from toolselect.service import Service
@@ -65,58 +62,6 @@ def refusal(kind: Literal["tool", "resource"], name: str) -> str | None:
             f"got role {caller.role}"
         )
     return None
-
-
-def _unauthorized(message: str) -> HttpError:
-    return HttpError(
-        401, "unauthorized", message, "Authorization", headers={"WWW-Authenticate": "Bearer"}
-    )
-
-
-def _authenticated(header: str | None, keys: KeyRegistry) -> Caller:
-    """The key's caller, as the API's middleware decides it (`OPEN_CALLER` while no key
-    exists; `503 not_ready` for a key not configured before the stored keys were read)."""
-    token = bearer_token(header)
-    caller = None if token is None else keys.resolve(token)
-    if caller is not None:
-        return caller
-    if token is not None and not keys.loaded:
-        raise HttpError(
-            503,
-            "not_ready",
-            "API keys not loaded yet: the store has not answered since start",
-            headers={"Retry-After": "1"},
-        )
-    if not keys.enabled:
-        return OPEN_CALLER
-    if token is None:
-        raise _unauthorized("expected Authorization: Bearer <API key>")
-    raise _unauthorized("unknown or revoked API key (Authorization: Bearer <API key>)")
-
-
-def _acting_as(wanted: str | None, caller: Caller) -> Caller:
-    """The caller on the tenant `X-Toolselect-Tenant` names: only an admin may name another."""
-    if wanted is None or wanted == caller.tenant:
-        return caller
-    try:
-        tenant = check_tenant(wanted, TENANT_HEADER)
-    except InvalidInput:
-        raise HttpError(
-            422,
-            "invalid_request",
-            f"expected {TENANT_HEADER} to be a tenant id (lower-case letters, digits, _ and -, "
-            "1..63 characters, starting with a letter or digit)",
-            TENANT_HEADER,
-        ) from None
-    if caller.role != "admin":
-        raise HttpError(
-            403,
-            "forbidden",
-            f"expected an admin key to act on another tenant, got a {caller.role} key of "
-            f"tenant {caller.tenant!r} asking for {tenant!r}",
-            TENANT_HEADER,
-        )
-    return Caller(tenant, caller.role, caller.key_id)
 
 
 class KeyGate:
@@ -155,8 +100,8 @@ class KeyGate:
                 "the toolselect service is not running",
                 headers={"Retry-After": "1"},
             )
-        caller = _authenticated(headers.get("authorization"), service.keys)
-        caller = _acting_as(headers.get(TENANT_HEADER), caller)
+        caller = authenticate(headers.get("authorization"), service.keys)
+        caller = acting_as(headers.get(TENANT_HEADER), caller)
         if self.limits.enabled:
             refused = self.limits.admit(caller.tenant, time.monotonic())
             if refused is not None:

@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +67,13 @@ def catalog_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def server(catalog_env: dict[str, str]) -> Iterator[str]:
+@contextmanager
+def serving(env: dict[str, str]) -> Iterator[str]:
     """`toolselect serve` on a free loopback port, ready; stopped with SIGTERM afterwards."""
     port = free_port()
     proc = subprocess.Popen(
         [*EXE, "serve", "--port", str(port)],
-        env=catalog_env,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -95,6 +95,13 @@ def server(catalog_env: dict[str, str]) -> Iterator[str]:
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+@pytest.fixture
+def server(catalog_env: dict[str, str]) -> Iterator[str]:
+    """`serving` on the catalog's store."""
+    with serving(catalog_env) as url:
+        yield url
 
 
 def test_select_in_process_round_trip(catalog_env: dict[str, str]) -> None:

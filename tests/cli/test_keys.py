@@ -4,7 +4,6 @@ and a running `toolselect serve` taking their changes within its poll interval."
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -13,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli import EXE, run
-from tests.services import cli_env, free_port
+from tests.cli.test_cli import run, serving
+from tests.services import cli_env
 from toolselect.api.server import check_bind
 from toolselect.config import Settings
 from toolselect.errors import ConfigError
@@ -89,31 +88,8 @@ def _status(url: str, key: str) -> int:
 @pytest.fixture
 def server(env: dict[str, str]) -> Iterator[str]:
     """`toolselect serve` on a free loopback port of the keys' store, ready."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [*EXE, "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/readyz", timeout=1) as resp:
-                if resp.status == 200:
-                    break
-        except OSError:
-            pass
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert time.monotonic() < deadline, "server did not become ready"
-        time.sleep(0.1)
-    try:
+    with serving(env) as url:
         yield url
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0
 
 
 def _becomes(url: str, key: str, status: int) -> None:

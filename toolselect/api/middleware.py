@@ -21,18 +21,14 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
+from toolselect.api.callers import acting_as, authenticate
 from toolselect.api.errors import HttpError
 from toolselect.api.http import CALLER, DEADLINE, SERVICE
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.keys import (
-    OPEN_CALLER,
     TENANT_HEADER,
-    Caller,
-    KeyRegistry,
     RateLimits,
     allows,
-    bearer_token,
-    check_tenant,
     required_role,
 )
 
@@ -120,58 +116,6 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
         structlog.contextvars.unbind_contextvars("request_id")
 
 
-def _unauthorized(message: str) -> HttpError:
-    return HttpError(
-        401, "unauthorized", message, "Authorization", headers={"WWW-Authenticate": "Bearer"}
-    )
-
-
-def _caller(request: web.Request, keys: KeyRegistry) -> Caller:
-    """The key's caller; `OPEN_CALLER` while no key exists at all. Until the stored keys were
-    read once (the store down since start) a key not configured cannot be checked: `503`."""
-    token = bearer_token(request.headers.get("Authorization"))
-    caller = None if token is None else keys.resolve(token)
-    if caller is not None:
-        return caller
-    if token is not None and not keys.loaded:
-        raise HttpError(
-            503,
-            "not_ready",
-            "API keys not loaded yet: the store has not answered since start",
-            headers={"Retry-After": "1"},
-        )
-    if not keys.enabled:
-        return OPEN_CALLER
-    if token is None:
-        raise _unauthorized("expected Authorization: Bearer <API key>")
-    raise _unauthorized("unknown or revoked API key (Authorization: Bearer <API key>)")
-
-
-def _acting_as(request: web.Request, caller: Caller) -> Caller:
-    """The caller on the tenant `X-Toolselect-Tenant` names: only an admin may name another."""
-    wanted = request.headers.get(TENANT_HEADER)
-    if wanted is None or wanted == caller.tenant:
-        return caller
-    try:
-        tenant = check_tenant(wanted, TENANT_HEADER)
-    except InvalidInput:
-        raise InvalidInput(
-            f"expected {TENANT_HEADER} to be a tenant id (lower-case letters, digits, _ and -, "
-            "1..63 characters, starting with a letter or digit)",
-            TENANT_HEADER,
-        ) from None
-    if caller.role != "admin":
-        request.app[SERVICE].metrics.http_rejected.labels("forbidden").inc()
-        raise HttpError(
-            403,
-            "forbidden",
-            f"expected an admin key to act on another tenant, got a {caller.role} key of "
-            f"tenant {caller.tenant!r} asking for {tenant!r}",
-            TENANT_HEADER,
-        )
-    return Caller(tenant, caller.role, caller.key_id)
-
-
 def _authorise(request: web.Request, route: str | None) -> None:
     """Put the caller on the request where a role is needed (`/v1/*`, and `/metrics` if
     asked): 401/403 as the module docstring says, then the rate limits of `/v1/*` (429)."""
@@ -182,7 +126,7 @@ def _authorise(request: web.Request, route: str | None) -> None:
     if needed is None:
         return
     try:
-        caller = _caller(request, service.keys)
+        caller = authenticate(request.headers.get("Authorization"), service.keys)
     except HttpError as exc:
         if exc.status == 401:
             service.metrics.http_rejected.labels("unauthorized").inc()
@@ -195,7 +139,12 @@ def _authorise(request: web.Request, route: str | None) -> None:
             f"expected a key of role {needed} or above for {request.method} {route}, "
             f"got role {caller.role}",
         )
-    caller = _acting_as(request, caller)
+    try:
+        caller = acting_as(request.headers.get(TENANT_HEADER), caller)
+    except HttpError as exc:
+        if exc.status == 403:
+            service.metrics.http_rejected.labels("forbidden").inc()
+        raise
     request[CALLER] = caller
     if request.path.startswith("/v1/"):
         _limit(request, caller.tenant)

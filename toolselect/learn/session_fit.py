@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -60,9 +60,12 @@ class SessionWeights:
     companion_share: float | None = None
     context_margin: float = float("inf")
 
-    def uses_context(self, margin: float) -> bool:
-        """Whether the context is mixed into a request whose message alone has `margin`."""
-        return self.context > 0 and margin < self.context_margin
+    def uses_context(self, margin: Callable[[], float]) -> bool:
+        """Whether the context is mixed into a request whose message alone has the `margin`
+        (asked for only when a finite gate needs it: it costs a ranking)."""
+        if self.context <= 0:
+            return False
+        return math.isinf(self.context_margin) or margin() < self.context_margin
 
 
 NO_SESSION_WEIGHTS = SessionWeights()

@@ -143,11 +143,11 @@ class RankingFacade:
         context = conversation.context[-1:] if weights.context > 0 else ()
         vectors = await self._queries.embed([query, *context])
         vector = vectors[0]
-        if context:
-            # Only where the message alone is uncertain (the fitted margin gate).
-            alone = self._ranker.rank(vector, k, restrict=tools, pack=pack)
-            if weights.uses_context(alone.margin):
-                vector = (vector + weights.context * vectors[1]) / (1.0 + weights.context)
+        # Only where the message alone is uncertain (the fitted margin gate).
+        if context and weights.uses_context(
+            lambda: self._ranker.rank(vector, k, restrict=tools, pack=pack).margin
+        ):
+            vector = (vector + weights.context * vectors[1]) / (1.0 + weights.context)
         previous = conversation.previous_tools or self._sessions.previous(conversation.session_id)
         prior = None
         if weights.prior > 0 and previous:
@@ -242,10 +242,10 @@ class RankingFacade:
         unknown = [c for c in candidates if not self._ranker.has(c.name)]
         matrix = await self._candidate_matrix(unknown) if unknown else None
         vector = vectors[0]
-        if mixed:
-            alone = choose(self._ranker, vector, candidates, matrix, k, max_k)
-            if weights.uses_context(alone.margin):
-                vector = (vector + weights.context * vectors[1]) / (1.0 + weights.context)
+        if mixed and weights.uses_context(
+            lambda: choose(self._ranker, vector, candidates, matrix, k, max_k).margin
+        ):
+            vector = (vector + weights.context * vectors[1]) / (1.0 + weights.context)
         prior = None
         if weights.prior > 0 and previous:
             prior = self._sessions.relations.prior(previous)
