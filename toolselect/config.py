@@ -68,9 +68,9 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _auto_or(parse: Callable[[str], float]) -> Callable[[str], float | None]:
+def _auto_or(parse: Callable[[str], float], word: str = "auto") -> Callable[[str], float | None]:
     def parse_or_auto(text: str) -> float | None:
-        return None if text.strip().lower() == "auto" else parse(text)
+        return None if text.strip().lower() == word else parse(text)
 
     return parse_or_auto
 
@@ -90,6 +90,7 @@ class Field:
     env: str
     parse: Callable[[str], Any]
     doc: str
+    unset: str = "auto"  # the word for None, in the variable and the table
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class Settings:
     teacher_full_catalog: int = 50
     teacher_max_input_tokens: int = 6000
     teacher_budget_per_hour: int = 60
+    teacher_global_budget_per_hour: int | None = None  # None: no cap beyond each tenant's
     teacher_retries: int = 2
     teacher_timeout_s: float = 20.0
     anthropic_api_key: str = ""
@@ -304,7 +306,8 @@ FIELDS: tuple[Field, ...] = (
     Field("teacher_share", "TOOLSELECT_TEACHER_SHARE", _float(0.0, 1.0), "share of flagged turns the teacher may be asked about: only the most uncertain (lowest calibrated probability) that share of recent flagged turns escalate, the rest are declined; 1: every turn the free tier cannot label"),
     Field("teacher_full_catalog", "TOOLSELECT_TEACHER_FULL_CATALOG", _int(0, 10_000), "show the teacher every tool when the catalog (or pack) has at most this many"),
     Field("teacher_max_input_tokens", "TOOLSELECT_TEACHER_MAX_INPUT_TOKENS", _int(200, 200_000), "estimated input tokens a teacher call may spend on candidates"),
-    Field("teacher_budget_per_hour", "TOOLSELECT_TEACHER_BUDGET_PER_HOUR", _int(0, 1_000_000), "paid teacher calls allowed per rolling hour"),
+    Field("teacher_budget_per_hour", "TOOLSELECT_TEACHER_BUDGET_PER_HOUR", _int(0, 1_000_000), "paid teacher calls allowed per rolling hour, for each tenant"),
+    Field("teacher_global_budget_per_hour", "TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR", _auto_or(_int(0, 1_000_000), "off"), "paid teacher calls allowed per rolling hour to all tenants of one process together (a cap over `TOOLSELECT_TEACHER_BUDGET_PER_HOUR`); `off`: no cap", "off"),
     Field("teacher_retries", "TOOLSELECT_TEACHER_RETRIES", _int(0, 10), "retries on 429/5xx/overloaded"),
     Field("teacher_timeout_s", "TOOLSELECT_TEACHER_TIMEOUT", _float(0.1, 600.0), "seconds per teacher attempt"),
     Field("anthropic_api_key", "ANTHROPIC_API_KEY", _str, "Anthropic key (as the SDK reads it)"),
@@ -325,7 +328,7 @@ FIELDS: tuple[Field, ...] = (
     Field("import_timeout_per_tool_s", "TOOLSELECT_IMPORT_TIMEOUT_PER_TOOL", _float(0.0, 60.0), "seconds `PUT /v1/tools` may take per tool, on top of `TOOLSELECT_REQUEST_TIMEOUT`; the clock also restarts after every batch of tools embedded, so an import that keeps working is not cut off"),
     Field("shutdown_timeout_s", "TOOLSELECT_SHUTDOWN_TIMEOUT", _float(0.0, 3600.0), "seconds to drain on shutdown"),
     Field("api_keys", "TOOLSELECT_API_KEYS", _names, "comma list of API keys, or `@FILE` (one key a line): `admin` keys of tenant `default`, never stored; with these or any key made by `toolselect keys create`, `/v1/*` needs `Authorization: Bearer` (README, Operating for several teams)"),
-    Field("metrics_auth", "TOOLSELECT_METRICS_AUTH", _bool, "require an `admin` key on `/metrics` too (when keys are on)"),
+    Field("metrics_auth", "TOOLSELECT_METRICS_AUTH", _bool, "require a key on `/metrics` too (when keys are on): an `editor` key reads its tenant's series, an `admin` key every tenant's"),
     Field("tenant_rps", "TOOLSELECT_TENANT_RPS", _float(0.0, 1_000_000.0), "`/v1/*` (and MCP over HTTP) requests per second each tenant may send to one process (a token bucket in its memory), beyond them `429 rate_limited` with `Retry-After`; 0: no limit"),
     Field("tenant_burst", "TOOLSELECT_TENANT_BURST", _int(0, 1_000_000), "requests a tenant may send at once before `TOOLSELECT_TENANT_RPS` paces it (the bucket's size); 0: one second's worth (at least 1)"),
     Field("global_rps", "TOOLSELECT_GLOBAL_RPS", _float(0.0, 1_000_000.0), "`/v1/*` (and MCP over HTTP) requests per second one process takes from all tenants together (one second's worth at once), beyond them `429 rate_limited`; 0: no limit"),
@@ -403,7 +406,7 @@ def settings_table() -> str:
     for f in FIELDS:
         value = getattr(defaults, f.name) if f.name in by_name else ""
         if value is None:
-            value = "auto"
+            value = f.unset
         elif isinstance(value, bool):
             value = "true" if value else "false"
         elif isinstance(value, tuple):

@@ -95,7 +95,8 @@ ROUTE_ROLES: Mapping[tuple[str, str], Role] = {
     ("DELETE", "/v1/keys/{id}"): "admin",
 }
 # Routes outside `/v1/*` that never need a key (the dashboard's files hold no data); `/metrics`
-# needs an admin key when `TOOLSELECT_METRICS_AUTH` is set and keys are on.
+# needs an editor key when `TOOLSELECT_METRICS_AUTH` is set and keys are on, and shows a key's
+# own tenant's series unless an admin asks for all of them (`routes.metrics`).
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/openapi.json", "/ui", "/ui/", "/ui/{name}"})
 METRICS_ROUTE = "/metrics"
 
@@ -122,7 +123,7 @@ def required_role(method: str, route: str | None, path: str, *, metrics_auth: bo
             return "agent"
         return ROUTE_ROLES.get(("GET" if method == "HEAD" else method, route), "admin")
     if path == METRICS_ROUTE and metrics_auth:
-        return "admin"
+        return "editor"
     return None
 
 

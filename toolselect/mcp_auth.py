@@ -33,6 +33,7 @@ from toolselect.api.callers import acting_as, authenticate
 from toolselect.api.errors import HttpError
 from toolselect.config import Settings
 from toolselect.keys import (
+    DEFAULT_TENANT,
     OPEN_CALLER,
     TENANT_HEADER,
     Caller,
@@ -40,7 +41,7 @@ from toolselect.keys import (
     allows,
     mcp_role,
 )
-from toolselect.service import Service
+from toolselect.service import Service, TenantServices
 
 # Who the current MCP request acts as; None off HTTP (stdio, an in-process client).
 CALLER: ContextVar[Caller | None] = ContextVar("toolselect_mcp_caller", default=None)
@@ -69,10 +70,15 @@ class KeyGate:
     the caller goes in `CALLER` for the tools and resources to check."""
 
     def __init__(
-        self, app: ASGIApp, service: Callable[[], Service | None], settings: Settings
+        self,
+        app: ASGIApp,
+        service: Callable[[], Service | None],
+        settings: Settings,
+        tenants: Callable[[], TenantServices | None] = lambda: None,
     ) -> None:
         self.app = app
         self._service = service
+        self._tenants = tenants
         self.limits = RateLimits(settings.tenant_rps, settings.tenant_burst, settings.global_rps)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -85,8 +91,13 @@ class KeyGate:
             await _response(exc)(scope, receive, send)
             return
         token = CALLER.set(caller)
+        tenants = self._tenants()
         try:
-            await self.app(scope, receive, send)
+            if tenants is None or caller.tenant == DEFAULT_TENANT:
+                await self.app(scope, receive, send)
+            else:
+                with tenants.busy(caller.tenant):  # not closed under the request
+                    await self.app(scope, receive, send)
         finally:
             CALLER.reset(token)
 

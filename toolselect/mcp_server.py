@@ -332,7 +332,8 @@ def build_server(settings: Settings, service: Service | None = None) -> Toolsele
 def http_app(server: ToolselectMCP, settings: Settings) -> KeyGate:
     """The SDK's streamable HTTP app (at `/mcp`) behind the API keys' `KeyGate`."""
     app = server.streamable_http_app(host=settings.host)
-    return KeyGate(app, lambda: server.running.service, settings)
+    running = server.running
+    return KeyGate(app, lambda: running.service, settings, lambda: running.tenants)
 
 
 def run(server: ToolselectMCP, settings: Settings, transport: Literal["stdio", "http"]) -> None:

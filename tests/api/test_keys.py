@@ -273,14 +273,15 @@ async def test_a_key_cannot_be_checked_before_the_stored_keys_are_read(
     assert (await client.post("/v1/rank", json=RANK, headers=bearer(made["key"]))).status == 200
 
 
-async def test_metrics_need_an_admin_key_when_guarded(
+async def test_metrics_need_an_editor_key_when_guarded(
     sqlite: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:
-    """With TOOLSELECT_METRICS_AUTH, /metrics takes an admin key, not an editor's."""
+    """With TOOLSELECT_METRICS_AUTH, /metrics takes an editor key or above, not an agent's."""
     client, _ = await sqlite.serve(aiohttp_client, api_keys=(ADMIN,), metrics_auth=True)
-    editor = (await create(client, "team-a", "editor"))["key"]
+    made = {role: (await create(client, "team-a", role))["key"] for role in ("agent", "editor")}
     assert (await client.get("/metrics")).status == 401
-    assert (await client.get("/metrics", headers=bearer(editor))).status == 403
+    assert (await client.get("/metrics", headers=bearer(made["agent"]))).status == 403
+    assert (await client.get("/metrics", headers=bearer(made["editor"]))).status == 200
     assert (await client.get("/metrics", headers=bearer(ADMIN))).status == 200
 
 

@@ -132,7 +132,7 @@ async def test_operations_routes(client: Client) -> None:
     await client.post("/v1/rank", json={"query": "weather"})
     metrics = await (await client.get("/metrics")).text()
     assert 'toolselect_http_requests_total{route="/v1/rank",status="200"}' in metrics
-    assert "toolselect_catalog_tools 8.0" in metrics
+    assert 'toolselect_catalog_tools{tenant="default"} 8.0' in metrics
     doc = await (await client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.")
     assert "post" in doc["paths"]["/v1/rank"]
@@ -155,8 +155,8 @@ async def test_a_turn_reported_after_its_rank_reuses_the_query_vector(
     turn = await service.store.get_turn("reused")
     assert turn is not None and turn.top1 == ranked["results"][0]["tool"] == "get_weather"
     metrics = await (await client.get("/metrics")).text()
-    assert 'toolselect_query_vectors_total{result="miss"} 1.0' in metrics
-    assert 'toolselect_query_vectors_total{result="hit"} 1.0' in metrics
+    assert 'toolselect_query_vectors_total{result="miss",tenant="default"} 1.0' in metrics
+    assert 'toolselect_query_vectors_total{result="hit",tenant="default"} 1.0' in metrics
 
 
 async def test_concurrent_ranks_while_upserting(client: Client) -> None:

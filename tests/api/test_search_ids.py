@@ -44,7 +44,10 @@ async def test_a_turn_reports_where_its_used_tool_stood(client: Client, service:
     }  # fmt: skip
     metrics = await (await client.get("/metrics")).text()
     for status, count in (("shown", 1), ("not_shown", 1), ("unknown", 1)):
-        assert f'toolselect_searched_turns_total{{status="{status}"}} {count:.1f}' in metrics
+        assert (
+            f'toolselect_searched_turns_total{{status="{status}",tenant="default"}} {count:.1f}'
+            in metrics
+        )
 
 
 async def test_a_search_of_another_pack_is_counted_not_refused(

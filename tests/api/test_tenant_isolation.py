@@ -6,9 +6,11 @@ caller's tenant's catalog; an idle tenant is closed and starts again with its da
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.test_keys import ADMIN, bearer, create, error_of
 from tests.mcp.test_keys import connected, in_process
@@ -241,3 +243,112 @@ async def test_the_background_sweep_closes_an_idle_tenant(
     resp = await client.get("/v1/tools", headers=bearer(keys[B]["editor"]))
     assert len((await resp.json())["tools"]) == len(CATALOGS[B])
     assert tenants.live == [B]
+
+
+def _series(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of an exposition text by name and labels."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+async def test_metrics_show_a_key_its_own_tenants_series(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """With `TOOLSELECT_METRICS_AUTH`, an editor of B reads B's series alone (its catalog size,
+    none of A's turns, no process-wide family), A's editor A's; an agent key is refused; an
+    admin reads every tenant's, or one tenant's by naming it. Each tenant's gauges are its own
+    (not the last writer's); a closed tenant's gauges go and its counters stay."""
+    client, keys = await two_tenants(services, aiohttp_client, metrics_auth=True)
+    turns = [{"request": q, "used_tool": "web_search", "turn_id": f"a-{i}"}
+             for i, q in enumerate(QUERIES)]  # fmt: skip
+    batch = await client.post(
+        "/v1/observe/batch", json={"turns": turns}, headers=bearer(keys[A]["agent"])
+    )
+    assert batch.status == 202
+    await rank_all(client, keys[A]["agent"])
+    tenants = client.app[TENANTS]
+    assert await (await tenants.get(A)).learning.turn_when_done("a-2", 15.0) is not None
+
+    async def scrape(headers: dict[str, str]) -> str:
+        resp = await client.get("/metrics", headers=headers)
+        assert resp.status == 200, await resp.text()
+        return await resp.text()
+
+    await error_of(await client.get("/metrics", headers=bearer(keys[B]["agent"])), 403)
+    for tenant, other in ((A, B), (B, A)):
+        for scraped in (
+            await scrape(bearer(keys[tenant]["editor"])),
+            await scrape(bearer(ADMIN, tenant)),
+        ):
+            seen = _series(scraped)
+            assert {dict(labels)["tenant"] for _, labels in seen} == {tenant}
+            assert other not in scraped and "toolselect_http_requests" not in scraped
+            assert seen[("toolselect_catalog_tools", frozenset({("tenant", tenant)}))] == 3.0
+    a_turns = ("toolselect_observed_turns_total", frozenset({("tenant", A)}))
+    assert _series(await scrape(bearer(keys[A]["editor"])))[a_turns] == 3.0
+    assert a_turns not in _series(await scrape(bearer(keys[B]["editor"])))
+
+    every = _series(await scrape(bearer(ADMIN)))
+    assert {dict(labels).get("tenant") for _, labels in every} >= {A, B, "default", None}
+    await tenants.close_tenant(A)
+    every = _series(await scrape(bearer(ADMIN)))
+    assert ("toolselect_catalog_tools", frozenset({("tenant", A)})) not in every
+    assert every[("toolselect_catalog_tools", frozenset({("tenant", B)}))] == 3.0
+    assert every[a_turns] == 3.0
+
+
+async def test_a_tenant_is_not_closed_under_a_request_in_flight(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """A request of tenant A whose body is still arriving holds A open: the background sweep
+    closes idle B meanwhile but not A, the request is answered from A's catalog, and A is
+    closed once idle after it."""
+    client, keys = await two_tenants(services, aiohttp_client, tenant_idle_s=0.2)
+    tenants = client.app[TENANTS]
+    release = asyncio.Event()
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        yield b'{"query": "weather in Turin tomorrow",'
+        await release.wait()
+        yield b' "k": 1}'
+
+    sent = asyncio.ensure_future(
+        client.post(
+            "/v1/rank",
+            data=slow_body(),
+            headers={**bearer(keys[A]["agent"]), "Content-Type": "application/json"},
+        )
+    )
+    for _ in range(100):
+        if tenants.live == [A]:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)  # more than twice the idle time, A's request still in flight
+    assert tenants.live == [A]
+    release.set()
+    resp = await sent
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["results"][0]["tool"] == "get_weather"
+    for _ in range(100):
+        if not tenants.live:
+            break
+        await asyncio.sleep(0.05)
+    assert tenants.live == []
+
+
+async def test_every_tenant_shares_the_global_teacher_budget(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """`TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR` is one budget over every tenant's own."""
+    client, _ = await two_tenants(
+        services, aiohttp_client, teacher_budget_per_hour=3, teacher_global_budget_per_hour=5
+    )
+    tenants = client.app[TENANTS]
+    cap = tenants.default.oracle.budget.cap
+    assert cap is not None and cap.per_hour == 5
+    for tenant in (A, B):
+        budget = (await tenants.get(tenant)).oracle.budget
+        assert (budget.per_hour, budget.cap) == (3, cap)

@@ -124,7 +124,7 @@ async def test_two_workers_share_the_port_and_the_metrics(workers: Workers, tmp_
     assert sum(answered.values()) == 80
     assert 'toolselect_http_requests_total{route="/v1/rank",status="200"} 40.0' in text
     assert 'toolselect_http_requests_total{route="/v1/observe",status="202"} 40.0' in text
-    assert "toolselect_observe_queue_depth " in text
+    assert 'toolselect_observe_queue_depth{tenant="default"} ' in text
 
     workers.proc.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(workers.proc.wait(), 60) == 0, "".join(workers.log)

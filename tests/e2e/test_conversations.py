@@ -111,7 +111,7 @@ async def test_sessions_fit_the_signals_and_rank_with_them(
     assert service.sessions.previous("new-trip") == ("search_flights",)
 
     metrics = await (await client.get("/metrics")).text()
-    assert 'toolselect_session_weight{signal="companion_share"}' in metrics
+    assert 'toolselect_session_weight{signal="companion_share",tenant="default"}' in metrics
     assert "toolselect_companions_offered_total" in metrics
 
 

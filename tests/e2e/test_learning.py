@@ -104,7 +104,7 @@ async def test_observed_misroutes_are_learned_over_http(
     exemplars = await (await client.get("/v1/tools/crypto_price/exemplars")).json()
     assert [e["query"] for e in exemplars["exemplars"]] == ["il prezzo di BTC ora"]
     metrics = await (await client.get("/metrics")).text()
-    assert 'toolselect_flagged_turns_total{reason="fallback"} 3.0' in metrics
+    assert 'toolselect_flagged_turns_total{reason="fallback",tenant="default"} 3.0' in metrics
 
 
 async def test_kill_switch_sends_nothing(

@@ -169,7 +169,7 @@ async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
     ready = await client.get("/readyz")
     assert ready.status == 503
     metrics = await (await client.get("/metrics")).text()
-    assert "toolselect_store_backlog " in metrics
+    assert 'toolselect_store_backlog{tenant="default"} ' in metrics
 
     await asyncio.to_thread(private_neo4j.start)
 

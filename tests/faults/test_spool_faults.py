@@ -71,7 +71,9 @@ async def status(session: aiohttp.ClientSession, url: str) -> int:
 async def spool_depth(session: aiohttp.ClientSession, url: str, kind: str) -> float:
     async with session.get(url + "/metrics") as resp:
         text = await resp.text()
-    found = re.search(rf'^toolselect_spool_depth\{{kind="{kind}"\}} (\S+)$', text, re.M)
+    found = re.search(
+        rf'^toolselect_spool_depth\{{kind="{kind}",tenant="default"\}} (\S+)$', text, re.M
+    )
     return float(found.group(1)) if found else 0.0
 
 

@@ -98,7 +98,7 @@ class Harness:
         self.ranker.set_catalog(TOOLS, await self.embedder.embed([tool_text(t) for t in TOOLS]))
 
     def counter(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(f"toolselect_{name}_total", labels)
+        value = self.metrics.value(f"toolselect_{name}_total", labels)
         return value or 0.0
 
 
@@ -200,8 +200,8 @@ async def test_spent_budget_builds_no_candidates_and_records_limit_reached(
     turn = await harness.store.get_turn("t5")
     assert turn is not None and (turn.tier, turn.result) == ("teacher", "limit_reached")
     assert harness.stub.received == []
-    shown = harness.metrics.registry.get_sample_value("toolselect_teacher_candidates_count")
-    assert shown == 0.0
+    shown = harness.metrics.value("toolselect_teacher_candidates_count")
+    assert (shown or 0.0) == 0.0  # no series at all until a call is shown candidates
 
 
 async def test_same_query_is_not_labelled_twice_at_once(harness: Harness) -> None:

@@ -54,10 +54,8 @@ async def test_trusted_labels_trigger_a_refit_that_refolds_the_ranker() -> None:
     assert fitted.labels == len(learned)
     assert fitted.fold_source == "validated"
     assert ranker.weights[0] == fitted.fold.description_weight < 64.0
-    assert metrics.registry.get_sample_value("toolselect_learning_refits_total") == 1.0
-    assert metrics.registry.get_sample_value("toolselect_fold_description_weight") == (
-        fitted.fold.description_weight
-    )
+    assert metrics.value("toolselect_learning_refits_total") == 1.0
+    assert metrics.value("toolselect_fold_description_weight") == (fitted.fold.description_weight)
     await tuner.close()
 
 

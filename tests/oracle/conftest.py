@@ -45,5 +45,5 @@ class Calls:
 
 def sample(metrics: Metrics, counter: str, **labels: str) -> float:
     """The current value of a toolselect counter (0 when never incremented)."""
-    value = metrics.registry.get_sample_value(f"toolselect_{counter}_total", labels)
+    value = metrics.value(f"toolselect_{counter}_total", labels)
     return value or 0.0

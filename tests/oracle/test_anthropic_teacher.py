@@ -102,12 +102,7 @@ async def test_valid_tool_use_is_labeled_and_traced(h: Harness) -> None:
     assert call.latency_ms >= 0
     assert h.budget.remaining() == 59
     assert sample(h.metrics, "teacher_tokens", provider="anthropic", direction="input") == 120
-    assert (
-        h.metrics.registry.get_sample_value(
-            "toolselect_teacher_seconds_count", {"provider": "anthropic"}
-        )
-        == 1
-    )
+    assert h.metrics.value("toolselect_teacher_seconds_count", {"provider": "anthropic"}) == 1
 
 
 async def test_request_sent_is_the_forced_choice(h: Harness) -> None:
@@ -195,12 +190,7 @@ async def test_500_every_time_is_an_error_after_all_attempts(h: Harness) -> None
     assert h.calls.results == ["error", "error", "error"]
     assert all(c.cost_usd == 0 and c.input_tokens == 0 for c in h.calls.calls)
     assert h.budget.remaining() == 60
-    assert (
-        h.metrics.registry.get_sample_value(
-            "toolselect_teacher_seconds_count", {"provider": "anthropic"}
-        )
-        == 3
-    )
+    assert h.metrics.value("toolselect_teacher_seconds_count", {"provider": "anthropic"}) == 3
 
 
 async def test_hang_past_timeout_is_an_error(h: Harness) -> None:

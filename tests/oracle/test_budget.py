@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 
 from tests.oracle.conftest import CANDIDATES, REQUEST, USED
-from toolselect.config import Settings
+from toolselect.config import Settings, load_settings
+from toolselect.errors import ConfigError
 from toolselect.oracle.base import Candidate, match_candidate
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import DEFAULT_PRICES, InFlight, cost_usd, price_of
@@ -70,6 +71,67 @@ async def test_a_services_budget_refills_by_its_injected_clock() -> None:
     assert len(teacher.calls) == 2
     start = clock() - timedelta(hours=1)
     assert sorted(call.at for call in calls) == [start, clock()]
+
+
+def test_a_shared_cap_bounds_every_budget_under_it() -> None:
+    """Two tenants' budgets of 3 under a global cap of 4: the fifth call is refused by the cap
+    (`spent` says `global`) although each tenant has calls left; a refund gives the slot back to
+    both; when a tenant's own budget is spent the cap's slots stay for the other."""
+    clock = FakeClock()
+    cap = Budget(4, clock=clock.timestamp)
+    a, b = Budget(3, clock=clock.timestamp, cap=cap), Budget(3, clock=clock.timestamp, cap=cap)
+    taken = [a.reserve(), a.reserve(), a.reserve(), a.reserve()]
+    assert [slot is not None for slot in taken] == [True, True, True, False]
+    assert (a.spent(), b.spent(), cap.remaining(), b.remaining()) == ("tenant", None, 1, 1)
+    assert b.reserve() is not None
+    assert b.reserve() is None
+    assert (b.spent(), b.remaining(), cap.remaining()) == ("global", 0, 0)
+    slot = taken[0]
+    assert slot is not None
+    a.refund(slot)
+    assert (a.remaining(), cap.remaining(), b.remaining()) == (1, 1, 1)
+    clock.advance(seconds=3600)
+    assert (a.remaining(), b.remaining(), cap.remaining()) == (3, 3, 4)
+
+
+async def test_the_global_cap_refuses_with_its_own_reason_and_metric() -> None:
+    """An oracle whose tenant budget has calls left but whose global cap is spent answers
+    `limit_reached` naming the global budget, sends nothing and counts
+    `toolselect_teacher_budget_spent{scope="global"}`; its own spent budget counts `tenant`."""
+    clock = FakeClock()
+    settings = Settings(oracle="on", teacher_budget_per_hour=2, embedder="hashing")
+    teacher = ScriptedTeacher(unscripted="web_search")
+    cap = Budget(1, clock=clock.timestamp)
+    async with memory_store(clock=clock) as store:
+        parts = compose(
+            settings, store, FakeEmbedder(), teacher=teacher, clock=clock, teacher_cap=cap
+        )
+        try:
+            assert parts.oracle.budget.cap is cap
+            first = await parts.oracle.teach(REQUEST, USED, CANDIDATES)
+            second = await parts.oracle.teach(REQUEST, USED, CANDIDATES)
+            refusal = parts.oracle.refusal()
+        finally:
+            await parts.tuner.close()
+            await parts.store.close()
+    assert first.result == "labeled" and len(teacher.calls) == 1
+    assert (second.result, second.reason) == (
+        "limit_reached", "global hourly budget of 1 calls spent"
+    )  # fmt: skip
+    assert refusal is not None and refusal.reason == second.reason
+    spent = parts.metrics.value("toolselect_teacher_budget_spent_total", {"scope": "global"})
+    assert spent == 2.0
+    assert parts.oracle.budget.remaining() == 0 and parts.oracle.budget.spent() == "global"
+
+
+def test_the_global_cap_is_made_from_settings_or_off() -> None:
+    """`TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR` makes the cap (`off`, the default: none)."""
+    variable = "TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR"
+    assert load_settings({}).teacher_global_budget_per_hour is None
+    assert load_settings({variable: "off"}).teacher_global_budget_per_hour is None
+    assert load_settings({variable: "500"}).teacher_global_budget_per_hour == 500
+    with pytest.raises(ConfigError, match=variable):
+        load_settings({variable: "-1"})
 
 
 def test_zero_budget_refuses_everything() -> None:

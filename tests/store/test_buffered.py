@@ -65,7 +65,7 @@ async def test_writes_wait_in_a_bounded_spool(down: tuple[BufferedStore, Metrics
     assert store.down and store.spool.size <= 1000
     depth = store.spool.depth
     assert depth["exemplar"] == 1 and depth["oracle_call"] == 1 and 0 < depth["turn"] < 8
-    sample = metrics.registry.get_sample_value
+    sample = metrics.value
     assert sample("toolselect_store_backlog_dropped_total", {"kind": "turn"}) == 8 - depth["turn"]
     assert sample("toolselect_store_backlog_dropped_total", {"kind": "exemplar"}) is None
     assert sample("toolselect_spool_depth", {"kind": "turn"}) == depth["turn"]
@@ -180,6 +180,6 @@ async def test_a_turn_the_store_refuses_does_not_block_the_backlog(tmp_path: Pat
     assert store.backlog == 0 and not store.down
     assert await inner.get_turn("t1") is not None and await inner.get_turn("t2") is not None
     assert await inner.get_turn("bad") is None
-    dropped = metrics.registry.get_sample_value
+    dropped = metrics.value
     assert dropped("toolselect_store_backlog_dropped_total", {"kind": "turn_refused"}) == 1
     await store.close()

@@ -169,6 +169,6 @@ async def test_a_replay_repeated_after_a_crash_leaves_one_copy(
     assert len(await inner.oracle_calls()) == 1
     stored = await inner.get_turn("t1")
     assert stored is not None and stored.label == "b"
-    assert metrics.registry.get_sample_value("toolselect_spool_replayed_total",
+    assert metrics.value("toolselect_spool_replayed_total",
                                              {"kind": "exemplar"}) == 3  # fmt: skip
     await again.close()

@@ -80,7 +80,7 @@ def test_required_role_per_route() -> None:
     assert required_role("GET", None, "/v1/nope", metrics_auth=False) == "agent"
     assert required_role("GET", "/v1/new", "/v1/new", metrics_auth=False) == "admin"
     assert required_role("GET", "/metrics", "/metrics", metrics_auth=False) is None
-    assert required_role("GET", "/metrics", "/metrics", metrics_auth=True) == "admin"
+    assert required_role("GET", "/metrics", "/metrics", metrics_auth=True) == "editor"
 
 
 def test_roles_include_the_weaker_ones() -> None:

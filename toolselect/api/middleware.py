@@ -23,9 +23,10 @@ from aiohttp import web
 
 from toolselect.api.callers import acting_as, authenticate
 from toolselect.api.errors import HttpError
-from toolselect.api.http import CALLER, DEADLINE, SERVICE
+from toolselect.api.http import CALLER, DEADLINE, SERVICE, TENANTS
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.keys import (
+    DEFAULT_TENANT,
     TENANT_HEADER,
     RateLimits,
     allows,
@@ -80,7 +81,12 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
     try:
         try:
             _authorise(request, matched)
-            response = await _gated(request, handler)
+            caller = request.get(CALLER)
+            if caller is None or caller.tenant == DEFAULT_TENANT:
+                response = await _gated(request, handler)
+            else:
+                with app[TENANTS].busy(caller.tenant):  # not closed under the request
+                    response = await _gated(request, handler)
         except HttpError as exc:
             response = exc.response()
         except InvalidInput as exc:

@@ -13,8 +13,10 @@ from aiohttp import web
 from toolselect.analytics.registry import LEARNING
 from toolselect.analytics.surfaces import analyses_payload
 from toolselect.api import models as m
+from toolselect.api.callers import acting_as, authenticate
 from toolselect.api.errors import HttpError
 from toolselect.api.http import (
+    CALLER,
     DEADLINE,
     SERVICE,
     json_response,
@@ -24,6 +26,7 @@ from toolselect.api.http import (
 )
 from toolselect.api.openapi import openapi_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
+from toolselect.keys import DEFAULT_TENANT, TENANT_HEADER
 from toolselect.ranker.relations import Companion
 from toolselect.records import Exemplar, Tool
 from toolselect.service import Service
@@ -258,7 +261,24 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[SERVICE].metrics.render()
+    """What the caller may read of the metrics. With no key configured, everything (as before
+    tenants). Otherwise a request with a key reads its tenant's series (an admin every tenant's,
+    or the one it names with `X-Toolselect-Tenant`), and one without (a scraper, when
+    `TOOLSELECT_METRICS_AUTH` is off) the process's and `default`'s: no other tenant's series
+    is shown without an admin key."""
+    service = request.app[SERVICE]
+    caller = request.get(CALLER)
+    header = request.headers.get("Authorization")
+    if caller is None and header is not None and service.keys.enabled:
+        caller = acting_as(request.headers.get(TENANT_HEADER), authenticate(header, service.keys))
+    if caller is None:
+        body = service.metrics.render(
+            DEFAULT_TENANT if service.keys.enabled else None, process=True
+        )
+    elif caller.role == "admin" and TENANT_HEADER not in request.headers:
+        body = service.metrics.render()
+    else:
+        body = service.metrics.render(caller.tenant)
     return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
 

@@ -11,33 +11,46 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 WINDOW_S = 3600.0
+Scope = Literal["tenant", "global"]
 
 
 class Slot:
-    """One reserved call in the budget window; hand it back to `Budget.refund` on failure."""
+    """One reserved call in the budget window (and in the shared cap's, when there is one);
+    hand it back to `Budget.refund` on failure."""
 
-    __slots__ = ("at",)
+    __slots__ = ("at", "capped")
 
-    def __init__(self, at: float) -> None:
+    def __init__(self, at: float, capped: Slot | None = None) -> None:
         self.at = at
+        self.capped = capped
 
 
 class Budget:
-    """At most `per_hour` successful paid calls in any rolling hour.
+    """At most `per_hour` successful paid calls in any rolling hour, and within `cap` too.
 
     Reserve a slot before a call and refund it when the call failed, so failures do not use up
     the budget while concurrent calls can never overshoot it. Slots leave the window only by
     age: there is deliberately no reset (a restart-free way to bypass the limit is a bug).
     `clock` counts seconds: monotonic by default; a service passes its injected clock's
     (`toolselect.clock.window_seconds`), so a test or a replay decides when slots expire.
+    `cap` is a budget shared by several (every tenant's in one process: the global cap); a slot
+    is taken from both or from neither.
     """
 
-    def __init__(self, per_hour: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        per_hour: int,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        cap: Budget | None = None,
+    ) -> None:
         if per_hour < 0:
             raise ValueError(f"expected a budget per hour >= 0, got {per_hour}")
         self.per_hour = per_hour
+        self.cap = cap
         self._clock = clock
         self._slots: deque[Slot] = deque()
 
@@ -46,17 +59,33 @@ class Budget:
         while self._slots and self._slots[0].at <= horizon:
             self._slots.popleft()
 
-    def remaining(self) -> int:
-        """Calls still allowed in the current window."""
+    def _own_remaining(self) -> int:
         self._expire()
         return max(self.per_hour - len(self._slots), 0)
 
+    def remaining(self) -> int:
+        """Calls still allowed in the current window (the shared cap's count too)."""
+        own = self._own_remaining()
+        return own if self.cap is None else min(own, self.cap.remaining())
+
+    def spent(self) -> Scope | None:
+        """Which budget stops the next call: `tenant` (this one), `global` (the cap), or None."""
+        if self._own_remaining() == 0:
+            return "tenant"
+        if self.cap is not None and self.cap.remaining() == 0:
+            return "global"
+        return None
+
     def reserve(self) -> Slot | None:
-        """Take a slot for a call about to be made, or None when the budget is spent."""
-        self._expire()
-        if len(self._slots) >= self.per_hour:
+        """Take a slot for a call about to be made, or None when a budget is spent."""
+        if self._own_remaining() == 0:
             return None
-        slot = Slot(self._clock())
+        capped = None
+        if self.cap is not None:
+            capped = self.cap.reserve()
+            if capped is None:
+                return None
+        slot = Slot(self._clock(), capped)
         self._slots.append(slot)
         return slot
 
@@ -64,6 +93,8 @@ class Budget:
         """Give back the slot of a call that failed (no-op when it has already expired)."""
         with contextlib.suppress(ValueError):
             self._slots.remove(slot)
+        if self.cap is not None and slot.capped is not None:
+            self.cap.refund(slot.capped)
 
 
 @dataclass(frozen=True, slots=True)

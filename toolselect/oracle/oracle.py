@@ -164,8 +164,7 @@ class Oracle:
             return TeacherAnswer("declined", reason="no candidates")
         slot = self.budget.reserve()
         if slot is None:
-            log.warning("teacher_budget_spent", turn_id=turn_id, per_hour=self.budget.per_hour)
-            return self._spent()
+            return self._spent(turn_id)
         try:
             answer = await self._attempts(teacher, request, used_tool, candidates, turn_id)
         except BaseException:
@@ -182,13 +181,20 @@ class Oracle:
         if not self._enabled or self._teacher is None:
             return TeacherAnswer("declined", reason="teacher off")
         if self.budget.remaining() == 0:
-            log.warning("teacher_budget_spent", turn_id=turn_id, per_hour=self.budget.per_hour)
-            return self._spent()
+            return self._spent(turn_id)
         return None
 
-    def _spent(self) -> TeacherAnswer:
-        reason = f"hourly budget of {self.budget.per_hour} calls spent"
-        return TeacherAnswer("limit_reached", reason=reason)
+    def _spent(self, turn_id: str | None) -> TeacherAnswer:
+        """`limit_reached`, saying (and counting) which budget is spent: this tenant's or the
+        global cap shared by every tenant of the process."""
+        scope = self.budget.spent() or "tenant"
+        cap = self.budget.cap
+        per_hour = cap.per_hour if scope == "global" and cap is not None else self.budget.per_hour
+        log.warning("teacher_budget_spent", turn_id=turn_id, scope=scope, per_hour=per_hour)
+        if self._metrics is not None:
+            self._metrics.teacher_budget_spent.labels(scope).inc()
+        what = "global hourly budget" if scope == "global" else "hourly budget"
+        return TeacherAnswer("limit_reached", reason=f"{what} of {per_hour} calls spent")
 
     async def _attempts(
         self,

@@ -109,6 +109,11 @@ def _tuner(
     )
 
 
+def _global_teacher_budget(settings: Settings, clock: Clock) -> Budget | None:
+    per_hour = settings.teacher_global_budget_per_hour
+    return None if per_hour is None else Budget(per_hour, clock=window_seconds(clock))
+
+
 def compose(
     settings: Settings,
     store: Store,
@@ -119,8 +124,13 @@ def compose(
     spool: Spool | None = None,
     clock: Clock = utc_now,
     load_progress: Progress | None = None,
+    teacher_cap: Budget | None = None,
 ) -> Parts:
-    """Build every part of a service from settings and the opened adapters; no I/O."""
+    """Build every part of a service from settings and the opened adapters; no I/O.
+
+    `teacher_cap` is the global teacher budget of the process (`TenantServices` hands the
+    `default` service's to every other tenant's); without it one is made when
+    `TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR` sets one."""
     metrics = metrics or Metrics()
     buffered = BufferedStore(store, spool=spool, metrics=metrics)
     # Queries (not tool texts: an import would flush them) go through recent vectors, so the
@@ -144,7 +154,11 @@ def compose(
     oracle = Oracle(
         teacher,
         enabled=settings.oracle == "on",
-        budget=Budget(settings.teacher_budget_per_hour, clock=window_seconds(clock)),
+        budget=Budget(
+            settings.teacher_budget_per_hour,
+            clock=window_seconds(clock),
+            cap=teacher_cap or _global_teacher_budget(settings, clock),
+        ),
         retry=RetryPolicy(retries=settings.teacher_retries),
         timeout_s=settings.teacher_timeout_s,
         record_call=buffered.record_oracle_call,

@@ -24,6 +24,7 @@ from toolselect.embed import Embedder, embedder_for
 from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
 from toolselect.keys import DEFAULT_TENANT
 from toolselect.metrics import Metrics
+from toolselect.oracle.budget import Budget
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
 from toolselect.store.factory import open_store
@@ -66,6 +67,7 @@ class Service:
         tenant: str = DEFAULT_TENANT,
         embedder: Embedder | None = None,
         spool_path: Path | None = None,
+        teacher_cap: Budget | None = None,
     ) -> Service:
         """Open the adapters, compose the parts, then load the catalog and exemplars.
 
@@ -74,7 +76,8 @@ class Service:
         `StoreUnavailable` is raised at once. `load_progress` hears of the catalog's embedding.
         `tenant` names whose store to open (`TenantServices` starts the others), `embedder` one
         already loaded to share (this service then does not close it), `spool_path` the spool
-        file when not `settings.spool_path`.
+        file when not `settings.spool_path`, `teacher_cap` the process's global teacher budget
+        when another service made it.
         """
         # One BLAS thread: ranking is a small matrix-vector product, where a second thread buys
         # nothing at the median and multiplies the p99 whenever the other core is busy.
@@ -106,6 +109,7 @@ class Service:
             spool=spool,
             clock=clock,
             load_progress=load_progress,
+            teacher_cap=teacher_cap,
         )
         service = cls(parts)
         service._owns_embedder = embedder is None

@@ -4,18 +4,22 @@
 it: it also holds the API keys, the metrics and the settings) and starts another tenant's on
 its first request, over that tenant's store (`open_store(settings, tenant=...)`) with a spool
 file of its own (`tenant_spool`), sharing the default service's embedder (the model is loaded
-once), `Metrics` and settings. One start per tenant at a time (a lock per tenant); at most
+once), the `Metrics` registry (each its own `tenant` label), the global teacher budget and the
+settings. One start per tenant at a time (a lock per tenant); at most
 `TOOLSELECT_TENANTS_LIVE` other tenants live at once (the least recently used is closed beyond
 it), and a tenant unused for `TOOLSELECT_TENANT_IDLE` seconds is closed by a background sweep.
-A closed tenant's data stays in its store; its next request starts it again.
+A closed tenant's data stays in its store; its next request starts it again. Neither the sweep
+nor the bound closes a tenant while a request on it runs (`busy`, held by the HTTP middleware
+and MCP's key gate around each request): the bound is then exceeded until one ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
@@ -54,6 +58,7 @@ class TenantServices:
         self._now = now
         self._live: OrderedDict[str, Service] = OrderedDict()  # least recently used first
         self._used: dict[str, float] = {}
+        self._busy: Counter[str] = Counter()  # requests in flight per tenant
         self._locks: dict[str, asyncio.Lock] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
@@ -78,6 +83,19 @@ class TenantServices:
         """The tenants other than `default` whose service runs, least recently used first."""
         return list(self._live)
 
+    @contextmanager
+    def busy(self, tenant: str) -> Iterator[None]:
+        """Hold `tenant` open for a request's time: the sweep and the bound pass it by."""
+        self._busy[tenant] += 1
+        try:
+            yield
+        finally:
+            self._busy[tenant] -= 1
+            if self._busy[tenant] <= 0:
+                del self._busy[tenant]
+            if tenant in self._used:  # idle from the end of its last request
+                self._used[tenant] = self._now()
+
     async def get(self, tenant: str) -> Service:
         """`tenant`'s service, started when it is not running."""
         if tenant == DEFAULT_TENANT:
@@ -101,12 +119,13 @@ class TenantServices:
         settings = self.settings
         service = await Service.start(
             settings,
-            metrics=self.default.metrics,
+            metrics=self.default.metrics.for_tenant(tenant),
             wait_for_store=True,
             clock=self._clock,
             tenant=tenant,
             embedder=self.default.embedder,
             spool_path=tenant_spool(settings.spool_path, tenant),
+            teacher_cap=self.default.oracle.budget.cap,
         )
         self._live[tenant] = service
         self._used[tenant] = self._now()
@@ -116,14 +135,21 @@ class TenantServices:
         return service
 
     async def _bound(self) -> None:
-        """Close the least recently used tenants beyond `TOOLSELECT_TENANTS_LIVE`."""
+        """Close the least recently used tenants beyond `TOOLSELECT_TENANTS_LIVE` (none with a
+        request in flight)."""
         while len(self._live) > self.settings.tenants_live:
-            await self.close_tenant(next(iter(self._live)), why="evicted")
+            idle = next((t for t in self._live if t not in self._busy), None)
+            if idle is None:
+                return
+            await self.close_tenant(idle, why="evicted", idle=True)
 
-    async def close_tenant(self, tenant: str, *, why: str = "closed") -> None:
-        """Close `tenant`'s service if it runs (its data stays in the store)."""
+    async def close_tenant(self, tenant: str, *, why: str = "closed", idle: bool = False) -> None:
+        """Close `tenant`'s service if it runs (its data stays in the store); with `idle`, only
+        when no request on it is in flight."""
         lock = self._locks.setdefault(tenant, asyncio.Lock())
         async with lock:
+            if idle and tenant in self._busy:
+                return
             service = self._live.pop(tenant, None)
             self._used.pop(tenant, None)
             if service is None:
@@ -131,6 +157,7 @@ class TenantServices:
             try:
                 await service.close()
             finally:
+                service.metrics.forget_tenant()
                 log.info("tenant_closed", tenant=tenant, why=why, live=len(self._live))
         if not lock.locked():
             self._locks.pop(tenant, None)
@@ -138,9 +165,9 @@ class TenantServices:
     async def sweep(self) -> list[str]:
         """Close every tenant unused for `TOOLSELECT_TENANT_IDLE` seconds; the ones closed."""
         cutoff = self._now() - self.settings.tenant_idle_s
-        idle = [t for t, used in self._used.items() if used <= cutoff]
+        idle = [t for t, used in self._used.items() if used <= cutoff and t not in self._busy]
         for tenant in idle:
-            await self.close_tenant(tenant, why="idle")
+            await self.close_tenant(tenant, why="idle", idle=True)
         return idle
 
     async def _sweep_forever(self) -> None:
