@@ -5,6 +5,11 @@
 "use strict";
 
 const KEY = "toolselect.apiKey"; // sessionStorage: gone when the tab closes
+const TENANT = "toolselect.tenant"; // the admin's chosen tenant, kept beside the key
+// The API's tenant ids (keys.TENANT_PATTERN) and header (keys.TENANT_HEADER).
+const TENANT_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
+const TENANT_HEADER = "X-Toolselect-Tenant";
+const DEFAULT_TENANT = "default";
 const SVG = "http://www.w3.org/2000/svg";
 
 // Known analyses: title, caption and chart. Analyses the server adds later still get a table.
@@ -68,7 +73,11 @@ const ORDER = Object.keys(ANALYSES);
 // (the PNG charts use the same colours: toolselect/analytics/charts.py, TIER_COLOURS).
 const TIERS = { ranker: "s0", usage: "s3", teacher: "s1", feedback: "s2" };
 
-const state = { tools: [], counts: new Map(), redraw: [] };
+// admin: whether the key may act on any tenant (GET /v1/keys answered 200: true, 403: false;
+// null until asked); ownTenant: the tenant the key acts on without the header; loads: counts
+// calls of load() so that only the latest one draws (a quick tenant switch must not end up
+// showing the earlier tenant's data).
+const state = { tools: [], counts: new Map(), redraw: [], admin: null, ownTenant: DEFAULT_TENANT, tenants: [], loads: 0 };
 // Moved into the analyses' grid on each load, so it is held here rather than looked up.
 const learningEl = document.getElementById("card-learning");
 
@@ -87,9 +96,19 @@ function apiKey() {
   return sessionStorage.getItem(KEY) || "";
 }
 
+// The tenant an admin chose ("" for the key's own); a stored value that is not a tenant id is
+// never sent.
+function chosenTenant() {
+  const t = sessionStorage.getItem(TENANT) || "";
+  return TENANT_RE.test(t) ? t : "";
+}
+
+// The one place requests are built: the key, and the chosen tenant once the key is known to be
+// an admin's (a non-admin key never sends the header).
 async function api(method, path, body) {
   const headers = { Accept: "application/json" };
   if (apiKey()) headers.Authorization = "Bearer " + apiKey();
+  if (state.admin === true && chosenTenant()) headers[TENANT_HEADER] = chosenTenant();
   const init = { method, headers };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
@@ -637,6 +656,80 @@ async function refreshCounts() {
   catalogCard();
 }
 
+// --- the tenant ----------------------------------------------------------------------------------
+
+// Whether the key is an admin's, and the tenants it may pick: those of the listed keys, its own
+// (a stored key is found by its prefix; TOOLSELECT_API_KEYS keys and an open server act on
+// `default`) and `default`. Any answer but 200 or 403 leaves what is known as it was.
+async function checkAdmin() {
+  let listed;
+  try {
+    listed = await api("GET", "/v1/keys");
+  } catch (err) {
+    if (err.status === 403) state.admin = false;
+    if (err.status === 401) throw err;
+    return;
+  }
+  const prefix = apiKey().slice(0, 12);
+  const own = listed.keys.find((k) => !k.revoked_at && prefix && k.prefix === prefix);
+  state.admin = true;
+  state.ownTenant = own ? own.tenant : DEFAULT_TENANT;
+  state.tenants = [...new Set([DEFAULT_TENANT, state.ownTenant, ...listed.keys.map((k) => k.tenant)])].sort();
+}
+
+function shownTenant() {
+  return chosenTenant() || state.ownTenant;
+}
+
+function tenantPicker() {
+  const admin = state.admin === true;
+  if (state.admin === false) sessionStorage.removeItem(TENANT);
+  $("#tenant-form").hidden = !admin;
+  $("#tenant-shown").hidden = !admin;
+  if (!admin) return;
+  $("#tenant-name").textContent = shownTenant();
+  $("#tenant-names").replaceChildren(...state.tenants.map((t) => el("option", { value: t })));
+  const input = $("#tenant");
+  if (document.activeElement !== input) input.value = shownTenant();
+}
+
+function tenantError(message) {
+  const e = $("#tenant-error");
+  e.textContent = message;
+  e.hidden = !message;
+  const input = $("#tenant");
+  if (message) input.setAttribute("aria-invalid", "true");
+  else input.removeAttribute("aria-invalid");
+}
+
+// The picker's value, checked here so a malformed id is reported and never sent; an empty one
+// goes back to the key's own tenant. A new tenant re-loads every panel.
+function chooseTenant() {
+  const value = $("#tenant").value.trim();
+  if (value && !TENANT_RE.test(value)) {
+    tenantError(`“${value}” is not a tenant id: lower-case letters, digits, _ and -, 1 to 63 characters, starting with a letter or digit.`);
+    return;
+  }
+  tenantError("");
+  if ((value || state.ownTenant) === shownTenant()) {
+    $("#tenant").value = shownTenant();
+    return;
+  }
+  if (value) sessionStorage.setItem(TENANT, value);
+  else sessionStorage.removeItem(TENANT);
+  $("#tenant-name").textContent = shownTenant();
+  load();
+}
+
+// A new key (or none) starts on its own tenant, and is asked again whether it is an admin's.
+function forgetTenant() {
+  sessionStorage.removeItem(TENANT);
+  state.admin = null;
+  state.ownTenant = DEFAULT_TENANT;
+  state.tenants = [];
+  tenantError("");
+}
+
 // --- loading -------------------------------------------------------------------------------------
 
 function analysisCard(name) {
@@ -664,15 +757,21 @@ function fillCard(card, name, result) {
 }
 
 async function load() {
+  const run = ++state.loads;
+  const current = () => run === state.loads;
   setStatus("Loading…");
   let index;
   try {
     index = await api("GET", "/v1/analytics");
+    await checkAdmin();
   } catch (err) {
+    if (!current()) return;
     if (err.status !== 401) setStatus(errorText(err), true);
     else setStatus("API key needed", true);
     return;
   }
+  if (!current()) return;
+  tenantPicker();
   $("#key-prompt").hidden = true;
   $("#dashboard").hidden = false;
   $("header nav").hidden = false;
@@ -688,6 +787,7 @@ async function load() {
     index.analyses.includes("learning") ? api("GET", "/v1/analytics/learning").catch((e) => e) : null,
     since ? api("GET", "/v1/analytics/exemplar_growth").catch((e) => e) : null,
   ]);
+  if (!current()) return;
   const host = $("#analyses");
   host.replaceChildren();
   names.forEach((name, i) => {
@@ -718,6 +818,7 @@ function askForKey(message) {
   $("header nav").hidden = true; // its links lead into the hidden dashboard
   $("#key-prompt").hidden = false;
   $("#forget-key").hidden = !apiKey();
+  $("#tenant-shown").hidden = true;
   const e = $("#key-error");
   e.textContent = message;
   e.hidden = !message;
@@ -734,13 +835,20 @@ function showResult(form, text, bad) {
 function wire() {
   $("#key-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
-    sessionStorage.setItem(KEY, $("#api-key").value.trim());
+    const key = $("#api-key").value.trim();
+    if (key !== apiKey()) forgetTenant();
+    sessionStorage.setItem(KEY, key);
     $("#api-key").value = "";
     load();
   });
   $("#forget-key").addEventListener("click", () => {
     sessionStorage.removeItem(KEY);
+    forgetTenant();
     askForKey("");
+  });
+  $("#tenant-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    chooseTenant();
   });
   $("#since-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
