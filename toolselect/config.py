@@ -120,6 +120,7 @@ class Settings:
     usage_without_outcome: str = "shown"
     search_ttl_s: float = 3600.0
     searches_kept: int = 100_000
+    tenant_searches_kept: int = 10_000
     tenants_live: int = 100
     tenant_idle_s: float = 900.0
     sessions_kept: int = 10_000
@@ -284,6 +285,7 @@ FIELDS: tuple[Field, ...] = (
     Field("usage_without_outcome", "TOOLSELECT_USAGE_WITHOUT_OUTCOME", _choice("shown", "never", "always"), "whether a turn reported without an outcome labels the tool it used (tier `usage`): `shown` only when its `search_id` shows the tool was among those ranked for it, `never`, or `always` (BENCHMARKS.md, agent simulation)"),
     Field("search_ttl_s", "TOOLSELECT_SEARCH_TTL", _float(1.0, 7 * 86400.0), "seconds a `search_id` is remembered, so a turn reported with it is linked to what was shown"),
     Field("searches_kept", "TOOLSELECT_SEARCHES_KEPT", _int(0, 10_000_000), "search ids remembered at once (oldest forgotten first; about 200 bytes each plus the shown names); 0 turns the linking off"),
+    Field("tenant_searches_kept", "TOOLSELECT_TENANT_SEARCHES_KEPT", _int(0, 10_000_000), "search ids each tenant other than `default` remembers at once (its own log: `TOOLSELECT_SEARCHES_KEPT` is `default`'s), so a process's memory stays bounded with `TOOLSELECT_TENANTS_LIVE` tenants; 10,000 is an hour's worth at about 3 searches a second"),
     Field("tenants_live", "TOOLSELECT_TENANTS_LIVE", _int(1, 100_000), "tenants other than `default` served at once (each its own ranker, learner and store connection); the least recently used is closed beyond it and started again on its next request"),
     Field("tenant_idle_s", "TOOLSELECT_TENANT_IDLE", _float(1.0, 30 * 86400.0), "seconds a tenant other than `default` may go unused before it is closed (its data stays in the store; its next request starts it again)"),
     Field("sessions_kept", "TOOLSELECT_SESSIONS_KEPT", _int(0, 10_000_000), "sessions whose last turn's tools are remembered in memory, so a ranking given only its `session_id` gets the session prior (oldest forgotten first); 0 turns it off"),

@@ -352,3 +352,31 @@ async def test_every_tenant_shares_the_global_teacher_budget(
     for tenant in (A, B):
         budget = (await tenants.get(tenant)).oracle.budget
         assert (budget.per_hour, budget.cap) == (3, cap)
+
+
+async def test_each_tenant_keeps_its_own_bounded_search_log(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """A tenant other than `default` remembers `TOOLSELECT_TENANT_SEARCHES_KEPT` search ids (its
+    oldest forgotten first), whatever `default` keeps: with one kept, A's first search is
+    `unknown` to a turn reporting it after a second search, the second is `shown`."""
+    client, keys = await two_tenants(services, aiohttp_client, tenant_searches_kept=1)
+    agent = bearer(keys[A]["agent"])
+    ids = []
+    for query in QUERIES[:2]:
+        resp = await client.post("/v1/rank", json={"query": query, "k": 1}, headers=agent)
+        ids.append((await resp.json())["search_id"])
+    turns = [{"request": QUERIES[0], "used_tool": "get_weather", "search_id": ids[0],
+              "turn_id": "first"},
+             {"request": QUERIES[1], "used_tool": "send_email", "search_id": ids[1],
+              "turn_id": "second"}]  # fmt: skip
+    batch = await client.post("/v1/observe/batch", json={"turns": turns}, headers=agent)
+    assert batch.status == 202
+    a = await client.app[TENANTS].get(A)
+    statuses = {}
+    for turn_id in ("first", "second"):
+        turn = await a.learning.turn_when_done(turn_id, 15.0)
+        assert turn is not None
+        statuses[turn_id] = turn.search_status
+    assert statuses == {"first": "unknown", "second": "shown"}
+    assert client.app[TENANTS].default.settings.searches_kept == 100_000

@@ -116,7 +116,8 @@ class TenantServices:
     async def _start(self, tenant: str) -> Service:
         if self._closed:
             raise RuntimeError("tenant services are closed")
-        settings = self.settings
+        # Each tenant its own search log (ids never cross tenants), of its own smaller bound.
+        settings = self.settings.override(searches_kept=self.settings.tenant_searches_kept)
         service = await Service.start(
             settings,
             metrics=self.default.metrics.for_tenant(tenant),
