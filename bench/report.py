@@ -89,6 +89,9 @@ def render() -> str:
     wrk = load("throughput.json")
     if wrk is not None:
         parts.append(_throughput(wrk))
+    tenants = load("tenants.json")
+    if tenants is not None:
+        parts.append(_tenants(tenants))
     speed = load("embed_speed.json")
     if speed is not None:
         parts.append(_embed_speed(speed))
@@ -185,6 +188,76 @@ def _throughput(wrk: dict[str, Any]) -> str:
         baseline_workers=wrk["baseline_workers"],
         load_end=_load(wrk["loadavg_end"]),
         table=table(head, rows),
+    )
+
+
+def _tenants(result: dict[str, Any]) -> str:
+    """`bench.tenants`: many tenants' memory and cold first request in one process, then
+    `/v1/rank` throughput with ten tenants against one."""
+    mem, wrk = result["memory"], result["throughput"]
+
+    def p50_95(cell: dict[str, float]) -> str:
+        return f"{ms(cell['p50'])} / {ms(cell['p95'])}"
+
+    rows = []
+    for name, a in mem["arms"].items():
+        per, second = a["kb_per_live_tenant"], a.get("kb_per_live_tenant_second_half")
+        per_kb = (
+            "" if per is None else f"{per:,.0f}" + ("" if second is None else f" ({second:,.0f})")
+        )
+        rows.append(
+            [name, a["embedder"], f"{a['tenants']:,} / {a['tenants_live']:,} / {a['live_at_end']:,}",
+             f"{a['rss_base_mb']:.0f}", f"{a['rss_touched_mb']:,.0f}", f"{a['rss_peak_mb']:,.0f}",
+             per_kb, f"{a['threads']:,}",
+             f"{100 * a['idle_cpu_share']:.1f}%", p50_95(a["cold_ms"]), p50_95(a["cold_get_ms"]),
+             ms(a["catalog_embed_ms"]["p50"]), p50_95(a["warm_ms"])]
+        )  # fmt: skip
+    head = ["arm", "embedder", "tenants / bound / live at end", "RSS base MB", "RSS after MB",
+            "peak MB", "KB per live tenant (second half)", "threads", "idle CPU", "cold first request ms",
+            "of which start ms", "catalog embed ms", "warm request ms"]  # fmt: skip
+    arms = []
+    for name, a in wrk["arms"].items():
+        each = ", ".join(ms(r["p99_ms"]) for r in a["runs"])
+        arms.append(
+            [name, f"{a['rps']:.0f}", ms(a["p50_ms"]), ms(a["p99_ms"]), each, f"{a['non_2xx']:.0f}"]
+        )
+    live, bounded, hybrid = (mem["arms"][k] for k in ("all live", "bounded", "hybrid"))
+    reading = _text(
+        "tenants_reading",
+        kb=f"{live['kb_per_live_tenant']:,.0f}",
+        tools=mem["tools"],
+        tenants=f"{mem['tenants']:,}",
+        idle=f"{100 * live['idle_cpu_share']:.1f}%",
+        bound=bounded["tenants_live"],
+        bounded_mb=f"{bounded['rss_touched_mb']:,.0f}",
+        all_mb=f"{live['rss_touched_mb']:,.0f}",
+        hashing_embed=ms(live["catalog_embed_ms"]["p50"]),
+        hashing_start=ms(live["cold_get_ms"]["p50"]),
+        hybrid_embed=ms(hybrid["catalog_embed_ms"]["p50"]),
+        hybrid_start=ms(hybrid["cold_get_ms"]["p50"]),
+        hybrid_warm=ms(hybrid["warm_ms"]["p50"]),
+        hybrid_kb=f"{hybrid['kb_per_live_tenant']:,.0f}",
+        hybrid_kb2=f"{hybrid['kb_per_live_tenant_second_half']:,.0f}",
+    )
+    return _text(
+        "tenants",
+        reading=reading,
+        command=result["command"],
+        wrk=result["wrk"],
+        took=result["took_s"],
+        load_end=_load(result["loadavg_end"]),
+        cpu=_cpu(result),
+        tenants=f"{mem['tenants']:,}",
+        tools=mem["tools"],
+        bound=mem["bound"],
+        memory=table(head, rows, "ll" + "r" * 11),
+        rank_tools=f"{wrk['tools']:,}",
+        connections=wrk["connections"],
+        duration=wrk["duration_s"],
+        rounds=wrk["rounds"],
+        server_rss=f"{wrk['server_rss_mb']:.0f}",
+        throughput=table(["arm", "req/s", "p50 ms", "p99 ms", "p99 ms per run", "non-2xx"], arms),
+        ratio=f"{wrk['ratio']:.2f}",
     )
 
 

@@ -1,0 +1,329 @@
+"""Tenants (issue 23): many tenants' memory and cold first request in one process, and
+`/v1/rank` throughput with ten tenants against one under `wrk`.
+
+`python -m bench.tenants [--tenants N] [--tools N] [--duration S] [--rounds N]` (needs `wrk`, as
+`bench.throughput`; `--tenants 50` is a quick check). Memory: N tenants' SQLite stores, each
+with its own synthetic catalog, are written first; then each arm starts `TenantServices` in a
+fresh process (all live, the default bound, `hybrid` on 20) and reads its RSS while every tenant
+takes a cold first request (`tenants.get` + `ranking.search`), then warm ones. Throughput: one
+`toolselect serve` with the 1,000-tool catalog in 11 tenants; wrk sends one tenant's agent key
+or ten tenants' in turn, arms interleaved, medians. Writes `bench/results/tenants.json`;
+`python -m bench report` puts it in BENCHMARKS.md (the section says what each figure is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench import RESULTS, ROOT
+from bench.perf.catalog import as_tools, synth_catalog, synth_queries
+from bench.perf.machine import machine_facts, settle
+from bench.perf.server import ServerProcess, server_env
+from bench.stats import percentile
+from bench.throughput import CONNECTIONS
+from toolselect.logs import configure_logging
+
+ADMIN = "k-bench-admin-4c1d"  # a TOOLSELECT_API_KEYS key: an admin of tenant `default`
+RANK_TOOLS = 1_000  # per tenant in the throughput part, as in bench.throughput
+HYBRID_TENANTS = 20
+
+
+def _status(field: str) -> int:
+    """A number of /proc/self/status (VmRSS, VmHWM in kB; Threads)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _rss_mb() -> float:
+    gc.collect()  # what stays, not garbage a collection would free
+    return _status("VmRSS") / 1024
+
+
+async def _prepare(root: Path, tenants: int, tools: int) -> None:
+    """Each tenant's store file with its own catalog (written through the store: nothing
+    embedded, a started service re-embeds its catalog anyway) and five queries for it."""
+    from toolselect.store.sqlite.store import SqliteStore
+
+    queries = {}
+    for i in range(tenants):
+        catalog = synth_catalog(tools, seed=1_000 + i)  # seeded apart: distinct catalogs
+        store = SqliteStore(root / "toolselect.db", tenant=f"t{i:04d}")
+        await store.migrate()
+        await store.upsert_tools(as_tools(catalog))
+        await store.close()
+        queries[f"t{i:04d}"] = synth_queries(catalog, 5, seed=i)
+    (root / "queries.json").write_text(json.dumps(queries), encoding="utf-8")
+
+
+async def _measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """One arm, in a process of its own: RSS before and after touching every tenant, the
+    cold and warm request latencies, idle CPU with them live (see the module docstring)."""
+    from toolselect.catalog import tool_text
+    from toolselect.config import Settings
+    from toolselect.service import TenantServices
+
+    configure_logging("warning")  # 1,000 `tenant_started` lines would time the terminal too
+    root = Path(spec["dir"])
+    queries: dict[str, list[str]] = json.loads((root / "queries.json").read_text())
+    names = sorted(queries)[: spec["tenants"]]
+    settings = Settings().override(
+        data_dir=str(root / spec["embedder"]),  # each arm's own spools and MiniLM graph
+        store=f"sqlite:{root / 'toolselect.db'}",
+        embedder=spec["embedder"],
+        teacher="none",
+        query_cache=0,
+        tenants_live=spec["live"],
+    )
+    services = await TenantServices.start(settings)
+    # A catalog's worth of texts (of no tenant) before the baseline: the model loaded and its
+    # arena grown (hybrid), the hashing n-gram memo filled, or the first tenants would carry it.
+    spare = as_tools(synth_catalog(spec["tools"], seed=999))
+    await services.default.embedder.embed([tool_text(t) for t in spare])
+    base = _rss_mb()
+    get_ms, first_ms = [], []
+    half = base
+    for i, name in enumerate(names):
+        if i == len(names) // 2:
+            half = _rss_mb()  # the second half's growth: per tenant, without first-use costs
+        t0 = time.perf_counter()
+        service = await services.get(name)
+        t1 = time.perf_counter()
+        await service.ranking.search(queries[name][0])
+        get_ms.append(1e3 * (t1 - t0))
+        first_ms.append(1e3 * (time.perf_counter() - t1))
+    touched = _rss_mb()
+    rng = random.Random(7)
+    live = services.live
+    warm_ms = []
+    for _ in range(min(1_000, 20 * len(live))):
+        name = rng.choice(live)
+        t0 = time.perf_counter()
+        service = await services.get(name)
+        await service.ranking.search(rng.choice(queries[name][1:]))
+        warm_ms.append(1e3 * (time.perf_counter() - t0))
+    # What a cold start spends re-embedding its catalog (a started service embeds every tool).
+    embed_ms = []
+    for name in names[:20]:
+        texts = [tool_text(t) for t in await (await services.get(name)).store.list_tools()]
+        t0 = time.perf_counter()
+        await services.default.embedder.embed(texts)
+        embed_ms.append(1e3 * (time.perf_counter() - t0))
+    # Every live service keeps its upkeep task and store thread: what they cost when idle.
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    await asyncio.sleep(spec["idle_s"])
+    idle_cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+    threads = _status("Threads")
+    t0 = time.perf_counter()
+    await services.close()
+    total = [g + f for g, f in zip(get_ms, first_ms, strict=True)]
+
+    def per_tenant(since: float, count: int) -> float | None:
+        # Only where no tenant was closed: with evictions the growth is not the live ones'.
+        return round(1024 * (touched - since) / count, 1) if len(live) == len(names) else None
+
+    return {
+        "embedder": spec["embedder"],
+        "tenants": len(names),
+        "tenants_live": spec["live"],
+        "live_at_end": len(live),
+        "rss_base_mb": round(base, 1),
+        "rss_half_mb": round(half, 1),
+        "rss_touched_mb": round(touched, 1),
+        "rss_peak_mb": round(_status("VmHWM") / 1024, 1),
+        "kb_per_live_tenant": per_tenant(base, len(names)),
+        "kb_per_live_tenant_second_half": per_tenant(half, len(names) - len(names) // 2),
+        "threads": threads,
+        "idle_cpu_share": round(idle_cpu, 4),
+        "close_all_s": round(time.perf_counter() - t0, 2),
+        "cold_ms": _summary(total),
+        "cold_get_ms": _summary(get_ms),
+        "cold_first_rank_ms": _summary(first_ms),
+        "catalog_embed_ms": _summary(embed_ms),
+        "warm_ms": _summary(warm_ms),
+    }
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {"n": len(values), **{f"p{q}": round(percentile(values, q / 100), 3) for q in (50, 95)}}
+
+
+def _arm(spec: dict[str, Any]) -> dict[str, Any]:
+    """`_measure` in a fresh interpreter: no page of an earlier arm counts in its RSS."""
+    argv = [sys.executable, "-m", "bench.tenants", "--arm", json.dumps(spec)]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1_200, check=True)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def memory(tenants: int, tools: int) -> dict[str, Any]:
+    bound = min(100, max(1, tenants // 10))
+    with tempfile.TemporaryDirectory(prefix="toolselect-tenants-") as tmp:
+        t0 = time.perf_counter()
+        asyncio.run(_prepare(Path(tmp), tenants, tools))
+        print(f"prepared {tenants} stores in {time.perf_counter() - t0:.0f} s", flush=True)
+        arms = {}
+        for name, embedder, n, live in (
+            ("all live", "hashing", tenants, tenants),
+            ("bounded", "hashing", tenants, bound),
+            ("hybrid", "hybrid", min(HYBRID_TENANTS, tenants), tenants),
+        ):
+            spec = {"dir": tmp, "embedder": embedder, "tenants": n, "live": live, "tools": tools}
+            spec["idle_s"] = 10
+            busy = settle(60)  # the machine is shared: start each arm on a quiet one if we can
+            arms[name] = {**_arm(spec), "busy_cores_before": round(busy, 2)}
+            print(f"  {name}: {json.dumps(arms[name])}", flush=True)
+    return {"tenants": tenants, "tools": tools, "bound": bound, "arms": arms}
+
+
+def _call(url: str, method: str, path: str, body: object, tenant: str | None = None) -> Any:
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN}"}
+    if tenant is not None:
+        headers["X-Toolselect-Tenant"] = tenant
+    data = json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, headers=headers, method=method)
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        return json.loads(resp.read())
+
+
+def _lua(queries: list[str], keys: list[str]) -> str:
+    """A wrk script POSTing /v1/rank with the queries in turn and the keys in turn (one key or
+    ten: the same script, so the arms differ only in the tenants)."""
+    bodies = ",\n".join(json.dumps(json.dumps({"query": q, "k": 5})) for q in queries)
+    heads = ",\n".join(
+        f'{{["Content-Type"] = "application/json", ["Authorization"] = "Bearer {k}"}}' for k in keys
+    )
+    return (
+        f"local bodies = {{\n{bodies}\n}}\nlocal heads = {{\n{heads}\n}}\n"
+        "local i, j = 0, 0\n"
+        "request = function()\n"
+        "  i = i % #bodies + 1\n"
+        "  j = j % #heads + 1\n"
+        '  return wrk.format("POST", "/v1/rank", heads[j], bodies[i])\n'
+        "end\n"
+    )
+
+
+def run_wrk(url: str, script: Path, duration: int) -> dict[str, float]:
+    """`wrk` (one thread, `CONNECTIONS` connections): req/s, its p50 and p99, errors."""
+    argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency", "-s", str(script)]
+    out = subprocess.run(
+        [*argv, url], capture_output=True, text=True, timeout=duration + 60, check=True
+    ).stdout
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+    def latency(q: str) -> float:
+        found = re.search(rf"\s{q}%\s+([\d.]+)(us|ms|s)\b", out)
+        return float(found.group(1)) * scale[found.group(2)] if found else float("nan")
+
+    errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    return {
+        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
+        "p50_ms": latency("50"),
+        "p99_ms": latency("99"),
+        "non_2xx": float(errors.group(1)) if errors else 0.0,
+    }
+
+
+def throughput(duration: int, rounds: int) -> dict[str, Any]:
+    catalog = synth_catalog(RANK_TOOLS)
+    queries = synth_queries(catalog, 200)
+    runs: dict[str, list[dict[str, float]]] = {"1 tenant": [], "10 tenants": []}
+    with tempfile.TemporaryDirectory(prefix="toolselect-tenants-wrk-") as tmp:
+        workdir = Path(tmp)
+        env = server_env(f"sqlite:{workdir / 'toolselect.db'}", workdir)
+        # Rate limits off (0, also their default): the bench measures the server, not them.
+        env.update(TOOLSELECT_API_KEYS=ADMIN, TOOLSELECT_TENANT_RPS="0", TOOLSELECT_GLOBAL_RPS="0")
+        with ServerProcess(env, workdir, ["--workers", "1"]) as server:
+            tenants = ["solo", *(f"w{i:02d}" for i in range(1, 11))]
+            keys = {}
+            for tenant in tenants:
+                _call(server.url, "PUT", "/v1/tools", {"tools": catalog}, tenant)
+                made = _call(server.url, "POST", "/v1/keys", {"tenant": tenant, "role": "agent"})
+                keys[tenant] = made["key"]
+            scripts = {"1 tenant": workdir / "one.lua", "10 tenants": workdir / "ten.lua"}
+            scripts["1 tenant"].write_text(_lua(queries, [keys["solo"]]))
+            scripts["10 tenants"].write_text(_lua(queries, [keys[t] for t in tenants[1:]]))
+            busy = settle(60)
+            for round_ in range(rounds):
+                # Alternate which arm goes first, so a drift in the machine favours neither.
+                order = list(runs) if round_ % 2 == 0 else list(reversed(runs))
+                for name in order:
+                    run_wrk(server.url, scripts[name], 2)  # warm-up (and every tenant live)
+                    result = run_wrk(server.url, scripts[name], duration)
+                    runs[name].append(result)
+                    print(f"  round {round_ + 1} {name}: {result['rps']:.0f} req/s", flush=True)
+            rss = server.rss_mb()
+    arms: dict[str, dict[str, Any]] = {
+        name: {
+            **{m: percentile((r[m] for r in rs), 0.5) for m in ("rps", "p50_ms", "p99_ms")},
+            "non_2xx": sum(r["non_2xx"] for r in rs),
+            "runs": rs,
+        }
+        for name, rs in runs.items()
+    }
+    return {
+        "tools": RANK_TOOLS,
+        "connections": CONNECTIONS,
+        "duration_s": duration,
+        "rounds": rounds,
+        "server_rss_mb": rss,
+        "busy_cores_before": round(busy, 2),
+        "ratio": arms["10 tenants"]["rps"] / arms["1 tenant"]["rps"],
+        "arms": arms,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tenants", type=int, default=1_000, help="tenants in one process")
+    parser.add_argument("--tools", type=int, default=100, help="tools per tenant (memory part)")
+    parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per arm")
+    parser.add_argument("--arm", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.arm:
+        print(json.dumps(asyncio.run(_measure(json.loads(args.arm)))))
+        return 0
+    if shutil.which("wrk") is None:
+        print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # MiniLM comes from a package, never a hub
+    configure_logging("warning")  # no `store_migrated` line per prepared store
+    facts = machine_facts()
+    started = time.perf_counter()
+    report: dict[str, Any] = {
+        "command": "python -m bench.tenants "
+        + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "arm"),
+        "wrk": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split("\n")[0],
+        "machine": facts,
+        "memory": memory(args.tenants, args.tools),
+        "throughput": throughput(args.duration, args.rounds),
+        "took_s": 0.0,
+        "loadavg_end": list(os.getloadavg()),
+    }
+    report["took_s"] = round(time.perf_counter() - started)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "tenants.json").write_text(json.dumps(report, indent=1) + "\n")
+    wrk = report["throughput"]
+    print(f"10 tenants / 1 tenant: {wrk['ratio']:.2f} in {report['took_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
