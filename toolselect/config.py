@@ -112,6 +112,7 @@ class Settings:
     embed_api_key: str = ""
     embed_threads: int = 1
     query_cache: int = 2048
+    vector_cache: int = 50_000
     hybrid_weight: float = 0.5
     description_weight: float | None = None  # None: chosen for the embedder, see below
     exemplar_weight: float = 1.0
@@ -278,6 +279,7 @@ FIELDS: tuple[Field, ...] = (
     Field("embed_api_key", "TOOLSELECT_EMBED_API_KEY", _str, "bearer key for the `http` embedder"),
     Field("embed_threads", "TOOLSELECT_EMBED_THREADS", _int(1, 64), "onnxruntime intra-op threads of the MiniLM model (`minilm`, `hybrid`)"),
     Field("query_cache", "TOOLSELECT_QUERY_CACHE", _int(0, 1_000_000), "query vectors a service keeps in memory, least recently used dropped first, so a turn reported after its `/v1/rank` (and a repeated query) is not embedded again; about 10 KB each with `hybrid`; 0 turns it off"),
+    Field("vector_cache", "TOOLSELECT_VECTOR_CACHE", _int(0, 10_000_000), "tool and label vectors kept on disk (`vectors.db` in `TOOLSELECT_DATA_DIR`, oldest dropped first), so a start, a tenant's first request or a worker does not run the model again on a catalog it embedded before; about 10 KB each with `hybrid`; not used with `hashing`, which computes faster than it reads; 0 turns it off"),
     Field("hybrid_weight", "TOOLSELECT_HYBRID_WEIGHT", _float(0.0, 1.0), "weight of the dense scores in `hybrid` (lexical gets the rest)"),
     Field("description_weight", "TOOLSELECT_DESCRIPTION_WEIGHT", _auto_or(_float(0.0, 1000.0)), "weight of a tool's description vector in its centroid, against 1 per exemplar; `auto`: chosen with the exemplar shrink by leave-one-out on the teacher's and humans' labels, starting from 16 for `hybrid`/`minilm` and 8 for `hashing` (BENCHMARKS.md); a number pins it"),
     Field("self_label_weight", "TOOLSELECT_SELF_LABEL_WEIGHT", _auto_or(_float(0.0, 1.0)), "weight of the ranker's own (free-tier) labels in the centroids against 1 for a teacher's or human's; `auto`: 0 (kept for the ratchet, not folded) until leave-one-out on trusted labels shows 0.5 or 1 does better; a number pins the fold"),

@@ -174,6 +174,12 @@ class Metrics:
             "Query vector lookups in the in-memory cache (TOOLSELECT_QUERY_CACHE) by result",
             "result",
         )
+        self.catalog_vectors = counter(
+            "toolselect_catalog_vectors",
+            "Tool and label vectors read from the on-disk cache (TOOLSELECT_VECTOR_CACHE) or"
+            " embedded, by result",
+            "result",
+        )
         self.queue_depth = gauge("toolselect_observe_queue_depth", "Turns waiting", "livesum")
         self.observed = counter("toolselect_observed_turns", "Turns queued")
         self.dropped = counter(

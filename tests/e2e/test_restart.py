@@ -13,6 +13,7 @@ from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, start_stub
 from toolselect.embed import HashingEmbedder
 from toolselect.records import Exemplar, Tool
+from toolselect.service import TenantServices
 from toolselect.store.port import lookup_one, save_one
 
 TOOLS = [
@@ -108,3 +109,37 @@ async def test_exemplars_of_the_torch_minilm_are_reembedded_by_the_onnx_one(
     top = (await service.ranking.rank(LEARNED, 1)).results[0]
     # With no description weight the centroid is the exemplar alone: cosine 1 to its query.
     assert (top.tool, round(top.score, 3)) == ("crypto_price", 1.0)
+
+
+async def test_a_restart_reads_the_catalogs_vectors_from_disk(services: ServiceFactory) -> None:
+    """With a model embedder, the vectors of the tools a service embedded are kept on disk
+    (`TOOLSELECT_VECTOR_CACHE`): a restart, and a tenant's start after it was closed, read them
+    instead of running the model (every tool a hit, none a miss) and rank bit for bit as
+    before; with the cache off nothing is read from it."""
+    hits, misses = (
+        ("toolselect_catalog_vectors_total", {"result": result}) for result in ("hit", "miss")
+    )
+    first = await services.start(embedder="minilm")
+    await first.catalog.upsert_tools(TOOLS)
+    assert first.metrics.value(*misses) == len(TOOLS)
+    ranked = await first.ranking.rank(LEARNED, 4)
+    await first.close()
+    services.started.remove(first)
+
+    again = await services.start(embedder="minilm")
+    assert (again.metrics.value(*hits), again.metrics.value(*misses)) == (len(TOOLS), 0)
+    assert await again.ranking.rank(LEARNED, 4) == ranked
+
+    tenants = TenantServices(again)
+    try:
+        team = await tenants.get("team-a")
+        await team.catalog.upsert_tools(TOOLS)
+        await tenants.close_tenant("team-a")
+        team = await tenants.get("team-a")
+        assert (team.metrics.value(*hits), team.metrics.value(*misses)) == (2 * len(TOOLS), 0)
+    finally:
+        await tenants.close_others()
+
+    off = await services.start(embedder="minilm", vector_cache=0)
+    assert off.parts.vectors is None and off.metrics.value(*hits) is None
+    assert await off.ranking.rank(LEARNED, 4) == ranked

@@ -3,6 +3,7 @@ errors; in memory, the most recently used queries."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -166,3 +167,24 @@ async def test_a_reader_uses_recent_vectors_without_adding_to_them() -> None:
     got = await reader.embed(TEXTS)
     assert got.tobytes() == HashingEmbedder().embed_now(TEXTS).tobytes()
     assert (recent.hits, recent.misses, len(recent)) == (1, 3, 1)
+
+
+async def test_an_offloaded_cache_is_read_and_written_from_worker_threads(tmp_path: Path) -> None:
+    """With `offload` (a service's index) the file is used from worker threads, one connection
+    for all of them: concurrent embeds each hit or miss once, and `on_lookup` hears of both."""
+    seen: list[tuple[int, int]] = []
+    cache = VectorCache(tmp_path / "vectors.db")
+    embedder = CachedEmbedder(
+        FakeEmbedder(),
+        cache,
+        offload=True,
+        on_lookup=lambda hits, misses: seen.append((hits, misses)),
+    )
+    try:
+        first = await embedder.embed(TEXTS)
+        again = await asyncio.gather(*(embedder.embed(TEXTS) for _ in range(8)))
+    finally:
+        await embedder.close()
+    assert all(np.array_equal(first, vectors) for vectors in again)
+    assert seen == [(0, len(TEXTS))] + [(len(TEXTS), 0)] * 8
+    assert (cache.hits, cache.misses, cache.writes) == (8 * len(TEXTS), len(TEXTS), len(TEXTS))

@@ -19,14 +19,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from toolselect.catalog import load_demo_catalog, tool_text
 from toolselect.config import Settings
-from toolselect.embed import Embedder, VectorCache, embedder_for
+from toolselect.embed import (
+    MODELS_DIR,
+    Embedder,
+    VectorCache,
+    embedder_for,
+    vector_cache_path,
+)
 from toolselect.errors import InvalidInput
 from toolselect.ranker import CentroidRanker, LearnedVector
 from toolselect.ranker.configured import build_ranker
@@ -34,9 +39,6 @@ from toolselect.records import Exemplar, Tool, label_group
 from toolselect.selection import Selection, check_text, choose
 from toolselect.store.factory import open_store
 from toolselect.store.port import Store
-
-CACHE_FILE = "vectors.db"
-MODELS_DIR = "models"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,21 +110,16 @@ def _plain(data: dict[str, Any]) -> SelectInput | None:
     return SelectInput(query["Text"], query.get("K", 0), out)
 
 
-def cache_path(settings: Settings) -> Path:
-    """Where the exec selector keeps vectors between spawns."""
-    return Path(settings.data_dir).expanduser() / CACHE_FILE
-
-
 async def select_once(
     settings: Settings, text: str, candidates: Sequence[Tool], k: int
 ) -> Selection:
     """The selection `Service.select` makes on a freshly started service, without starting one."""
     check_text(text, "query.Text", settings.max_query_bytes)
-    folder = cache_path(settings).parent
+    vectors = vector_cache_path(settings)
     embedder = embedder_for(
         settings,
-        cache=VectorCache(folder / CACHE_FILE),
-        optimized_dir=folder / MODELS_DIR,
+        cache=VectorCache(vectors),
+        optimized_dir=vectors.parent / MODELS_DIR,
         short_lived=True,
     )
     try:

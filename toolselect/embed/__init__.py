@@ -18,9 +18,13 @@ if TYPE_CHECKING:
     from toolselect.embed.http import HttpEmbedder
 
 EMBEDDER_KINDS = ("hashing", "minilm", "http", "hybrid")
+VECTORS_FILE = "vectors.db"  # in TOOLSELECT_DATA_DIR: the exec selector's and the catalogs'
+MODELS_DIR = "models"
 
 __all__ = [
     "EMBEDDER_KINDS",
+    "MODELS_DIR",
+    "VECTORS_FILE",
     "CachedEmbedder",
     "Embedder",
     "HashingEmbedder",
@@ -37,6 +41,7 @@ __all__ = [
     "build_embedder",
     "embedder_for",
     "normalise_rows",
+    "vector_cache_path",
 ]
 
 
@@ -120,3 +125,8 @@ def embedder_for(
         optimized_dir=optimized_dir,
         short_lived=short_lived,
     )
+
+
+def vector_cache_path(settings: Settings) -> Path:
+    """The file of vectors kept between processes (`VectorCache`) under `TOOLSELECT_DATA_DIR`."""
+    return Path(settings.data_dir).expanduser() / VECTORS_FILE

@@ -5,7 +5,10 @@ same ~20 candidate tools each time: computing their dense vectors again on every
 model load and a forward pass per text. `VectorCache` is one SQLite file (a row per
 `(embedder id, sha256(text))`, the float32 bytes as a blob) shared by concurrent processes;
 `CachedEmbedder` puts it in front of any embedder, so an embedder whose every text is cached
-is never loaded.
+is never loaded. A service's index embeds tools and labels through one too
+(`TOOLSELECT_VECTOR_CACHE`, `offload`: the file is read and written on worker threads, off the
+event loop), so a restart, another worker or a tenant started again reads its catalog's vectors
+instead of running the model.
 
 The cache only ever saves work: a file that cannot be opened, read or written (read-only
 folder, another process holding the lock too long, a corrupt file) is a miss, never an error,
@@ -18,19 +21,21 @@ vector `/v1/rank` computed instead of running the model again (and a repeated qu
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from toolselect.embed.base import Embedder, Vectors
 
 DEFAULT_MAX_ENTRIES = 50_000
+T = TypeVar("T")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS vectors (
     embedder TEXT NOT NULL,
@@ -73,6 +78,9 @@ class VectorCache:
         self._busy_timeout = busy_timeout
         self._conn: sqlite3.Connection | None = None
         self._broken = False
+        # One connection, used from whichever thread asks (a service reads on worker threads):
+        # the lock serialises it.
+        self._lock = threading.RLock()
         self.hits = 0
         self.misses = 0
         self.writes = 0
@@ -83,6 +91,10 @@ class VectorCache:
 
     def get(self, embedder: str, texts: Sequence[str], dim: int) -> list[Vectors | None]:
         """Each text's cached vector (float32, length `dim`), or None where there is none."""
+        with self._lock:
+            return self._get(embedder, texts, dim)
+
+    def _get(self, embedder: str, texts: Sequence[str], dim: int) -> list[Vectors | None]:
         found: dict[bytes, bytes] = {}
         digests = [text_digest(t) for t in texts]
         conn = self._connect()
@@ -108,6 +120,10 @@ class VectorCache:
 
     def put(self, embedder: str, texts: Sequence[str], vectors: Vectors) -> None:
         """Store vectors (rows in text order); rows already there are kept as they are."""
+        with self._lock:
+            self._put(embedder, texts, vectors)
+
+    def _put(self, embedder: str, texts: Sequence[str], vectors: Vectors) -> None:
         conn = self._connect()
         if conn is None or not texts:
             return
@@ -129,6 +145,10 @@ class VectorCache:
 
     def count(self, embedder: str | None = None) -> int:
         """Rows stored (for one embedder id when given); 0 when the file cannot be read."""
+        with self._lock:
+            return self._count(embedder)
+
+    def _count(self, embedder: str | None) -> int:
         conn = self._connect()
         if conn is None:
             return 0
@@ -144,16 +164,17 @@ class VectorCache:
         return int(row[0])
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._conn is not None or self._broken:
             return self._conn
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self._path, timeout=self._busy_timeout)
+            conn = sqlite3.connect(self._path, timeout=self._busy_timeout, check_same_thread=False)
         except (OSError, sqlite3.Error):
             self._broken = True
             return None
@@ -232,10 +253,20 @@ class CachedEmbedder:
     would push out entries that are.
     """
 
-    def __init__(self, inner: Embedder, cache: VectorStore, *, keep_misses: bool = True) -> None:
+    def __init__(
+        self,
+        inner: Embedder,
+        cache: VectorStore,
+        *,
+        keep_misses: bool = True,
+        offload: bool = False,
+        on_lookup: Callable[[int, int], None] | None = None,
+    ) -> None:
         self._inner = inner
         self._cache = cache
         self._keep_misses = keep_misses
+        self._offload = offload
+        self._on_lookup = on_lookup
 
     @property
     def id(self) -> str:
@@ -257,13 +288,17 @@ class CachedEmbedder:
         dim = self._inner.dim
         if not texts:
             return np.zeros((0, dim), dtype=np.float32)
-        cached = self._cache.get(self.id, texts, dim) if dim else [None] * len(texts)
+        cached: list[Vectors | None] = [None] * len(texts)
+        if dim:
+            cached = await self._call(self._cache.get, self.id, texts, dim)
         missing = [i for i, v in enumerate(cached) if v is None]
+        if self._on_lookup is not None:
+            self._on_lookup(len(texts) - len(missing), len(missing))
         fresh: Vectors | None = None
         if missing:
             fresh = await self._inner.embed([texts[i] for i in missing])
             if self._keep_misses:
-                self._cache.put(self.id, [texts[i] for i in missing], fresh)
+                await self._call(self._cache.put, self.id, [texts[i] for i in missing], fresh)
         out = np.empty((len(texts), fresh.shape[1] if fresh is not None else dim), np.float32)
         for i, vector in enumerate(cached):
             if vector is not None:
@@ -271,6 +306,14 @@ class CachedEmbedder:
         if fresh is not None:
             out[missing] = fresh
         return out
+
+    async def _call(self, method: Callable[..., T], *args: Any) -> T:
+        """`method(*args)` on a worker thread with `offload` (a file on a service's event loop
+        would stall every request meanwhile), else here (a short-lived process has no other
+        work)."""
+        if self._offload:
+            return await asyncio.to_thread(method, *args)
+        return method(*args)
 
     async def close(self) -> None:
         try:

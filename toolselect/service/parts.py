@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 from toolselect.clock import Clock, epoch_seconds, utc_now, window_seconds
 from toolselect.config import Settings
-from toolselect.embed import CachedEmbedder, Embedder, RecentVectors
+from toolselect.embed import (
+    CachedEmbedder,
+    Embedder,
+    RecentVectors,
+    VectorCache,
+    vector_cache_path,
+)
 from toolselect.keys import KeyRegistry
 from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
 from toolselect.learn.learner import Learner, LearnerConfig
@@ -65,6 +71,7 @@ class Parts:
     store: BufferedStore
     embedder: Embedder
     queries: Embedder  # the embedder behind the recent-vector cache, for requests
+    vectors: VectorCache | None  # tool and label vectors on disk, for the index
     ranker: CentroidRanker
     tuner: Tuner
     index: LiveIndex
@@ -109,6 +116,29 @@ def _tuner(
     )
 
 
+def _vector_cache(settings: Settings) -> VectorCache | None:
+    """The vectors kept on disk for tools and labels, unless off or the embedder is `hashing`
+    (which computes faster than it reads)."""
+    if not settings.vector_cache or settings.embedder_kind == "hashing":
+        return None
+    return VectorCache(vector_cache_path(settings), max_entries=settings.vector_cache)
+
+
+def _catalog_embedder(
+    embedder: Embedder, vectors: VectorCache | None, metrics: Metrics
+) -> Embedder:
+    """What the index embeds tools and labels with: through `vectors` when there is one (read
+    and written on worker threads, off the event loop)."""
+    if vectors is None:
+        return embedder
+
+    def count(hits: int, misses: int) -> None:
+        metrics.catalog_vectors.labels("hit").inc(hits)
+        metrics.catalog_vectors.labels("miss").inc(misses)
+
+    return CachedEmbedder(embedder, vectors, offload=True, on_lookup=count)
+
+
 def _global_teacher_budget(settings: Settings, clock: Clock) -> Budget | None:
     per_hour = settings.teacher_global_budget_per_hour
     return None if per_hour is None else Budget(per_hour, clock=window_seconds(clock))
@@ -150,7 +180,15 @@ def compose(
         observed = CachedEmbedder(embedder, recent, keep_misses=False)
     ranker = build_ranker(settings)
     tuner = _tuner(settings, ranker, embedder, metrics, clock)
-    index = LiveIndex(buffered, embedder, ranker, tuner, metrics, load_progress=load_progress)
+    vectors = _vector_cache(settings)
+    index = LiveIndex(
+        buffered,
+        _catalog_embedder(embedder, vectors, metrics),
+        ranker,
+        tuner,
+        metrics,
+        load_progress=load_progress,
+    )
     oracle = Oracle(
         teacher,
         enabled=settings.oracle == "on",
@@ -194,6 +232,7 @@ def compose(
         store=buffered,
         embedder=embedder,
         queries=queries,
+        vectors=vectors,
         ranker=ranker,
         tuner=tuner,
         index=index,

@@ -223,4 +223,6 @@ class Service:
                 await self.parts.teacher.aclose()
             if self._owns_embedder:
                 await self.parts.queries.close()  # the embedder too, when it is wrapped
+            if self.parts.vectors is not None:
+                self.parts.vectors.close()
             await self.store.close()
