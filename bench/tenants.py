@@ -124,6 +124,14 @@ async def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         await services.default.embedder.embed(texts)
         embed_ms.append(1e3 * (time.perf_counter() - t0))
+    # A tenant started again after it was closed (idle or evicted): with a model embedder its
+    # catalog's vectors come from the disk (TOOLSELECT_VECTOR_CACHE), not from the model.
+    again_ms = []
+    for name in names[:20]:
+        await services.close_tenant(name)
+        t0 = time.perf_counter()
+        await (await services.get(name)).ranking.search(queries[name][0])
+        again_ms.append(1e3 * (time.perf_counter() - t0))
     # Every live service keeps its upkeep task and store thread: what they cost when idle.
     cpu0, wall0 = time.process_time(), time.perf_counter()
     await asyncio.sleep(spec["idle_s"])
@@ -154,6 +162,7 @@ async def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         "cold_ms": _summary(total),
         "cold_get_ms": _summary(get_ms),
         "cold_first_rank_ms": _summary(first_ms),
+        "cold_again_ms": _summary(again_ms),
         "catalog_embed_ms": _summary(embed_ms),
         "warm_ms": _summary(warm_ms),
     }
