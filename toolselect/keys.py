@@ -93,6 +93,7 @@ ROUTE_ROLES: Mapping[tuple[str, str], Role] = {
     ("POST", "/v1/keys"): "admin",
     ("GET", "/v1/keys"): "admin",
     ("DELETE", "/v1/keys/{id}"): "admin",
+    ("GET", "/v1/whoami"): "agent",
 }
 # Routes outside `/v1/*` that never need a key (the dashboard's files hold no data); `/metrics`
 # needs an editor key when `TOOLSELECT_METRICS_AUTH` is set and keys are on, and shows a key's

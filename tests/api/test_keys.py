@@ -233,6 +233,23 @@ async def test_the_caller_and_the_tenant_header(
     assert (await error_of(bad, 422))["field"] == "X-Toolselect-Tenant"
 
 
+async def test_whoami_answers_any_key_its_tenant_role_and_id(
+    sqlite: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """`GET /v1/whoami`: an agent key of team-a learns its tenant, role and id (and nothing of
+    any key's secret); a configured key is `config:1`, an admin of `default`, acting on the
+    tenant it names; without a key it is 401."""
+    client, _ = await sqlite.serve(aiohttp_client, api_keys=(ADMIN,))
+    made = await create(client, "team-a", "agent")
+    resp = await client.get("/v1/whoami", headers=bearer(made["key"]))
+    assert resp.status == 200
+    assert await resp.json() == {"tenant": "team-a", "role": "agent", "key_id": made["id"]}
+    resp = await client.get("/v1/whoami", headers=bearer(ADMIN, "team-b"))
+    assert await resp.json() == {"tenant": "team-b", "role": "admin", "key_id": "config:1"}
+    await error_of(await client.get("/v1/whoami"), 401)
+    await error_of(await client.get("/v1/whoami", headers=bearer(made["key"], "team-b")), 403)
+
+
 async def test_without_keys_everything_stays_open(
     sqlite: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:
@@ -242,6 +259,8 @@ async def test_without_keys_everything_stays_open(
     client = spy.client
     assert (await client.post("/v1/rank", json=RANK)).status == 200
     assert spy.seen[-1] == Caller("default", "admin", None)
+    whoami = await (await client.get("/v1/whoami")).json()
+    assert whoami == {"tenant": "default", "role": "admin"}  # no key id: there is no key
     assert (await client.post("/v1/rank", json=RANK, headers=bearer("anything"))).status == 200
     assert (await client.get("/v1/keys", headers={"X-Toolselect-Tenant": "t"})).status == 200
     assert spy.seen[-1] == Caller("t", "admin", None)

@@ -82,6 +82,8 @@ def test_create_list_and_revoke_a_key(keyed_server: LiveServer) -> None:
         assert made.key not in repr(listed)
         with Client(keyed_server.url, api_key=made.key, retries=0) as agent:
             assert agent.rank(WEATHER, k=1).results[0].tool == "get_weather"
+            me = agent.whoami()
+            assert (me.tenant, me.role, me.key_id) == ("default", "agent", made.id)
             assert admin.revoke_key(made.id) is True
             with pytest.raises(ApiError) as refused:
                 agent.rank(WEATHER, k=1)
@@ -103,6 +105,7 @@ async def test_key_methods_of_the_async_client(keyed_server: LiveServer) -> None
             await admin.create_key("team-b", "owner")
         assert bad.value.field == "role"
         async with AsyncClient(keyed_server.url, api_key=made.key, retries=0) as agent:
+            assert (await agent.whoami()).tenant == "team-b"
             with pytest.raises(ApiError) as forbidden:
                 await agent.list_keys()
         assert (forbidden.value.status, forbidden.value.code) == (403, "forbidden")

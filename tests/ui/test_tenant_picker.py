@@ -36,11 +36,10 @@ window.fetch = (path, init) => {
   return fetched(path, init);
 };
 """
-# The refused requests the page itself causes: no key yet (401), the editor's admin check (403);
-# and the icon of /healthz, opened to clear the tab's storage.
+# The refused requests the page itself causes: no key yet (401), and the icon of /healthz,
+# opened to clear the tab's storage. (A non-admin key is never sent to the admins' /v1/keys.)
 REFUSED = (
     "/v1/analytics - Failed to load resource",
-    "/v1/keys - Failed to load resource",
     "/favicon.ico - Failed to load resource",
 )
 
@@ -146,16 +145,18 @@ def _shows(driver: Chrome, tenant: str) -> None:
 def test_an_editor_sees_its_own_tenant_and_no_picker(
     recorded: Chrome, tenants: tuple[LiveServer, dict[str, str]]
 ) -> None:
-    """An editor key of team-a reads team-a's catalog and turns only; it gets no picker and no
-    tenant line, and none of its requests names a tenant."""
+    """An editor key of team-a reads team-a's catalog and turns only; the header names team-a
+    (`GET /v1/whoami`), it gets no picker, never asks the admins' `/v1/keys`, and none of its
+    requests names a tenant."""
     server, editors = tenants
     _use_key(recorded, server.url, editors["team-a"])
     _shows(recorded, "team-a")
     assert not recorded.find_element(By.ID, "tenant-form").is_displayed()
-    assert not recorded.find_element(By.ID, "tenant-shown").is_displayed()
+    assert recorded.find_element(By.ID, "tenant-shown").text == "tenant: team-a"
     assert recorded.execute_script("return sessionStorage.getItem('toolselect.tenant')") is None
     sent = _sent(recorded)
-    assert "/v1/keys" in [r["path"] for r in sent]  # asked, refused 403
+    assert "/v1/whoami" in [r["path"] for r in sent]
+    assert "/v1/keys" not in [r["path"] for r in sent]
     assert [r["path"] for r in sent if HEADER in r["headers"]] == []
     assert console_errors(recorded, expected=REFUSED) == []
 
@@ -188,7 +189,9 @@ def test_an_admin_picks_a_tenant(
     assert recorded.find_element(By.ID, "tenant-shown").text == "tenant: team-b"
     sent = _sent(recorded)
     assert {"/v1/tools", "/v1/analytics/misroute_rate", "/v1/keys"} <= {r["path"] for r in sent}
-    assert [r["headers"].get(HEADER) for r in sent] == ["team-b"] * len(sent)
+    # Every request names team-b, but whoami, which asks as the key itself.
+    named = [r["headers"].get(HEADER) for r in sent if r["path"] != "/v1/whoami"]
+    assert named == ["team-b"] * (len(sent) - 1)
     screenshot(recorded, "tenant-team-b-1280")
     # At a phone's width the picker and the tenant line wrap instead of widening the page.
     recorded.execute_cdp_cmd(
@@ -207,7 +210,8 @@ def test_an_admin_picks_a_tenant(
     _shows(recorded, "team-a")
     assert recorded.find_element(By.ID, "tenant-shown").text == "tenant: team-a"
     sent = _sent(recorded)
-    assert sent and [r["headers"].get(HEADER) for r in sent] == ["team-a"] * len(sent)
+    named = [r["headers"].get(HEADER) for r in sent if r["path"] != "/v1/whoami"]
+    assert named and named == ["team-a"] * len(named)
 
     # Kept like the key (the tab's session storage): a reload shows team-a again.
     recorded.refresh()
@@ -239,5 +243,6 @@ def test_an_admin_picks_a_tenant(
     wait_for(recorded, LOADED)
     _shows(recorded, "team-b")
     assert not recorded.find_element(By.ID, "tenant-form").is_displayed()
+    assert recorded.find_element(By.ID, "tenant-shown").text == "tenant: team-b"
     assert [r["path"] for r in _sent(recorded) if HEADER in r["headers"]] == []
     assert console_errors(recorded, expected=REFUSED) == []

@@ -63,3 +63,18 @@ class KeyList(_Strict):
 class KeyRevoked(_Strict):
     id: str
     revoked: bool
+
+
+class Whoami(_Strict):
+    """The caller of `GET /v1/whoami`: what its key is, and the tenant the request acts on."""
+
+    tenant: str = Field(
+        description="The tenant the request acts on: the key's, or the one an admin names with "
+        "`X-Toolselect-Tenant`."
+    )
+    role: Role
+    key_id: str | None = Field(
+        default=None,
+        description="The key's id (`config:N` for the N-th of `TOOLSELECT_API_KEYS`); absent "
+        "while no key exists at all.",
+    )

@@ -1,5 +1,5 @@
 """The admin routes that manage API keys at run time: create (the key is shown once), list and
-revoke. Keys are written to the store, which every replica's upkeep reads within its poll
+revoke; and `whoami`, which any key may ask about itself. Keys are written to the store, which every replica's upkeep reads within its poll
 interval (`Service.reload_keys`); this process's registry takes the change at once."""
 
 from __future__ import annotations
@@ -55,7 +55,15 @@ async def revoke_key(request: web.Request) -> web.Response:
     return json_response(km.KeyRevoked(id=key_id, revoked=True))
 
 
+async def whoami(request: web.Request) -> web.Response:
+    """`GET /v1/whoami`: the caller's tenant, role and key id, for any role (a dashboard shows
+    whose data it reads, and offers a tenant picker only to an admin)."""
+    caller = request[CALLER]
+    return json_response(km.Whoami(tenant=caller.tenant, role=caller.role, key_id=caller.key_id))
+
+
 def add_key_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/whoami", whoami)
     app.router.add_post("/v1/keys", create_key)
     app.router.add_get("/v1/keys", list_keys)
     app.router.add_delete("/v1/keys/{id}", revoke_key)

@@ -40,6 +40,7 @@ _OPERATIONS: tuple[
     ("post", "/v1/keys", "Create an API key (the answer is the one time it is shown)", km.KeyCreateRequest, 201, km.KeyCreated, (), ()),
     ("get", "/v1/keys", "List API keys, of every tenant or one (never a key itself)", None, 200, km.KeyList, (), ("tenant",)),
     ("delete", "/v1/keys/{id}", "Revoke an API key", None, 200, km.KeyRevoked, ("id",), ()),
+    ("get", "/v1/whoami", "The caller: its tenant, role and key id (any role)", None, 200, km.Whoami, (), ()),
     ("get", "/healthz", "Process alive", None, 200, m.Health, (), ()),
     ("get", "/readyz", "Store reachable and catalog loaded", None, 200, m.Health, (), ()),
 )  # fmt: skip

@@ -207,6 +207,11 @@ class AsyncClient:
         """What the learning loop chose from its labels (`GET /v1/analytics/learning`)."""
         return await self.call("GET", "/v1/analytics/learning", m.LearningFit)
 
+    async def whoami(self) -> km.Whoami:
+        """This client's key: its tenant (or the one it acts on), role and id (`GET
+        /v1/whoami`, any role)."""
+        return await self.call("GET", "/v1/whoami", km.Whoami)
+
     # -- keys (an admin key's) -------------------------------------------------------------
 
     async def create_key(self, tenant: str, role: str, *, name: str | None = None) -> km.KeyCreated:

@@ -148,6 +148,10 @@ class Client:
         """What the learning loop chose from its labels."""
         return self._run(self._async.learning())
 
+    def whoami(self) -> km.Whoami:
+        """This client's key: its tenant (or the one it acts on), role and id."""
+        return self._run(self._async.whoami())
+
     def create_key(self, tenant: str, role: str, *, name: str | None = None) -> km.KeyCreated:
         """A new API key (an admin key's call); the answer's `key` is shown this once."""
         return self._run(self._async.create_key(tenant, role, name=name))

@@ -73,8 +73,7 @@ const ORDER = Object.keys(ANALYSES);
 // (the PNG charts use the same colours: toolselect/analytics/charts.py, TIER_COLOURS).
 const TIERS = { ranker: "s0", usage: "s3", teacher: "s1", feedback: "s2" };
 
-// admin: whether the key may act on any tenant (GET /v1/keys answered 200: true, 403: false;
-// null until asked); ownTenant: the tenant the key acts on without the header; loads: counts
+// admin: whether the key may act on any tenant (its role by GET /v1/whoami; null until asked); ownTenant: the tenant the key acts on without the header; loads: counts
 // calls of load() so that only the latest one draws (a quick tenant switch must not end up
 // showing the earlier tenant's data).
 const state = { tools: [], counts: new Map(), redraw: [], admin: null, ownTenant: DEFAULT_TENANT, tenants: [], loads: 0 };
@@ -104,11 +103,11 @@ function chosenTenant() {
 }
 
 // The one place requests are built: the key, and the chosen tenant once the key is known to be
-// an admin's (a non-admin key never sends the header).
-async function api(method, path, body) {
+// an admin's (a non-admin key never sends the header; `asKey` asks as the key's own tenant).
+async function api(method, path, body, asKey = false) {
   const headers = { Accept: "application/json" };
   if (apiKey()) headers.Authorization = "Bearer " + apiKey();
-  if (state.admin === true && chosenTenant()) headers[TENANT_HEADER] = chosenTenant();
+  if (!asKey && state.admin === true && chosenTenant()) headers[TENANT_HEADER] = chosenTenant();
   const init = { method, headers };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
@@ -658,22 +657,26 @@ async function refreshCounts() {
 
 // --- the tenant ----------------------------------------------------------------------------------
 
-// Whether the key is an admin's, and the tenants it may pick: those of the listed keys, its own
-// (a stored key is found by its prefix; TOOLSELECT_API_KEYS keys and an open server act on
-// `default`) and `default`. Any answer but 200 or 403 leaves what is known as it was.
-async function checkAdmin() {
-  let listed;
+// Who the key is (GET /v1/whoami as the key itself: its own tenant and role), and for an admin
+// the tenants it may pick: `default`, its own and those of the listed keys. A failure but 401
+// leaves what is known as it was.
+async function whoIs() {
+  let me;
   try {
-    listed = await api("GET", "/v1/keys");
+    me = await api("GET", "/v1/whoami", undefined, true);
   } catch (err) {
-    if (err.status === 403) state.admin = false;
     if (err.status === 401) throw err;
     return;
   }
-  const prefix = apiKey().slice(0, 12);
-  const own = listed.keys.find((k) => !k.revoked_at && prefix && k.prefix === prefix);
-  state.admin = true;
-  state.ownTenant = own ? own.tenant : DEFAULT_TENANT;
+  state.admin = me.role === "admin";
+  state.ownTenant = me.tenant;
+  if (!state.admin) return;
+  let listed = { keys: [] };
+  try {
+    listed = await api("GET", "/v1/keys");
+  } catch (err) {
+    if (err.status === 401) throw err;
+  }
   state.tenants = [...new Set([DEFAULT_TENANT, state.ownTenant, ...listed.keys.map((k) => k.tenant)])].sort();
 }
 
@@ -685,9 +688,9 @@ function tenantPicker() {
   const admin = state.admin === true;
   if (state.admin === false) sessionStorage.removeItem(TENANT);
   $("#tenant-form").hidden = !admin;
-  $("#tenant-shown").hidden = !admin;
-  if (!admin) return;
+  $("#tenant-shown").hidden = state.admin === null;
   $("#tenant-name").textContent = shownTenant();
+  if (!admin) return;
   $("#tenant-names").replaceChildren(...state.tenants.map((t) => el("option", { value: t })));
   const input = $("#tenant");
   if (document.activeElement !== input) input.value = shownTenant();
@@ -763,7 +766,7 @@ async function load() {
   let index;
   try {
     index = await api("GET", "/v1/analytics");
-    await checkAdmin();
+    await whoIs();
   } catch (err) {
     if (!current()) return;
     if (err.status !== 401) setStatus(errorText(err), true);
