@@ -13,6 +13,7 @@ from toolselect.config import Settings
 from toolselect.embed import (
     CachedEmbedder,
     Embedder,
+    HashingEmbedder,
     RecentVectors,
     VectorCache,
     vector_cache_path,
@@ -116,10 +117,10 @@ def _tuner(
     )
 
 
-def _vector_cache(settings: Settings) -> VectorCache | None:
-    """The vectors kept on disk for tools and labels, unless off or the embedder is `hashing`
-    (which computes faster than it reads)."""
-    if not settings.vector_cache or settings.embedder_kind == "hashing":
+def _vector_cache(settings: Settings, embedder: Embedder) -> VectorCache | None:
+    """The vectors kept on disk for tools and labels: none when off, without a data folder (a
+    `Settings` built in code, not loaded) or for `hashing` (which computes faster than it reads)."""
+    if not settings.vector_cache or not settings.data_dir or isinstance(embedder, HashingEmbedder):
         return None
     return VectorCache(vector_cache_path(settings), max_entries=settings.vector_cache)
 
@@ -180,7 +181,7 @@ def compose(
         observed = CachedEmbedder(embedder, recent, keep_misses=False)
     ranker = build_ranker(settings)
     tuner = _tuner(settings, ranker, embedder, metrics, clock)
-    vectors = _vector_cache(settings)
+    vectors = _vector_cache(settings, embedder)
     index = LiveIndex(
         buffered,
         _catalog_embedder(embedder, vectors, metrics),
