@@ -265,7 +265,7 @@ def _default_data_dir(environ: Mapping[str, str]) -> str:
 
 FIELDS: tuple[Field, ...] = (
     Field("store", "TOOLSELECT_STORE", _str, "`neo4j` or `sqlite:PATH`; unset: Neo4j when `NEO4J_URI` is set, else the embedded store"),
-    Field("data_dir", "TOOLSELECT_DATA_DIR", _str, "folder of the embedded store and of `vectors.db`, where `toolselect select` keeps the dense vectors of the texts it embedded (by embedder id and SHA-256 of the text) between spawns, and of `models/`, where it keeps MiniLM's optimised graph (default `$XDG_DATA_HOME/toolselect`)"),
+    Field("data_dir", "TOOLSELECT_DATA_DIR", _str, "folder of the embedded store and of `vectors.db`, where `toolselect select` keeps the dense vectors of the texts it embedded (by embedder id and SHA-256 of the text) between spawns and a service those of its tools and labels (`TOOLSELECT_VECTOR_CACHE`), and of `models/`, where it keeps MiniLM's optimised graph (default `$XDG_DATA_HOME/toolselect`)"),
     Field("neo4j_uri", "NEO4J_URI", _str, "Bolt or Neo4j URI of the production store"),
     Field("neo4j_username", "NEO4J_USERNAME", _str, "Neo4j user"),
     Field("neo4j_password", "NEO4J_PASSWORD", _str, "Neo4j password (empty: no authentication)"),
