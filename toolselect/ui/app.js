@@ -73,9 +73,10 @@ const ORDER = Object.keys(ANALYSES);
 // (the PNG charts use the same colours: toolselect/analytics/charts.py, TIER_COLOURS).
 const TIERS = { ranker: "s0", usage: "s3", teacher: "s1", feedback: "s2" };
 
-// admin: whether the key may act on any tenant (its role by GET /v1/whoami; null until asked); ownTenant: the tenant the key acts on without the header; loads: counts
-// calls of load() so that only the latest one draws (a quick tenant switch must not end up
-// showing the earlier tenant's data).
+// admin: whether the key may act on any tenant (its role by GET /v1/whoami; null until asked);
+// ownTenant: the tenant the key acts on without the header; loads: counts calls of load() so
+// that only the latest one draws (a quick tenant switch must not end up showing the earlier
+// tenant's data).
 const state = { tools: [], counts: new Map(), redraw: [], admin: null, ownTenant: DEFAULT_TENANT, tenants: [], loads: 0 };
 // Moved into the analyses' grid on each load, so it is held here rather than looked up.
 const learningEl = document.getElementById("card-learning");
