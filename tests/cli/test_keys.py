@@ -4,6 +4,9 @@ and a running `toolselect serve` taking their changes within its poll interval."
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import run, serving
+from tests.mcp.test_readme import command_lines
 from tests.services import cli_env
 from toolselect.api.server import check_bind
 from toolselect.config import Settings
@@ -120,3 +124,53 @@ def test_a_public_bind_accepts_stored_keys(tmp_path: Path) -> None:
     check_bind(settings.override(api_keys=("k",)), insecure=False)
     create(cli_env(db), "--tenant", "default", "--role", "admin")
     check_bind(settings, insecure=False)
+
+
+README_ID = "3f9c0d12ab47"  # the key id the README's examples show
+
+
+def test_the_readme_key_commands_run_as_written(env: dict[str, str], server: str) -> None:
+    """Every `toolselect keys` and `curl` command of README's "Operating for several teams",
+    as written (comments dropped; its example id, `$ADMIN_KEY` and `localhost:8080` standing
+    for this run's), against a store and a running server: each exits 0 and answers what the
+    README says it does."""
+    section = "Operating for several teams"
+    admin = create(env, "--tenant", "default", "--role", "admin")["key"]
+    _becomes(server, admin, 200)
+    shell = {**env, "ADMIN_KEY": admin}
+    made: dict[str, str] = {}  # the last key a command created: the one the next revokes
+
+    def as_written(line: str) -> str:
+        line = re.sub(r"\s+#.*$", "", line)  # the README's comments
+        line = line.replace("localhost:8080", server.removeprefix("http://"))
+        return line.replace(README_ID, made["id"]) if made else line
+
+    keys = command_lines(section, "toolselect")
+    assert [line.split()[:3] for line in keys] == [["toolselect", "keys", word] for word in
+                                                   ("create", "list", "list", "revoke")]  # fmt: skip
+    for line in keys:
+        done = run(shlex.split(as_written(line))[1:], env)
+        assert done.returncode == 0, (line, done.stderr)
+        if line.split()[2] == "create":
+            made = json.loads(done.stdout)
+            assert (made["tenant"], made["role"], made["name"]) == ("team-a", "agent", "ci")
+        if line.split()[2] == "revoke":
+            assert json.loads(done.stdout) == {"id": made["id"], "revoked": True}
+    first = made["id"]
+    curls = command_lines(section, "curl")
+    assert len(curls) == 3 and curls[0].split()[1:3] == ["-X", "POST"]
+    answers = []
+    for line in curls:
+        done = subprocess.run(
+            ["bash", "-c", as_written(line) + " --fail-with-body --silent --show-error"],
+            env=shell, capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, (line, done.stdout, done.stderr)
+        answers.append(json.loads(done.stdout))
+        if "key" in answers[-1]:
+            made = answers[-1]
+    created, listed, revoked = answers
+    assert created["key"].startswith("tsk_") and created["tenant"] == "team-a"
+    assert {k["id"] for k in listed["keys"]} == {first, created["id"]}
+    assert revoked == {"id": created["id"], "revoked": True}
+    _becomes(server, created["key"], 401)

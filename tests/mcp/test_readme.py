@@ -32,10 +32,12 @@ def block(marker: str) -> str:
 
 
 def command_lines(section: str, program: str) -> list[str]:
-    """Every `program ...` line inside ```sh blocks of the README section titled `section`."""
+    """Every `program ...` command inside ```sh blocks of the README section titled `section`
+    (a command continued with a trailing backslash joined into one line)."""
     text = README.read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
-    return [line for b in blocks for line in b.splitlines() if line.startswith(program + " ")]
+    lines = (line for b in blocks for line in b.replace("\\\n", " ").splitlines())
+    return [line for line in lines if line.startswith(program + " ")]
 
 
 @pytest.fixture
