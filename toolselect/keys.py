@@ -30,6 +30,7 @@ import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from toolselect.errors import InvalidInput
@@ -61,6 +62,7 @@ __all__ = [
     "mcp_rule",
     "new_key",
     "required_role",
+    "tenant_file",
 ]
 
 ROLES: tuple[Role, ...] = get_args(Role)
@@ -155,6 +157,15 @@ def check_tenant(tenant: object, field: str = "tenant") -> str:
             f"expected a tenant id matching {TENANT_PATTERN}, got {_shown(tenant)}", field
         )
     return tenant
+
+
+def tenant_file(path: Path, tenant: str) -> Path:
+    """The file of `tenant`'s data (a SQLite store, a spool) given the configured path: the
+    `default` tenant's is the path itself (so a file made before tenants is `default`'s), tenant
+    `t`'s is `<stem>.tenant-<t><suffix>` beside it; `:memory:` stays (each opener has its own)."""
+    if tenant == DEFAULT_TENANT or str(path) == ":memory:":
+        return path
+    return path.with_name(f"{path.stem}.tenant-{check_tenant(tenant)}{path.suffix}")
 
 
 def _shown(value: object) -> str:

@@ -19,9 +19,9 @@ from tests.services import ClientFactory, ServiceFactory
 from toolselect.analytics.registry import LEARNING, NAMES
 from toolselect.api.http import TENANTS
 from toolselect.clock import utc_now
-from toolselect.keys import new_key
+from toolselect.keys import new_key, tenant_file
 from toolselect.records import Tool
-from toolselect.service import TenantServices, tenant_spool
+from toolselect.service import TenantServices
 from toolselect.store.factory import open_store
 
 A, B = "team-a", "team-b"
@@ -220,7 +220,7 @@ async def test_an_idle_tenant_is_closed_and_starts_again_with_its_data(
         ]
         await tenants.get(B)  # beyond one live tenant: A, the least recently used, goes
         assert tenants.live == [B]
-        assert tenant_spool(service.settings.spool_path, B).name.endswith(
+        assert tenant_file(service.settings.spool_path, B).name.endswith(
             f".tenant-{B}{service.settings.spool_path.suffix}"
         )
     finally:

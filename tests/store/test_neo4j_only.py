@@ -16,6 +16,7 @@ from typing import Any
 import neo4j
 import pytest
 import pytest_asyncio
+from structlog.testing import capture_logs
 
 from tests.neo4j_server import Neo4jServer
 from toolselect.errors import InvalidInput, NotFound, StoreError, StoreUnavailable
@@ -526,3 +527,31 @@ async def test_retention_evicts_oldest_and_tombstones_them(
         driver, "neo4j", "MATCH (ts:ExemplarTombstone) RETURN ts.query_norm AS q, ts.version AS v"
     )
     assert tomb == [{"q": "q0", "v": 4}]
+
+
+async def test_tenant_stores_share_the_driver_and_migrate_the_schema_once(
+    neo4j_server: Neo4jServer,
+) -> None:
+    """`for_tenant` stores run on the first store's driver: their `migrate` runs no schema
+    statement once it ran (only their own state record), each sees its own data, and closing
+    one leaves the driver, and the others, working; closing the first closes the driver."""
+    first = await connect_neo4j(
+        neo4j_server.uri, neo4j_server.username, neo4j_server.password, neo4j_server.database
+    )
+    with capture_logs() as logs:
+        await first.migrate()
+        team = first.for_tenant("team-a")
+        await team.migrate()
+    statements = [e["statements"] for e in logs if e["event"] == "neo4j_migrated"]
+    assert statements[0] > 0 and statements[1] == 0
+    assert team.tenant == "team-a" and team.uri == first.uri
+    await team.upsert_tools([Tool("search_a", "only team-a's")])
+    assert "search_a" not in {t.name for t in await first.list_tools()}
+    await team.close()
+    await first.ping()
+    other = first.for_tenant("team-b")
+    await other.migrate()
+    assert await other.list_tools() == []
+    await first.close()
+    with pytest.raises(StoreError):
+        await other.ping()

@@ -8,7 +8,7 @@ from toolselect.service.learning import LearningFacade
 from toolselect.service.parts import Parts, build_teacher, compose
 from toolselect.service.ranking import RankingFacade
 from toolselect.service.root import Service
-from toolselect.service.tenants import TenantServices, tenant_spool
+from toolselect.service.tenants import TenantServices
 
 __all__ = [
     "IMPORT_BATCH",
@@ -22,5 +22,4 @@ __all__ = [
     "TenantServices",
     "build_teacher",
     "compose",
-    "tenant_spool",
 ]

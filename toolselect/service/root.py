@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from pathlib import Path
 
 import structlog
 from threadpoolctl import threadpool_limits
@@ -20,11 +19,10 @@ from threadpoolctl import threadpool_limits
 from toolselect.catalog import load_demo_catalog
 from toolselect.clock import Clock, utc_now
 from toolselect.config import Settings
-from toolselect.embed import Embedder, embedder_for
+from toolselect.embed import embedder_for
 from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
-from toolselect.keys import DEFAULT_TENANT
+from toolselect.keys import DEFAULT_TENANT, tenant_file
 from toolselect.metrics import Metrics
-from toolselect.oracle.budget import Budget
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
 from toolselect.store.factory import open_store
@@ -65,19 +63,17 @@ class Service:
         clock: Clock = utc_now,
         load_progress: Progress | None = None,
         tenant: str = DEFAULT_TENANT,
-        embedder: Embedder | None = None,
-        spool_path: Path | None = None,
-        teacher_cap: Budget | None = None,
+        beside: Service | None = None,
     ) -> Service:
         """Open the adapters, compose the parts, then load the catalog and exemplars.
 
         With `wait_for_store` (the server), an unreachable store does not stop the start: the
         service answers `not_ready` and keeps connecting in the background; otherwise (the CLI)
         `StoreUnavailable` is raised at once. `load_progress` hears of the catalog's embedding.
-        `tenant` names whose store to open (`TenantServices` starts the others), `embedder` one
-        already loaded to share (this service then does not close it), `spool_path` the spool
-        file when not `settings.spool_path`, `teacher_cap` the process's global teacher budget
-        when another service made it.
+        `tenant` names whose store and spool file (`keys.tenant_file`) to open; `beside` is the
+        process's `default` service when `TenantServices` starts another tenant's, which then
+        shares its embedder (the model loaded once; closed by its owner), its metrics registry
+        (labelled with this tenant), its global teacher budget and its Neo4j driver.
         """
         # One BLAS thread: ranking is a small matrix-vector product, where a second thread buys
         # nothing at the median and multiplies the p99 whenever the other core is busy.
@@ -89,30 +85,37 @@ class Service:
                 opener,
                 partial(
                     Spool.open,
-                    spool_path or settings.spool_path,
+                    tenant_file(settings.spool_path, tenant),
                     max_bytes=settings.spool_max_bytes,
                 ),
             )
         if any(spool.depth.values()):
             log.info("spool_pending_at_start", spool=spool.path, **spool.depth)
         try:
-            store = await open_store(settings, verify=not wait_for_store, tenant=tenant)
+            store = await open_store(
+                settings,
+                verify=not wait_for_store,
+                tenant=tenant,
+                beside=beside.store.inner if beside is not None else None,
+            )
         except BaseException:
             spool.close()
             raise
+        if beside is not None:
+            metrics = beside.metrics.for_tenant(tenant)
         parts = compose(
             settings,
             store,
-            embedder or embedder_for(settings),
+            beside.embedder if beside is not None else embedder_for(settings),
             metrics=metrics,
             teacher=build_teacher(settings),
             spool=spool,
             clock=clock,
             load_progress=load_progress,
-            teacher_cap=teacher_cap,
+            teacher_cap=beside.oracle.budget.cap if beside is not None else None,
         )
         service = cls(parts)
-        service._owns_embedder = embedder is None
+        service._owns_embedder = beside is None
         try:
             try:
                 await service.connect()

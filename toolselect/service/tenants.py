@@ -2,10 +2,10 @@
 
 `TenantServices` holds the `default` tenant's `Service` (started as the server always started
 it: it also holds the API keys, the metrics and the settings) and starts another tenant's on
-its first request, over that tenant's store (`open_store(settings, tenant=...)`) with a spool
-file of its own (`tenant_spool`), sharing the default service's embedder (the model is loaded
-once), the `Metrics` registry (each its own `tenant` label), the global teacher budget and the
-settings. One start per tenant at a time (a lock per tenant); at most
+its first request (`Service.start(tenant=..., beside=default)`), over that tenant's store and
+spool file (`keys.tenant_file`), sharing the default service's embedder (the model is loaded
+once), the `Metrics` registry (each its own `tenant` label), the global teacher budget, the
+Neo4j driver (one connection pool, the schema migrated once) and the settings. One start per tenant at a time (a lock per tenant); at most
 `TOOLSELECT_TENANTS_LIVE` other tenants live at once (the least recently used is closed beyond
 it), and a tenant unused for `TOOLSELECT_TENANT_IDLE` seconds is closed by a background sweep.
 A closed tenant's data stays in its store; its next request starts it again. Neither the sweep
@@ -20,7 +20,6 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import structlog
 
@@ -31,14 +30,6 @@ from toolselect.metrics import Metrics
 from toolselect.service.root import Service
 
 log = structlog.get_logger("toolselect.service")
-
-
-def tenant_spool(path: Path, tenant: str) -> Path:
-    """The spool file of `tenant`: `path` itself for `default`, `<stem>.tenant-<t><suffix>`
-    beside it for any other."""
-    if tenant == DEFAULT_TENANT:
-        return path
-    return path.with_name(f"{path.stem}.tenant-{tenant}{path.suffix}")
 
 
 class TenantServices:
@@ -119,14 +110,7 @@ class TenantServices:
         # Each tenant its own search log (ids never cross tenants), of its own smaller bound.
         settings = self.settings.override(searches_kept=self.settings.tenant_searches_kept)
         service = await Service.start(
-            settings,
-            metrics=self.default.metrics.for_tenant(tenant),
-            wait_for_store=True,
-            clock=self._clock,
-            tenant=tenant,
-            embedder=self.default.embedder,
-            spool_path=tenant_spool(settings.spool_path, tenant),
-            teacher_cap=self.default.oracle.budget.cap,
+            settings, wait_for_store=True, clock=self._clock, tenant=tenant, beside=self.default
         )
         self._live[tenant] = service
         self._used[tenant] = self._now()

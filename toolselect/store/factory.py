@@ -9,14 +9,19 @@ from toolselect.store.port import Store
 
 
 async def open_store(
-    settings: Settings, *, verify: bool = True, tenant: str = DEFAULT_TENANT
+    settings: Settings,
+    *,
+    verify: bool = True,
+    tenant: str = DEFAULT_TENANT,
+    beside: Store | None = None,
 ) -> Store:
     """The configured store of `tenant` (not yet migrated); `StoreUnavailable` names the URI and
     cause. A deployment without tenants uses `default`, whose data is where it always was (the
     SQLite file itself; the Neo4j nodes `migrate()` gives tenant `default`).
 
     With `verify=False` a Neo4j store is returned without contacting the server, so a service
-    can start before its database and connect when it comes up.
+    can start before its database and connect when it comes up. `beside` is another tenant's
+    open store: a Neo4j store of `tenant` then shares its driver (`Neo4jStore.for_tenant`).
     """
     retention = Retention(
         per_tool=settings.exemplars_per_tool,
@@ -24,8 +29,10 @@ async def open_store(
         max_age_days=settings.exemplar_max_age_days,
     )
     if settings.store_kind == "neo4j":
-        from toolselect.store.neo4j.store import connect_neo4j
+        from toolselect.store.neo4j.store import Neo4jStore, connect_neo4j
 
+        if isinstance(beside, Neo4jStore):
+            return beside.for_tenant(tenant)
         return await connect_neo4j(
             settings.neo4j_uri,
             settings.neo4j_username,

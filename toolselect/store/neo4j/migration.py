@@ -10,11 +10,32 @@ Driver errors are translated by the caller.
 
 from __future__ import annotations
 
+import asyncio
+
 from neo4j import AsyncDriver
 
 from toolselect.keys import DEFAULT_TENANT
 from toolselect.store.neo4j import cypher
 from toolselect.store.neo4j.tx import q, query_key
+
+
+class Once:
+    """Whether this process migrated the database yet: once for all the stores that share a
+    driver (`Neo4jStore.for_tenant`), not once per tenant's start."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self._lock = asyncio.Lock()
+
+    async def migrate(self, driver: AsyncDriver, database: str, *, again: bool) -> int:
+        """`migrate` unless done already (or `again`: the driver's own store, at each of its
+        starts); the schema statements run (0 when done)."""
+        async with self._lock:
+            if self.ready and not again:
+                return 0
+            count = await migrate(driver, database)
+            self.ready = True
+            return count
 
 
 async def migrate(driver: AsyncDriver, database: str) -> int:

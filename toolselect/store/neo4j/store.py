@@ -89,9 +89,9 @@ def _exemplar(props: Mapping[str, Any], tool: str) -> Exemplar:
 
 
 class Neo4jStore:
-    """`Store` on a Neo4j 5 database (Community or Enterprise, single server, cluster or Aura),
-    for one tenant (`toolselect.keys.TENANT_PATTERN`): several stores of different tenants may
-    share one driver and database and never see each other's data."""
+    """`Store` on a Neo4j 5 database (Community or Enterprise, server, cluster or Aura) for one
+    tenant; the stores of other tenants share its driver (`for_tenant`: one connection pool,
+    the schema migrated once) and never see each other's data."""
 
     def __init__(
         self,
@@ -109,6 +109,22 @@ class Neo4jStore:
         self._uri = without_credentials(uri)
         self._retention = retention
         self._clock = clock
+        self._schema = migration.Once()
+        self._owns_driver = True
+
+    def for_tenant(self, tenant: str) -> Neo4jStore:
+        """`tenant`'s store on this one's driver (closed by this one) and migrated schema."""
+        other = Neo4jStore(
+            self._driver,
+            self._database,
+            uri=self._uri,
+            retention=self._retention,
+            clock=self._clock,
+            tenant=tenant,
+        )
+        other._schema = self._schema
+        other._owns_driver = False
+        return other
 
     @property
     def uri(self) -> str:
@@ -155,7 +171,9 @@ class Neo4jStore:
         """Migrate old data (to tenant `default`), create constraints, indexes and this tenant's
         state record; idempotent (`migration`)."""
         with translated(self._uri):
-            count = await migration.migrate(self._driver, self._database)
+            count = await self._schema.migrate(
+                self._driver, self._database, again=self._owns_driver
+            )
         await self._write(lock_meta)
         log.info(
             "neo4j_migrated",
@@ -174,8 +192,9 @@ class Neo4jStore:
         return StoreState(int(row["catalog_version"]), int(row["exemplar_version"]))
 
     async def close(self) -> None:
-        with translated(self._uri):
-            await self._driver.close()
+        if self._owns_driver:
+            with translated(self._uri):
+                await self._driver.close()
 
     # --- tools ------------------------------------------------------------------------------
 

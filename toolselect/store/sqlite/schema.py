@@ -1,4 +1,4 @@
-"""The SQLite store's file: which file holds a tenant's data (`tenant_path`), its tables, how
+"""The SQLite store's file: its tables, how
 times are written in them, and the transaction and version-counter primitives every operation of
 the store runs on.
 
@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from toolselect.errors import StoreError, StoreUnavailable
-from toolselect.keys import DEFAULT_TENANT, check_tenant
 from toolselect.records import utc
 from toolselect.store.sqlite.sessions import SCHEMA as SESSIONS_SCHEMA
 
@@ -95,15 +94,6 @@ def translate(exc: sqlite3.Error, path: Path) -> StoreError:
     ):
         return StoreUnavailable(f"sqlite store {path} is unavailable: {text}")
     return StoreError(f"sqlite store {path} refused the operation: {text}")
-
-
-def tenant_path(path: Path, tenant: str) -> Path:
-    """The file of `tenant`'s data, given the configured path: the `default` tenant's is the
-    path itself (so a file made before tenants is the `default` tenant's), tenant `t`'s is
-    `<stem>.tenant-<t><suffix>` beside it; `:memory:` stays (each store has its own)."""
-    if tenant == DEFAULT_TENANT or str(path) == ":memory:":
-        return path
-    return path.with_name(f"{path.stem}.tenant-{check_tenant(tenant)}{path.suffix}")
 
 
 def create(conn: sqlite3.Connection) -> None:

@@ -5,7 +5,7 @@ never block the event loop, and the single writer serialises writes: versions ar
 `BEGIN IMMEDIATE` transactions and so stay monotonic (also across processes sharing the file).
 The records and their semantics are the Neo4j store's; `tests/store` runs one suite on both.
 
-Tenants are isolated physically: one file per tenant (`tenant_path`). The `default` tenant's is
+Tenants are isolated physically: one file per tenant (`keys.tenant_file`). The `default` tenant's is
 the configured path itself, so a file written before tenants existed is the `default` tenant's
 as it is; tenant `t` lives next to it in `<stem>.tenant-<t><suffix>` (`toolselect.db` ->
 `toolselect.tenant-acme.db`), and on `:memory:` every store has a private database anyway. API
@@ -26,7 +26,7 @@ import structlog
 
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.errors import StoreError, StoreUnavailable
-from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row
+from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row, tenant_file
 from toolselect.names import normalise_query
 from toolselect.records import (
     AnalyticsResult,
@@ -61,7 +61,6 @@ from toolselect.store.sqlite.schema import (
     NO_STATE,
     bump,
     dt,
-    tenant_path,
     transaction,
     translate,
     ts,
@@ -120,7 +119,7 @@ def _tool(row: sqlite3.Row, packs: Sequence[str]) -> Tool:
 
 
 class SqliteStore:
-    """The `Store` of one tenant on a local SQLite file (`tenant_path` of `path`); one instance
+    """The `Store` of one tenant on a local SQLite file (`keys.tenant_file` of `path`); one instance
     per process and tenant is the intended use.
 
     `busy_timeout` is how long (seconds) a write waits for another process's lock before the
@@ -137,7 +136,7 @@ class SqliteStore:
         tenant: str = DEFAULT_TENANT,
     ) -> None:
         self._tenant = check_tenant(tenant)
-        self._path = tenant_path(Path(path), self._tenant)
+        self._path = tenant_file(Path(path), self._tenant)
         self._busy_timeout = busy_timeout
         self._retention = retention or Retention()
         self._clock = clock
