@@ -241,6 +241,15 @@ def _tenants(result: dict[str, Any]) -> str:
         hybrid_kb=f"{hybrid['kb_per_live_tenant']:,.0f}",
         hybrid_kb2=f"{hybrid['kb_per_live_tenant_second_half']:,.0f}",
     )
+    neo = result.get("neo4j")
+    if neo is not None:
+        reading += "\n\n" + _text(
+            "tenants_neo4j",
+            command=neo["command"],
+            tenants=neo["tenants"],
+            tools=neo["tools"],
+            cold=p50_95(neo["cold_ms"]),
+        )
     return _text(
         "tenants",
         reading=reading,

@@ -298,16 +298,80 @@ def throughput(duration: int, rounds: int) -> dict[str, Any]:
     }
 
 
+async def _neo4j_cold(tenants: int, tools: int) -> dict[str, Any]:
+    """Cold first requests on the Neo4j of `NEO4J_URI`: `tenants` tenants of `tools` tools each
+    (written first through their stores, under a prefix deleted afterwards), then each one's
+    `tenants.get` + first `ranking.search` in a `TenantServices` started here: the tenants share
+    the default store's driver and its migrated schema."""
+    import neo4j
+
+    from toolselect.config import load_settings
+    from toolselect.service import TenantServices
+    from toolselect.store.factory import open_store
+
+    prefix = f"bench{int(time.time())}"
+    names = [f"{prefix}-{i:03d}" for i in range(tenants)]
+    with tempfile.TemporaryDirectory(prefix="toolselect-neo4j-") as tmp:
+        env = {**os.environ, "TOOLSELECT_STORE": "neo4j", "TOOLSELECT_EMBEDDER": "hashing",
+               "TOOLSELECT_DATA_DIR": tmp, "TOOLSELECT_TEACHER": "none"}  # fmt: skip
+        settings = load_settings(env).override(query_cache=0)
+        base = await open_store(settings)
+        await base.migrate()
+        queries = {}
+        for i, name in enumerate(names):
+            store = await open_store(settings, tenant=name, beside=base)
+            await store.migrate()
+            catalog = synth_catalog(tools, seed=2_000 + i)
+            await store.upsert_tools(as_tools(catalog))
+            queries[name] = synth_queries(catalog, 1, seed=i)[0]
+        await base.close()
+        services = await TenantServices.start(settings)
+        cold_ms = []
+        try:
+            for name in names:
+                t0 = time.perf_counter()
+                await (await services.get(name)).ranking.search(queries[name])
+                cold_ms.append(1e3 * (time.perf_counter() - t0))
+        finally:
+            await services.close()
+    auth = (settings.neo4j_username, settings.neo4j_password) if settings.neo4j_password else None
+    async with (
+        neo4j.AsyncGraphDatabase.driver(settings.neo4j_uri, auth=auth) as driver,
+        driver.session(database=settings.neo4j_database) as session,
+    ):
+        # Auto-commit: `IN TRANSACTIONS` needs it.
+        done = await session.run(
+            "MATCH (n) WHERE n.tenant STARTS WITH $prefix "
+            "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 10000 ROWS",
+            prefix=prefix + "-",
+        )
+        await done.consume()
+    return {"tenants": tenants, "tools": tools, "cold_ms": _summary(cold_ms)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tenants", type=int, default=1_000, help="tenants in one process")
     parser.add_argument("--tools", type=int, default=100, help="tools per tenant (memory part)")
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per arm")
+    parser.add_argument(
+        "--neo4j", action="store_true", help="only the cold tenants on NEO4J_URI, into the results"
+    )
     parser.add_argument("--arm", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.arm:
         print(json.dumps(asyncio.run(_measure(json.loads(args.arm)))))
+        return 0
+    if args.neo4j:
+        configure_logging("warning")
+        saved = json.loads((RESULTS / "tenants.json").read_text())
+        saved["neo4j"] = asyncio.run(_neo4j_cold(50, args.tools))
+        saved["neo4j"]["command"] = (
+            f"NEO4J_URI=... python -m bench.tenants --neo4j --tools {args.tools}"
+        )
+        (RESULTS / "tenants.json").write_text(json.dumps(saved, indent=1) + "\n")
+        print(f"neo4j: {json.dumps(saved['neo4j'])}")
         return 0
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
