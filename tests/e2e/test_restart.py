@@ -133,6 +133,7 @@ async def test_a_restart_reads_the_catalogs_vectors_from_disk(services: ServiceF
     tenants = TenantServices(again)
     try:
         team = await tenants.get("team-a")
+        assert team.parts.vectors is again.parts.vectors is not None  # one file connection
         await team.catalog.upsert_tools(TOOLS)
         await tenants.close_tenant("team-a")
         team = await tenants.get("team-a")

@@ -1,6 +1,7 @@
 """The admin routes that manage API keys at run time: create (the key is shown once), list and
-revoke; and `whoami`, which any key may ask about itself. Keys are written to the store, which every replica's upkeep reads within its poll
-interval (`Service.reload_keys`); this process's registry takes the change at once."""
+revoke; and `whoami`, which any key may ask about itself. Keys are written to the store, which
+every replica's upkeep reads within its poll interval (`Service.reload_keys`); this process's
+registry takes the change at once."""
 
 from __future__ import annotations
 

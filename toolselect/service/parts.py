@@ -156,12 +156,14 @@ def compose(
     clock: Clock = utc_now,
     load_progress: Progress | None = None,
     teacher_cap: Budget | None = None,
+    vectors: VectorCache | None = None,
 ) -> Parts:
     """Build every part of a service from settings and the opened adapters; no I/O.
 
-    `teacher_cap` is the global teacher budget of the process (`TenantServices` hands the
-    `default` service's to every other tenant's); without it one is made when
-    `TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR` sets one."""
+    `teacher_cap` is the global teacher budget of the process and `vectors` its vector cache
+    (`TenantServices` hands the `default` service's to every other tenant's); without them they
+    are made from the settings (`TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR`,
+    `TOOLSELECT_VECTOR_CACHE`)."""
     metrics = metrics or Metrics()
     buffered = BufferedStore(store, spool=spool, metrics=metrics)
     # Queries (not tool texts: an import would flush them) go through recent vectors, so the
@@ -181,7 +183,7 @@ def compose(
         observed = CachedEmbedder(embedder, recent, keep_misses=False)
     ranker = build_ranker(settings)
     tuner = _tuner(settings, ranker, embedder, metrics, clock)
-    vectors = _vector_cache(settings, embedder)
+    vectors = vectors or _vector_cache(settings, embedder)
     index = LiveIndex(
         buffered,
         _catalog_embedder(embedder, vectors, metrics),

@@ -51,7 +51,7 @@ class Service:
         self.sessions = parts.sessions
         self.keys = parts.keys
         self._maintenance: asyncio.Task[None] | None = None
-        self._owns_embedder = True
+        self._owns_models = True
 
     @classmethod
     async def start(
@@ -72,8 +72,9 @@ class Service:
         `StoreUnavailable` is raised at once. `load_progress` hears of the catalog's embedding.
         `tenant` names whose store and spool file (`keys.tenant_file`) to open; `beside` is the
         process's `default` service when `TenantServices` starts another tenant's, which then
-        shares its embedder (the model loaded once; closed by its owner), its metrics registry
-        (labelled with this tenant), its global teacher budget and its Neo4j driver.
+        shares its embedder and vector cache (the model loaded once, one connection to the
+        file; closed by their owner), its metrics registry (labelled with this tenant), its
+        global teacher budget and its Neo4j driver.
         """
         # One BLAS thread: ranking is a small matrix-vector product, where a second thread buys
         # nothing at the median and multiplies the p99 whenever the other core is busy.
@@ -113,9 +114,10 @@ class Service:
             clock=clock,
             load_progress=load_progress,
             teacher_cap=beside.oracle.budget.cap if beside is not None else None,
+            vectors=beside.parts.vectors if beside is not None else None,
         )
         service = cls(parts)
-        service._owns_embedder = beside is None
+        service._owns_models = beside is None
         try:
             try:
                 await service.connect()
@@ -224,8 +226,8 @@ class Service:
         finally:
             if self.parts.teacher is not None:
                 await self.parts.teacher.aclose()
-            if self._owns_embedder:
+            if self._owns_models:  # the embedder and the vector cache, which `beside` shares
                 await self.parts.queries.close()  # the embedder too, when it is wrapped
-            if self.parts.vectors is not None:
-                self.parts.vectors.close()
+                if self.parts.vectors is not None:
+                    self.parts.vectors.close()
             await self.store.close()

@@ -1,6 +1,5 @@
-"""The SQLite store's file: its tables, how
-times are written in them, and the transaction and version-counter primitives every operation of
-the store runs on.
+"""The SQLite store's file: its tables, how times are written in them, and the transaction and
+version-counter primitives every operation of the store runs on.
 
 Functions here run on the store's worker thread, on the connection it owns.
 """

@@ -5,9 +5,9 @@ never block the event loop, and the single writer serialises writes: versions ar
 `BEGIN IMMEDIATE` transactions and so stay monotonic (also across processes sharing the file).
 The records and their semantics are the Neo4j store's; `tests/store` runs one suite on both.
 
-Tenants are isolated physically: one file per tenant (`keys.tenant_file`). The `default` tenant's is
-the configured path itself, so a file written before tenants existed is the `default` tenant's
-as it is; tenant `t` lives next to it in `<stem>.tenant-<t><suffix>` (`toolselect.db` ->
+Tenants are isolated physically: one file per tenant (`keys.tenant_file`). The `default`
+tenant's is the configured path itself, so a file written before tenants existed is the
+`default` tenant's as it is; tenant `t` lives next to it in `<stem>.tenant-<t><suffix>` (`toolselect.db` ->
 `toolselect.tenant-acme.db`), and on `:memory:` every store has a private database anyway. API
 keys are not a tenant's data: they live in the `default` tenant's file only.
 """
@@ -119,8 +119,8 @@ def _tool(row: sqlite3.Row, packs: Sequence[str]) -> Tool:
 
 
 class SqliteStore:
-    """The `Store` of one tenant on a local SQLite file (`keys.tenant_file` of `path`); one instance
-    per process and tenant is the intended use.
+    """The `Store` of one tenant on a local SQLite file (`keys.tenant_file` of `path`); one
+    instance per process and tenant is the intended use.
 
     `busy_timeout` is how long (seconds) a write waits for another process's lock before the
     call raises `StoreUnavailable`.
