@@ -41,9 +41,9 @@ import numpy as np
 from bench import RESULTS
 from bench.cache import Encoders
 from bench.learning import bench_service
+from bench.markdown import table
 from bench.multiturn import K, measures
 from bench.multiturn_data import Conversation, Dataset, Turn, load
-from bench.report_table import table
 from bench.stats import percentile
 from toolselect.config import Settings
 from toolselect.embed import Embedder
@@ -312,7 +312,7 @@ def sensitivity_table(result: dict[str, Any]) -> str:
 
 def section(result: dict[str, Any]) -> str:
     """The "Conversations" section of BENCHMARKS.md."""
-    from bench.report_table import prose
+    from bench.markdown import prose
 
     fits = []
     targets = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report_table import hand_written, pct, prose, table
+from bench.markdown import hand_written, pct, prose, table
 
 # What was tried on the loop and measured by hand (A/B runs of patched copies): prose that the
 # generated tables cannot carry, put after them verbatim.

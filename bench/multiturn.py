@@ -48,8 +48,8 @@ import numpy as np
 
 from bench import RESULTS
 from bench.cache import Encoders
+from bench.markdown import table
 from bench.multiturn_data import Conversation, Dataset, Turn, load
-from bench.report_table import table
 from toolselect.catalog import tool_text
 from toolselect.config import Settings
 from toolselect.ranker import CentroidRanker

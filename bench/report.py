@@ -17,8 +17,8 @@ from typing import Any
 
 from bench import RESULTS, ROOT
 from bench import learning_report as learning
+from bench.markdown import ms, pct, prose, table
 from bench.perf import report as perf
-from bench.report_table import ms, pct, prose, table
 
 # -- formatting ---------------------------------------------------------------------------------
 
@@ -170,25 +170,7 @@ THROUGHPUT_TARGETS = {"hashing, --workers 2": 0.50, "hybrid, --workers 2": 0.35}
 
 def _throughput(wrk: dict[str, Any]) -> str:
     """`bench.throughput`: each arm's median req/s and its share of the bare handler's."""
-    rows = []
-    for name, arm in wrk["arms"].items():
-        target = THROUGHPUT_TARGETS.get(name)
-        rows.append(
-            [name, f"{arm['rps']:.0f}", f"{100 * arm['ratio']:.1f}%", f"{arm['p50_ms']:.1f}",
-             f"{arm['non_2xx']:.0f}", "" if target is None else f">= {100 * target:.0f}%",
-             "" if target is None else ("yes" if arm["ratio"] >= target else "**no**")]
-        )  # fmt: skip
-    head = ["server", "req/s", "of bare", "p50 ms", "non-2xx", "target", "met"]
-    return _text(
-        "throughput",
-        command=wrk["command"],
-        wrk=wrk["wrk"],
-        tools=f"{wrk['tools']:,}",
-        connections=wrk["connections"],
-        baseline_workers=wrk["baseline_workers"],
-        load_end=_load(wrk["loadavg_end"]),
-        table=table(head, rows),
-    )
+    return _text("throughput", wrk=wrk, targets=THROUGHPUT_TARGETS)
 
 
 def _tenants(result: dict[str, Any]) -> str:

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.markdown import hand_written, table
 from bench.perf.targets import targets
-from bench.report_table import hand_written, table
 
 FINDINGS = Path(__file__).with_name("FINDINGS.md")
 
