@@ -9,9 +9,10 @@ and the tables as the page shows them, so a column or a sentence is edited there
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -83,7 +84,7 @@ def hand_written(path: Path) -> str:
     return text.strip()
 
 
-def table(header: list[str], rows: Iterable[list[object]], align: str = "") -> str:
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> str:
     """Transitional: the Markdown table writer the Python sections used before their tables
     moved into the templates."""
     align = (align or "l" + "r" * (len(header) - 1)).ljust(len(header), "l")
