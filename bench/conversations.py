@@ -16,7 +16,7 @@ switch off, so only the agent's own usage labels are learned):
 4. every held-out turn ranked again, per arm: the message alone, with `previous_tools` (the
    tools of the conversation's previous turn that used any: what the session's last observed
    turn gives), with `context` (the earlier user messages), with `companions: 2`, and all.
-Measures per turn, as `bench/multiturn.py` defines them: share@5, all@5 (every needed tool
+Measures per turn, as `measures` below defines them: share@5, all@5 (every needed tool
 among the tools shown: the top 5, plus the companions when asked), top-1; over all held-out
 turns and over follow-ups. `shown` is the mean number of tools shown.
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import time
@@ -41,8 +42,7 @@ import numpy as np
 from bench import RESULTS
 from bench.cache import Encoders
 from bench.learning import bench_service
-from bench.markdown import table
-from bench.multiturn import K, measures
+from bench.markdown import prose
 from bench.multiturn_data import Conversation, Dataset, Turn, load
 from bench.stats import percentile
 from toolselect.config import Settings
@@ -51,6 +51,8 @@ from toolselect.learn.session_fit import SessionFit, SessionWeights
 from toolselect.service import Service
 from toolselect.service.ranking import Conversation as Asked
 
+K = 5
+DEPTH = 10  # ranked deep enough for share@10
 CATEGORY = "base"
 # Refits of the fold run while the traffic's labels arrive, so a run's labels (and its scores)
 # move by a point or two with timing: every figure is the mean of this many runs.
@@ -71,6 +73,31 @@ ARMS: dict[str, tuple[bool, bool, bool]] = {  # previous tools, context, compani
 # the ceiling of k + 2 tools shown (the top k and the needed tools it missed, up to 2).
 REFERENCES = ("top 7", "ceiling")
 _NO_TEACHER = "http://127.0.0.1:9"  # never called: the oracle's kill switch is off
+
+
+def measures(ranked: Sequence[Sequence[str]], needed: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """share@5 (mean per turn), all@5, top1, share@5 pooled over needed tools, share@10."""
+    n = len(needed)
+    share = every = top1 = share10 = 0.0
+    hit = total = 0
+    for tools, want in zip(ranked, needed, strict=True):
+        top = set(tools[:K])
+        found = sum(1 for t in want if t in top)
+        share += found / len(want)
+        every += found == len(want)
+        top1 += bool(tools) and tools[0] in want
+        share10 += sum(1 for t in want if t in tools[:DEPTH]) / len(want)
+        hit += found
+        total += len(want)
+    d = max(n, 1)
+    return {
+        "n": n,
+        "share5": share / d,
+        "all5": every / d,
+        "top1": top1 / d,
+        "share5_micro": hit / max(total, 1),
+        "share10": share10 / d,
+    }
 
 
 def _previous_tools(turn: Turn) -> tuple[str, ...]:
@@ -281,85 +308,17 @@ _NOUNS = ("file", "ticket", "message", "folder", "stock", "order", "flight", "in
 # -- report ------------------------------------------------------------------------------------
 
 
-def stage_table(result: dict[str, Any]) -> str:
-    header = ["method", "after traffic", "turns", "share@5", "all@5 (shown)", "top-1", "shown"]
-    rows: list[list[Any]] = []
-    for m in result["methods"]:
-        for kind in ("all", "follow_up"):
-            r = m["before"][kind]
-            rows.append([m["method"], "no (message alone)", f"{kind} {r['n']:.0f}", f"{r['share5']:.1%}",
-                         f"{r['all_shown']:.1%}", f"{r['top1']:.1%}", f"{r['shown']:.1f}"])  # fmt: skip
-            for arm, scores in m["after"].items():
-                r = scores[kind]
-                rows.append([m["method"], arm, f"{kind} {r['n']:.0f}", f"{r['share5']:.1%}",
-                             f"{r['all_shown']:.1%}", f"{r['top1']:.1%}", f"{r['shown']:.1f}"])  # fmt: skip
-    return table(header, rows, "lllrrrr")
-
-
-def sensitivity_table(result: dict[str, Any]) -> str:
-    header = ["method", "pinned", "held follow-ups share@5", "held all@5 (shown)",
-              "held top-1", "supplying share@5 (context)"]  # fmt: skip
-    rows = []
-    for m in result["methods"]:
-        for r in m["sensitivity"]:
-            h, s = r["held"]["follow_up"], r["supplying"]["all"]
-            pinned = ", ".join(f"{k} = {v:g}" for k, v in r["pinned"].items() if v != float("inf"))
-            rows.append([m["method"], pinned, f"{h['share5']:.1%}",
-                         f"{r['held']['all']['all_shown']:.1%}", f"{r['held']['all']['top1']:.1%}",
-                         f"{s['share5']:.1%}"])  # fmt: skip
-    return table(header, rows, "llrrrr")
-
-
 def section(result: dict[str, Any]) -> str:
-    """The "Conversations" section of BENCHMARKS.md."""
-    from bench.markdown import prose
+    """The "Conversations" section of BENCHMARKS.md (bench/templates/conversations.md)."""
+    return prose("conversations", "conversations", **result, **_tables(result))
 
-    fits = []
-    targets = []
-    for m in result["methods"]:
-        w = m["runs"][0]["fit"]
-        share = "none" if w["companion_share"] is None else f"{w['companion_share']:g}"
-        fits.append(f"{m['method']}: prior {w['prior']:g}, context {w['context']:g}, "
-                    f"companions from share {share}")  # fmt: skip
-        before, after = m["before"], m["after"]
-        best, alone = after["all signals"], after["message alone"]
-        ceiling = after["ceiling"]["all"]["all_shown"] - alone["all"]["all_shown"]
-        gain = best["all"]["all_shown"] - alone["all"]["all_shown"]
-        targets += [
-            f"- {m['method']}: all@5 (shown) {100 * best['all']['all_shown']:.1f}% with "
-            f"{best['all']['shown']:.1f} tools shown (k + 2 = {K + COMPANIONS} at most): "
-            f"+{100 * (best['all']['all_shown'] - before['all']['all_shown']):.1f} points over the "
-            f"message alone before the traffic, +{100 * gain:.1f} over the message alone after it "
-            f"(target +10; the ceiling of k + 2 tools after it is +{100 * ceiling:.1f}: "
-            f"{gain / ceiling:.0%} of it); top 7 gives {100 * after['top 7']['all']['all_shown']:.1f}%",
-            f"- {m['method']}: follow-ups share@5 {100 * best['follow_up']['share5']:.1f}% with "
-            f"every signal against {100 * alone['follow_up']['share5']:.1f}% alone (target: no "
-            f"lower; +3 where the fitted context weight is above 0: it is {w['context']:g})",
-        ]  # fmt: skip
-    lat = result["latency"]
-    t = lat["timings"]
-    first = result["methods"][0]
-    return prose(
-        "report",
-        "conversations",
-        traffic=f"{first['traffic_conversations']:.0f}",
-        held=f"{first['held_turns']:.0f}",
-        companions=result["companions"],
-        repeats=result["repeats"],
-        table=stage_table(result),
-        fits="; ".join(fits),
-        sensitivity=sensitivity_table(result),
-        targets="\n".join(targets),
-        tools=lat["tools"],
-        rounds=lat["rounds"],
-        pairs=lat["relations"]["pairs"],
-        transitions=lat["relations"]["transitions"],
-        alone_p50=f"{t['message alone']['p50_ms']:.3f}",
-        signals_p50=f"{t['prior + companions']['p50_ms']:.3f}",
-        delta_p50=f"{lat['p50_delta_ms']:.3f}",
-        alone_p90=f"{t['message alone']['p90_ms']:.3f}",
-        signals_p90=f"{t['prior + companions']['p90_ms']:.3f}",
-    )
+
+def _tables(result: dict[str, Any]) -> dict[str, str]:
+    """The section's two tables, `stages` and `sensitivity`, each rendered from its own block."""
+    return {
+        block: prose("conversations", block, **result, inf=math.inf)
+        for block in ("stages", "sensitivity")
+    }
 
 
 def _average(values: Sequence[Any]) -> Any:
@@ -417,8 +376,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     result = run(data, Encoders(), with_latency=not args.no_latency, repeats=args.repeats)
     result["machine"] = stage_machine()
     result["loadavg_end"] = list(os.getloadavg())
-    print(stage_table(result))
-    print(sensitivity_table(result))
+    print(*_tables(result).values(), sep="\n")
     for m in result["methods"]:
         print(m["method"], json.dumps(m["runs"]))
     if "latency" in result:

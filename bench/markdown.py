@@ -1,18 +1,18 @@
 """Markdown for the generated pages: the Jinja2 templates in bench/templates/, the filters that
 format their figures, and the hand-written parts.
 
-A template page holds one block per `<!-- name -->` line, up to the next; Python hands a block
-the results (the JSON as loaded, and the few values it derives) and the block writes the prose
-and the tables as the page shows them, so a column or a sentence is edited there, not here.
+A template page holds one block per `<!-- name -->` line, up to the next (a `macros` block is
+shared by the page's others). Python hands a block the results (the JSON as loaded, and the few
+values it derives) and the block writes the prose and the tables as the page shows them, so a
+column or a sentence is edited there, not here.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
@@ -30,6 +30,11 @@ def ms(x: float | None) -> str:
     if x is None or x != x:
         return ""
     return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def fine_ms(x: float) -> str:
+    """Milliseconds to the microsecond below 1 ms (perf.md's sub-millisecond latencies)."""
+    return f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 100 else f"{x:.0f}"
 
 
 def share(x: float | None) -> str:
@@ -54,7 +59,9 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
-    env.filters.update(pct=pct, ms=ms, share=share, points=points, loads=loads, fmt=format)
+    env.filters.update(
+        pct=pct, ms=ms, fine_ms=fine_ms, share=share, points=points, loads=loads, fmt=format
+    )
     return env
 
 
@@ -64,10 +71,10 @@ _ENV = _env()
 @cache
 def _blocks(page: str) -> dict[str, jinja2.Template]:
     parts = _BLOCK.split((TEMPLATES / f"{page}.md").read_text(encoding="utf-8"))
-    return {
-        name: _ENV.from_string(text.strip("\n"))
-        for name, text in zip(parts[1::2], parts[2::2], strict=True)
-    }
+    texts = {name: text.strip("\n") for name, text in zip(parts[1::2], parts[2::2], strict=True)}
+    # A page's `macros` block is written once and precedes each of its other blocks.
+    macros = texts.pop("macros", "")
+    return {name: _ENV.from_string(f"{macros}\n{text}") for name, text in texts.items()}
 
 
 def prose(page: str, block: str, /, **values: object) -> str:
@@ -82,13 +89,3 @@ def hand_written(path: Path) -> str:
     if text.startswith("<!--"):
         text = text.split("-->", 1)[1]
     return text.strip()
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> str:
-    """Transitional: the Markdown table writer the Python sections used before their tables
-    moved into the templates."""
-    align = (align or "l" + "r" * (len(header) - 1)).ljust(len(header), "l")
-    lines = ["| " + " | ".join(header) + " |"]
-    lines.append("|" + "|".join("---:" if a == "r" else "---" for a in align) + "|")
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)

@@ -33,7 +33,7 @@ messages (a few reworded) over a bigger environment, `miss_func` repeats them wi
 withheld for a turn (the user message of that turn has no call; a turn with no message then adds
 the function), `miss_param` rewords one message per conversation so a parameter is missing (no
 call) and adds a user turn that supplies it (the calls). `DEFAULT_CATEGORIES` loads `base` and
-`miss_param`; `bench/multiturn.py` scores `base` and, apart, miss_param's supplying turns.
+`miss_param`; `bench/conversations.py` scores `base` and, apart, miss_param's supplying turns.
 
 A turn is scored (`Turn.scored`) when it has a user message and at least one call; the others
 stay in the conversation as earlier messages. Order is deterministic: category in

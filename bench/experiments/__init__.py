@@ -10,4 +10,9 @@ command. What the report publishes (the evaluation, the agent loop, perf) stays 
                     ranker families tried against the fold (nearest exemplar, prior, linear
                     head, query adapter)
   previous_hashing  the hashing embedder's single-query path before `mmh3` against today's
+  multiturn_baseline  BFCL's multi-turn turns ranked with no learning (the baseline the
+                    conversation signals were measured against)
+  narrowing         what each framework integration's narrowing adds over its rank request
+  volume            a million turns of usage labels through one in-process service: turns/s
+                    and the exemplar caps
 """

@@ -1,4 +1,4 @@
-"""Multi-turn baseline (`python -m bench.multiturn`): rank each user turn of BFCL's dev
+"""Multi-turn baseline (`python -m bench.experiments.multiturn_baseline`): rank each user turn of BFCL's dev
 multi-turn conversations (`bench/multiturn_data.py`: no `VehicleControlAPI` conversation is
 ever loaded) with no learning, as the service would rank a request today.
 
@@ -46,16 +46,14 @@ from typing import Any
 
 import numpy as np
 
-from bench import RESULTS
+from bench import OUT
 from bench.cache import Encoders
-from bench.markdown import table
+from bench.conversations import DEPTH, K, measures
 from bench.multiturn_data import Conversation, Dataset, Turn, load
 from toolselect.catalog import tool_text
 from toolselect.config import Settings
 from toolselect.ranker import CentroidRanker
 
-K = 5
-DEPTH = 10  # ranked deep enough for share@10
 MODES: dict[str, int] = {"latest": 1, "last3": 3}  # user messages joined into the query
 CATEGORY = "base"  # the scored conversations; miss_param adds the `supplying` turns
 SUPPLYING_CATEGORY = "miss_param"
@@ -72,31 +70,6 @@ class Item:
 
 def query(turn: Turn, mode: str) -> str:
     return "\n".join(turn.recent(MODES[mode]))
-
-
-def measures(ranked: Sequence[Sequence[str]], needed: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """share@5 (mean per turn), all@5, top1, share@5 pooled over needed tools, share@10."""
-    n = len(needed)
-    share = every = top1 = share10 = 0.0
-    hit = total = 0
-    for tools, want in zip(ranked, needed, strict=True):
-        top = set(tools[:K])
-        found = sum(1 for t in want if t in top)
-        share += found / len(want)
-        every += found == len(want)
-        top1 += bool(tools) and tools[0] in want
-        share10 += sum(1 for t in want if t in tools[:DEPTH]) / len(want)
-        hit += found
-        total += len(want)
-    d = max(n, 1)
-    return {
-        "n": n,
-        "share5": share / d,
-        "all5": every / d,
-        "top1": top1 / d,
-        "share5_micro": hit / max(total, 1),
-        "share10": share10 / d,
-    }
 
 
 def subsets(items: Sequence[Item]) -> dict[str, dict[str, list[int]]]:
@@ -363,10 +336,10 @@ def run(data: Dataset, encoders: Encoders) -> dict[str, Any]:
     }
 
 
-def baseline_table(result: dict[str, Any]) -> str:
-    """The baseline as a Markdown table: base turns on the whole catalog, then the extras."""
-    header = ["method", "query", "turns", "n", "share@5", "all@5", "top-1"]
-    rows: list[list[Any]] = []
+def baseline_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The baseline, a row per method, query and turn set: base turns on the whole catalog,
+    then the extras."""
+    rows: list[dict[str, Any]] = []
     groups = [
         (CATEGORY, "catalog", half, kind)
         for half in ("dev", "held")
@@ -384,16 +357,17 @@ def baseline_table(result: dict[str, Any]) -> str:
                 if scope == "restricted":
                     what += " (own classes only)"
                 rows.append(
-                    [m["method"], mode, what, r["n"], f"{r['share5']:.1%}", f"{r['all5']:.1%}",
-                     f"{r['top1']:.1%}"]
+                    {"method": m["method"], "query": mode, "turns": what, "n": r["n"],
+                     "share5": round(r["share5"], 4), "all5": round(r["all5"], 4),
+                     "top1": round(r["top1"], 4)}
                 )  # fmt: skip
-    return table(header, rows, "lllrrrr")
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--catalog", choices=("all", "dev"), default="all")
-    parser.add_argument("--out", default=str(RESULTS / "multiturn.json"))
+    parser.add_argument("--out", default=str(OUT / "multiturn.json"))
     args = parser.parse_args(argv)
     from bench.perf.machine import stage_machine
 
@@ -408,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     result["machine"] = stage_machine()
     result["loadavg_end"] = list(os.getloadavg())
     result["wall_s"] = time.perf_counter() - started
-    print(baseline_table(result))
+    print(json.dumps(baseline_rows(result), indent=1))
     print(json.dumps(result["observations"], indent=1))
     with open(args.out, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(result, indent=1) + "\n")

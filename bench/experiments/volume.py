@@ -1,4 +1,4 @@
-"""`python -m bench.volume`: production volume for usage labels, one catalog, many turns.
+"""`python -m bench.experiments.volume`: production volume for usage labels, one catalog, many turns.
 
 Every turn an agent reports `ok` with a catalog tool may now carry a label, so the store must
 stay within its caps however much traffic comes. This drives `--turns` (default 1,000,000) turns
@@ -91,7 +91,7 @@ async def run(store: str, turns: int, distinct: int, workdir: Path) -> dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.volume", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.experiments.volume", description=__doc__)
     parser.add_argument("--turns", type=int, default=1_000_000)
     parser.add_argument("--distinct", type=int, default=200_000)
     parser.add_argument("--store", choices=("sqlite", "neo4j"), default="sqlite")
