@@ -63,11 +63,18 @@ async def test_langchain_example_runs(server: LiveServer, openai_stub: Stub) -> 
     env = environment(
         TOOLSELECT_URL=server.url, OPENAI_BASE_URL=f"{openai_stub.url}/v1", OPENAI_API_KEY="test"
     )
-    out = await run_example("langchain_agent.py", env)
+    # A fresh process uploads its catalog within its first narrowing's 0.25 s; on a loaded
+    # machine that can run out, and the turn keeps every tool (the documented degrade). A run
+    # again finds its catalog on the server unchanged; three in a row degraded is a failure.
+    for _ in range(3):
+        openai_stub.received.clear()
+        out = await run_example("langchain_agent.py", env)
+        first, second = (r.body for r in openai_stub.received)
+        if len(first["tools"]) != 3:
+            break
+    assert len(first["tools"]) == 2
     found = re.fullmatch(r"Rain is expected in Turin tomorrow.\nreported as turn (\w+)\n", out)
     assert found is not None, out
-    first, second = (r.body for r in openai_stub.received)
-    assert len(first["tools"]) == 2
     assert "get_weather" in [t["function"]["name"] for t in first["tools"]]
     assert second["messages"][-1]["role"] == "tool"
     stored = await asyncio.to_thread(wait_for_turn, server, found.group(1))
