@@ -44,7 +44,7 @@ from tokenizers import Tokenizer
 from bench import OUT, RESULTS
 from bench.data import load as load_bfcl
 from bench.perf.machine import machine_facts
-from bench.stats import percentile
+from bench.stats import percentile, summary
 from toolselect.catalog import load_demo_catalog
 from toolselect.embed import HashingEmbedder, MiniLMEmbedder
 from toolselect.embed.minilm import MINILM
@@ -69,14 +69,6 @@ def queries(n: int, rng: random.Random) -> list[str]:
             words.append(rng.choice(["Marco", "Turin", "getWeatherForecast", "Q3", str(i)]))
         out.append(" ".join(words))
     return out
-
-
-def summary(seconds: Sequence[float], unit: float = 1e3) -> dict[str, float]:
-    return {
-        "p50": round(percentile(seconds, 0.5) * unit, 3),
-        "p90": round(percentile(seconds, 0.9) * unit, 3),
-        "n": len(seconds),
-    }
 
 
 def lexical(reps: int) -> dict[str, Any]:
@@ -106,7 +98,7 @@ def per_query_us(arms: dict[str, Callable[[str], object]], texts: Sequence[str])
             started = time.perf_counter()
             arm(text)
             times[name].append(time.perf_counter() - started)
-    out: dict[str, Any] = {name: summary(ts, 1e6) for name, ts in times.items()}
+    out: dict[str, Any] = {name: summary(ts, scale=1e6) for name, ts in times.items()}
     out["unit"] = "us"
     return out
 
@@ -140,7 +132,7 @@ def dense(reps: int) -> dict[str, Any]:
                 times[name].append(time.perf_counter() - started)
     tokenizer = Tokenizer.from_file(str(MINILM.tokenizer_file()))
     tokenizer.no_padding()  # the file pads to 128; the embedder pads a batch to its longest
-    out: dict[str, Any] = {name: summary(ts) for name, ts in times.items()}
+    out: dict[str, Any] = {name: summary(ts, scale=1e3) for name, ts in times.items()}
     out["median_tokens"] = {
         name: percentile((len(tokenizer.encode(t).ids) for t in texts), 0.5)
         for name, texts in arms.items()
@@ -226,11 +218,11 @@ def spawn(reps: int, python: str = sys.executable) -> dict[str, Any]:
             # Described, not named: the path is this machine's.
             "interpreter": "the bench's own" if python == sys.executable else "given by --python",
             "dev_extras_installed": _has(python, "pytest"),
-            "python_startup": summary(bare),
-            "cold_no_cache": summary(cold),
-            "warm_new_query": summary(warm),
-            "warm_new_query_packaged_graph": summary(packaged),
-            "warm_repeated_query": summary(repeated),
+            "python_startup": summary(bare, scale=1e3),
+            "cold_no_cache": summary(cold, scale=1e3),
+            "warm_new_query": summary(warm, scale=1e3),
+            "warm_new_query_packaged_graph": summary(packaged, scale=1e3),
+            "warm_repeated_query": summary(repeated, scale=1e3),
             "candidates": 20,
             "embedder": "hybrid",
         }

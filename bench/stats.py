@@ -1,4 +1,5 @@
-"""The benchmarks' one percentile: every p50, p90, p99 and median they report is `percentile`.
+"""The benchmarks' one percentile: every p50, p90, p99 and median they report is `percentile`,
+most of them through `summary`.
 
 Linear interpolation between the two nearest ranks, numpy's default (`np.percentile`) to the
 last bit, so 0.5 is the median of an even count too (the mean of the middle two, where a
@@ -8,7 +9,7 @@ nearest-rank cut would take the upper one).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -25,3 +26,21 @@ def percentile(values: Iterable[float], q: float) -> float:
     # numpy's lerp: from the nearer end, so t = 1 gives `above` exactly.
     gap = above - below
     return float(above - gap * (1.0 - t) if t >= 0.5 else below + gap * t)
+
+
+def summary(
+    values: Sequence[float],
+    quantiles: Sequence[float] = (0.5, 0.9),
+    *,
+    scale: float = 1.0,
+    unit: str = "",
+    digits: int = 3,
+) -> dict[str, float]:
+    """`n` and the quantiles of `values` times `scale`, keyed `p50{unit}`, `p90{unit}`, ..."""
+    return {
+        "n": len(values),
+        **{
+            f"p{round(100 * q)}{unit}": round(percentile(values, q) * scale, digits)
+            for q in quantiles
+        },
+    }

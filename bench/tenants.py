@@ -19,22 +19,18 @@ import gc
 import json
 import os
 import random
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench import RESULTS, ROOT
+from bench import RESULTS, ROOT, wrk
 from bench.perf.catalog import as_tools, synth_catalog, synth_queries
 from bench.perf.machine import machine_facts, settle
 from bench.perf.server import ServerProcess, server_env
-from bench.stats import percentile
-from bench.throughput import CONNECTIONS
+from bench.stats import percentile, summary
 from toolselect.logs import configure_logging
 
 ADMIN = "k-bench-admin-4c1d"  # a TOOLSELECT_API_KEYS key: an admin of tenant `default`
@@ -159,17 +155,13 @@ async def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         "threads": threads,
         "idle_cpu_share": round(idle_cpu, 4),
         "close_all_s": round(time.perf_counter() - t0, 2),
-        "cold_ms": _summary(total),
-        "cold_get_ms": _summary(get_ms),
-        "cold_first_rank_ms": _summary(first_ms),
-        "cold_again_ms": _summary(again_ms),
-        "catalog_embed_ms": _summary(embed_ms),
-        "warm_ms": _summary(warm_ms),
+        "cold_ms": summary(total, (0.5, 0.95)),
+        "cold_get_ms": summary(get_ms, (0.5, 0.95)),
+        "cold_first_rank_ms": summary(first_ms, (0.5, 0.95)),
+        "cold_again_ms": summary(again_ms, (0.5, 0.95)),
+        "catalog_embed_ms": summary(embed_ms, (0.5, 0.95)),
+        "warm_ms": summary(warm_ms, (0.5, 0.95)),
     }
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"n": len(values), **{f"p{q}": round(percentile(values, q / 100), 3) for q in (50, 95)}}
 
 
 def _arm(spec: dict[str, Any]) -> dict[str, Any]:
@@ -200,55 +192,6 @@ def memory(tenants: int, tools: int) -> dict[str, Any]:
     return {"tenants": tenants, "tools": tools, "bound": bound, "arms": arms}
 
 
-def _call(url: str, method: str, path: str, body: object, tenant: str | None = None) -> Any:
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN}"}
-    if tenant is not None:
-        headers["X-Toolselect-Tenant"] = tenant
-    data = json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, headers=headers, method=method)
-    with urllib.request.urlopen(req, timeout=300) as resp:
-        return json.loads(resp.read())
-
-
-def _lua(queries: list[str], keys: list[str]) -> str:
-    """A wrk script POSTing /v1/rank with the queries in turn and the keys in turn (one key or
-    ten: the same script, so the arms differ only in the tenants)."""
-    bodies = ",\n".join(json.dumps(json.dumps({"query": q, "k": 5})) for q in queries)
-    heads = ",\n".join(
-        f'{{["Content-Type"] = "application/json", ["Authorization"] = "Bearer {k}"}}' for k in keys
-    )
-    return (
-        f"local bodies = {{\n{bodies}\n}}\nlocal heads = {{\n{heads}\n}}\n"
-        "local i, j = 0, 0\n"
-        "request = function()\n"
-        "  i = i % #bodies + 1\n"
-        "  j = j % #heads + 1\n"
-        '  return wrk.format("POST", "/v1/rank", heads[j], bodies[i])\n'
-        "end\n"
-    )
-
-
-def run_wrk(url: str, script: Path, duration: int) -> dict[str, float]:
-    """`wrk` (one thread, `CONNECTIONS` connections): req/s, its p50 and p99, errors."""
-    argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency", "-s", str(script)]
-    out = subprocess.run(
-        [*argv, url], capture_output=True, text=True, timeout=duration + 60, check=True
-    ).stdout
-    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}
-
-    def latency(q: str) -> float:
-        found = re.search(rf"\s{q}%\s+([\d.]+)(us|ms|s)\b", out)
-        return float(found.group(1)) * scale[found.group(2)] if found else float("nan")
-
-    errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    return {
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
-        "p50_ms": latency("50"),
-        "p99_ms": latency("99"),
-        "non_2xx": float(errors.group(1)) if errors else 0.0,
-    }
-
-
 def throughput(duration: int, rounds: int) -> dict[str, Any]:
     catalog = synth_catalog(RANK_TOOLS)
     queries = synth_queries(catalog, 200)
@@ -261,20 +204,24 @@ def throughput(duration: int, rounds: int) -> dict[str, Any]:
         with ServerProcess(env, workdir, ["--workers", "1"]) as server:
             tenants = ["solo", *(f"w{i:02d}" for i in range(1, 11))]
             keys = {}
+            admin = {"Authorization": f"Bearer {ADMIN}"}
             for tenant in tenants:
-                _call(server.url, "PUT", "/v1/tools", {"tools": catalog}, tenant)
-                made = _call(server.url, "POST", "/v1/keys", {"tenant": tenant, "role": "agent"})
+                as_tenant = {**admin, "X-Toolselect-Tenant": tenant}
+                server.post("/v1/tools", {"tools": catalog}, "PUT", as_tenant)
+                made = server.post("/v1/keys", {"tenant": tenant, "role": "agent"}, headers=admin)
                 keys[tenant] = made["key"]
             scripts = {"1 tenant": workdir / "one.lua", "10 tenants": workdir / "ten.lua"}
-            scripts["1 tenant"].write_text(_lua(queries, [keys["solo"]]))
-            scripts["10 tenants"].write_text(_lua(queries, [keys[t] for t in tenants[1:]]))
+            scripts["1 tenant"].write_text(wrk.rank_script(queries, [keys["solo"]]))
+            scripts["10 tenants"].write_text(
+                wrk.rank_script(queries, [keys[t] for t in tenants[1:]])
+            )
             busy = settle(60)
             for round_ in range(rounds):
                 # Alternate which arm goes first, so a drift in the machine favours neither.
                 order = list(runs) if round_ % 2 == 0 else list(reversed(runs))
                 for name in order:
-                    run_wrk(server.url, scripts[name], 2)  # warm-up (and every tenant live)
-                    result = run_wrk(server.url, scripts[name], duration)
+                    wrk.run(server.url, scripts[name], 2)  # warm-up (and every tenant live)
+                    result = wrk.run(server.url, scripts[name], duration)
                     runs[name].append(result)
                     print(f"  round {round_ + 1} {name}: {result['rps']:.0f} req/s", flush=True)
             rss = server.rss_mb()
@@ -288,7 +235,7 @@ def throughput(duration: int, rounds: int) -> dict[str, Any]:
     }
     return {
         "tools": RANK_TOOLS,
-        "connections": CONNECTIONS,
+        "connections": wrk.CONNECTIONS,
         "duration_s": duration,
         "rounds": rounds,
         "server_rss_mb": rss,
@@ -346,7 +293,7 @@ async def _neo4j_cold(tenants: int, tools: int) -> dict[str, Any]:
             prefix=prefix + "-",
         )
         await done.consume()
-    return {"tenants": tenants, "tools": tools, "cold_ms": _summary(cold_ms)}
+    return {"tenants": tenants, "tools": tools, "cold_ms": summary(cold_ms, (0.5, 0.95))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,8 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         (RESULTS / "tenants.json").write_text(json.dumps(saved, indent=1) + "\n")
         print(f"neo4j: {json.dumps(saved['neo4j'])}")
         return 0
-    if shutil.which("wrk") is None:
-        print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
+    if not wrk.installed():
+        print(wrk.MISSING, file=sys.stderr)
         return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # MiniLM comes from a package, never a hub
     configure_logging("warning")  # no `store_migrated` line per prepared store
@@ -383,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "command": "python -m bench.tenants "
         + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "arm"),
-        "wrk": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split("\n")[0],
+        "wrk": wrk.version(),
         "machine": facts,
         "memory": memory(args.tenants, args.tools),
         "throughput": throughput(args.duration, args.rounds),
@@ -393,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     report["took_s"] = round(time.perf_counter() - started)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "tenants.json").write_text(json.dumps(report, indent=1) + "\n")
-    wrk = report["throughput"]
-    print(f"10 tenants / 1 tenant: {wrk['ratio']:.2f} in {report['took_s']} s")
+    print(f"10 tenants / 1 tenant: {report['throughput']['ratio']:.2f} in {report['took_s']} s")
+
     return 0
 
 

@@ -16,23 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench import RESULTS
+from bench import RESULTS, wrk
 from bench.perf.catalog import catalog_file, synth_catalog, synth_queries
 from bench.perf.machine import machine_facts
-from bench.perf.server import ServerProcess, free_port, import_catalog, server_env
+from bench.perf.server import ServerProcess, free_port, import_catalog, server_env, wait_ready
 from bench.stats import percentile
 
-CONNECTIONS = 16
 WORKERS = 2
 
 
@@ -68,61 +63,13 @@ class BareServer:
             [sys.executable, "-m", "bench.throughput", "--bare", str(self.port), str(self.workers)],
             start_new_session=True,
         )
-        _wait_ready(self.url)
+        wait_ready(self.url, self.proc)
         return self
 
     def __exit__(self, *exc: object) -> None:
         assert self.proc is not None
         os.killpg(self.proc.pid, 15)
         self.proc.wait(30)
-
-
-def _wait_ready(url: str) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/readyz", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} not ready within 300 s")
-
-
-def _lua(queries: list[str], k: int) -> str:
-    """A wrk script that POSTs /v1/rank with the queries in turn."""
-    bodies = [json.dumps({"query": q, "k": k}) for q in queries]
-    items = ",\n".join(json.dumps(b) for b in bodies)  # JSON strings are valid Lua strings
-    return (
-        f"local bodies = {{\n{items}\n}}\n"
-        "local i = 0\n"
-        'wrk.method = "POST"\n'
-        'wrk.headers["Content-Type"] = "application/json"\n'
-        "request = function()\n"
-        "  i = i % #bodies + 1\n"
-        '  return wrk.format(nil, "/v1/rank", nil, bodies[i])\n'
-        "end\n"
-    )
-
-
-def run_wrk(url: str, script: Path, duration: int) -> dict[str, float]:
-    """`wrk` for `duration` seconds (one thread, `CONNECTIONS` connections): req/s and errors."""
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency", "-s", str(script), url],
-        capture_output=True,
-        text=True,
-        timeout=duration + 60,
-        check=True,
-    ).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)", out)
-    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}
-    errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    return {
-        "rps": rps,
-        "p50_ms": float(p50.group(1)) * scale[p50.group(2)] if p50 else float("nan"),
-        "non_2xx": float(errors.group(1)) if errors else 0.0,
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.bare:
         bare_app_main(*args.bare)
         return 0
-    if shutil.which("wrk") is None:
-        print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
+    if not wrk.installed():
+        print(wrk.MISSING, file=sys.stderr)
         return 2
     catalog = synth_catalog(1_000)
     queries = synth_queries(catalog, 200)
@@ -144,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="toolselect-wrk-") as tmp:
         root = Path(tmp)
         script = root / "rank.lua"
-        script.write_text(_lua(queries, 5), encoding="utf-8")
+        script.write_text(wrk.rank_script(queries), encoding="utf-8")
         servers: list[tuple[str, Any]] = [("bare aiohttp", lambda: BareServer(WORKERS))]
         for embedder in ("hashing", "hybrid"):
             workdir = root / embedder
@@ -165,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.rounds):
             for name, start in servers:
                 with start() as server:
-                    run_wrk(server.url, script, 2)  # warm-up: caches, JIT-free but lazy imports
-                    result = run_wrk(server.url, script, args.duration)
+                    wrk.run(server.url, script, 2)  # warm-up: caches, JIT-free but lazy imports
+                    result = wrk.run(server.url, script, args.duration)
                 arms.setdefault(name, []).append(result)
                 print(f"  round {round_ + 1} {name}: {result['rps']:.0f} req/s", flush=True)
     summary: dict[str, dict[str, Any]] = {
@@ -185,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m bench.throughput "
         + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "bare"),
         "tools": 1_000,
-        "connections": CONNECTIONS,
+        "connections": wrk.CONNECTIONS,
         "baseline_workers": WORKERS,
-        "wrk": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split("\n")[0],
+        "wrk": wrk.version(),
         "machine": facts,
         "loadavg_end": list(os.getloadavg()),
         "arms": summary,

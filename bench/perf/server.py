@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,25 @@ def import_catalog(env: dict[str, str], path: Path, workdir: Path) -> dict[str, 
     return result
 
 
+def wait_ready(
+    url: str, proc: subprocess.Popen[bytes], serving: Callable[[], bool] = lambda: True
+) -> None:
+    """Until `url`'s `/readyz` answers 200 and `serving()` holds, for 300 s at most; `proc`
+    exiting first is an error."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=2) as resp:
+                if resp.status == 200 and serving():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready within 300 s")
+
+
 class ServerProcess:
     """`toolselect serve` on a free loopback port; RSS, CPU time and metrics read from outside."""
 
@@ -95,18 +114,11 @@ class ServerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/readyz", timeout=2) as resp:
-                    if resp.status == 200 and self._all_workers_serve():
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("server not ready within 300 s")
+        try:
+            wait_ready(self.url, self.proc, self._all_workers_serve)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}: {self.log.read_text()[-2000:]}") from None
+        return self
 
     def _all_workers_serve(self) -> bool:
         return self.workers == 1 or b'"workers_serving"' in self.log.read_bytes()
@@ -153,13 +165,17 @@ class ServerProcess:
                 found[labels.strip("{} ")] = float(value)
         return found
 
-    def post(self, path: str, body: object) -> Any:
+    def post(
+        self, path: str, body: object, method: str = "POST", headers: dict[str, str] | None = None
+    ) -> Any:
+        """`body` as JSON to `path`; the JSON answer."""
         req = urllib.request.Request(
             self.url + path,
             data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **(headers or {})},
+            method=method,
         )
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        with urllib.request.urlopen(req, timeout=300) as resp:
             return json.loads(resp.read())
 
 

@@ -10,18 +10,13 @@ from contextlib import contextmanager, nullcontext
 
 from threadpoolctl import threadpool_limits
 
-from bench.stats import percentile
+from bench.stats import summary
 
 
 def summarise(seconds: list[float]) -> dict[str, float]:
     """Median, p90, p99 and mean in milliseconds."""
-    return {
-        "n": len(seconds),
-        "p50_ms": round(percentile(seconds, 0.50) * 1e3, 4),
-        "p90_ms": round(percentile(seconds, 0.90) * 1e3, 4),
-        "p99_ms": round(percentile(seconds, 0.99) * 1e3, 4),
-        "mean_ms": round(statistics.fmean(seconds) * 1e3, 4),
-    }
+    ms = summary(seconds, (0.5, 0.9, 0.99), scale=1e3, unit="_ms", digits=4)
+    return {**ms, "mean_ms": round(statistics.fmean(seconds) * 1e3, 4)}
 
 
 @contextmanager

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from bench.stats import percentile
+from bench.stats import percentile, summary
 
 
 def test_percentile_is_numpys_linear_interpolation() -> None:
@@ -26,3 +26,13 @@ def test_small_samples() -> None:
         percentile([], 0.5)
     with pytest.raises(ValueError):
         percentile([1.0], 90)
+
+
+def test_summary_names_each_quantile_in_its_unit() -> None:
+    seconds = [0.004, 0.001, 0.002, 0.003]
+    assert summary(seconds, scale=1e3) == {"n": 4, "p50": 2.5, "p90": 3.7}
+    assert summary(seconds, (0.5, 0.99), scale=1e3, unit="_ms", digits=4) == {
+        "n": 4,
+        "p50_ms": 2.5,
+        "p99_ms": 3.97,
+    }
