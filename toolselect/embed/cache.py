@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from toolselect.embed.base import Embedder, Vectors
+from toolselect.sqlite_wal import use_wal
 
 DEFAULT_MAX_ENTRIES = 50_000
 T = TypeVar("T")
@@ -179,7 +180,7 @@ class VectorCache:
             self._broken = True
             return None
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            use_wal(conn, self._busy_timeout)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(_SCHEMA)
         except sqlite3.Error:

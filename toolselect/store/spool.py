@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar
 
 from toolselect.errors import SpoolError
 from toolselect.records import Exemplar, OracleCall, Turn
+from toolselect.sqlite_wal import use_wal
 from toolselect.store.port import TIER_STRENGTH
 from toolselect.store.rules import StoredLabel, check_tier, supersedes
 
@@ -134,7 +135,7 @@ class Spool:
     def _prepare(self) -> None:
         conn = self._conn
         conn.execute("PRAGMA busy_timeout = 10000")  # other workers may be appending
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = use_wal(conn)
         if mode != "wal" and self.path != ":memory:":
             raise sqlite3.OperationalError(f"expected journal mode wal, got {mode}")
         # In WAL mode, NORMAL syncs only at checkpoints, so the last commits can vanish with

@@ -41,6 +41,7 @@ from toolselect.records import (
     Turn,
     UpsertResult,
 )
+from toolselect.sqlite_wal import use_wal
 from toolselect.store.rules import (
     call_from_row,
     call_row,
@@ -164,7 +165,7 @@ class SqliteStore:
             conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_timeout)
             try:
                 conn.row_factory = sqlite3.Row
-                conn.execute("PRAGMA journal_mode=WAL")
+                use_wal(conn)
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.execute("PRAGMA foreign_keys=ON")
             except sqlite3.Error:
