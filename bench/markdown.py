@@ -38,7 +38,7 @@ def fine_ms(x: float) -> str:
 
 
 def share(x: float | None) -> str:
-    """A share as a whole percentage with its sign ("" when absent)."""
+    """A share as a whole percentage, `%` included ("" when absent)."""
     return "" if x is None else f"{100 * x:.0f}%"
 
 

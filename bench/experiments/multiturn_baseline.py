@@ -1,6 +1,6 @@
-"""Multi-turn baseline (`python -m bench.experiments.multiturn_baseline`): rank each user turn of BFCL's dev
-multi-turn conversations (`bench/multiturn_data.py`: no `VehicleControlAPI` conversation is
-ever loaded) with no learning, as the service would rank a request today.
+"""Multi-turn baseline (`python -m bench.experiments.multiturn_baseline`): rank each user turn of
+BFCL's dev multi-turn conversations (`bench/multiturn_data.py`: no `VehicleControlAPI` conversation
+is ever loaded) with no learning, as the service would rank a request today.
 
 Catalog: the 128 functions of the eight multi-turn API classes (`catalog="all"`), embedded with
 `tool_text`, one `CentroidRanker` per embedder built as `bench/accuracy.py` builds it, with the

@@ -1,9 +1,9 @@
 """What narrowing an agent's tools costs over the rank request it makes, measured side by side.
 
-`python -m bench.experiments.narrowing [--embedder hashing|hybrid] [--rounds N] [--out PATH]` starts a real
-`toolselect serve` (SQLite in a temporary folder) on a loopback port, puts the demo catalog
-(68 tools) under one agent's pack, then runs `--rounds` rounds; each round times, in turn, for
-the same user question:
+`python -m bench.experiments.narrowing [--embedder hashing|hybrid] [--rounds N] [--out PATH]`
+starts a real `toolselect serve` (SQLite in a temporary folder) on a loopback port, puts the demo
+catalog (68 tools) under one agent's pack, then runs `--rounds` rounds; each round times, in
+turn, for the same user question:
 
 - `rank`: `AsyncClient.rank(question, k, tools=names)`, the request itself;
 - `narrow`: `ToolNarrower.narrow(question, specs)` (catalog hash, upload check, query, rank,

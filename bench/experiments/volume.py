@@ -1,4 +1,5 @@
-"""`python -m bench.experiments.volume`: production volume for usage labels, one catalog, many turns.
+"""`python -m bench.experiments.volume`: production volume for usage labels, one catalog, many
+turns.
 
 Every turn an agent reports `ok` with a catalog tool may now carry a label, so the store must
 stay within its caps however much traffic comes. This drives `--turns` (default 1,000,000) turns

@@ -6,6 +6,7 @@ locked" (SQLite refuses the switch to WAL at once, without its busy timeout)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import sqlite3
 import threading
@@ -85,7 +86,10 @@ def test_the_switch_waits_for_a_lock_another_connection_holds(tmp_path: Path) ->
         assert use_wal(waiter) == "wal"
     finally:
         release.join()
-    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        waiter.close()
+        holder.close()
+    with contextlib.closing(sqlite3.connect(path)) as fresh:
+        assert fresh.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_the_switch_gives_up_after_its_wait(tmp_path: Path) -> None:
@@ -98,4 +102,5 @@ def test_the_switch_gives_up_after_its_wait(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         use_wal(waiter, wait_s=0.2)
     assert time.monotonic() - started >= 0.2
-    holder.execute("COMMIT")
+    waiter.close()
+    holder.close()
