@@ -4,6 +4,10 @@
 the buffer is full the turn is dropped and counted. The task sends what is buffered every
 `interval_s` (or as soon as a batch fills) through `POST /v1/observe/batch`; a batch that
 still fails after the client's retries is dropped, counted and logged once.
+
+The server refuses a whole batch for one turn over its text limit, or for a body or turn count
+over its own limits (its settings, which the client cannot know): such a batch is sent again
+without that turn (counted `invalid`), or in halves, so one long request loses no other turn.
 """
 
 from __future__ import annotations
@@ -11,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from toolselect.api.models import ObserveBatchResponse, ObserveRequest
-from toolselect.errors import InvalidInput
+from toolselect.errors import ApiError, InvalidInput
 from toolselect.turns import TurnFields, turn_problem
 
 # stdlib logging, not structlog: this module runs inside other people's agent processes,
@@ -29,6 +34,9 @@ Send = Callable[[Sequence[ObserveRequest]], Awaitable[ObserveBatchResponse]]
 
 # The server's default `max_batch`; a larger batch would be refused whole.
 MAX_BATCH = 1000
+
+# Where the server's refusal of a batch names one of its turns (`turns[3].request`).
+_TURN_FIELD = re.compile(r"turns\[(\d+)\]")
 
 
 def turn_request(request: str, used_tool: str | None, fields: TurnFields) -> ObserveRequest:
@@ -61,7 +69,7 @@ class ObserveStats:
     dropped: int = 0  # the client's buffer was full
     rejected: int = 0  # the server's queue was full (`dropped` in its answer)
     failed: int = 0  # the batch could not be delivered (server down, refused)
-    invalid: int = 0  # the turn broke the request model (too long a tool name, say)
+    invalid: int = 0  # the turn broke the request model, or the server's text limit
     pending: int = 0  # buffered, not sent yet
 
 
@@ -110,17 +118,41 @@ class TurnBuffer:
 
     async def _drain(self) -> None:
         while self._turns:
-            batch = [self._turns.popleft() for _ in range(min(self._batch, len(self._turns)))]
+            await self._deliver(
+                [self._turns.popleft() for _ in range(min(self._batch, len(self._turns)))]
+            )
+
+    async def _deliver(self, batch: list[ObserveRequest]) -> None:
+        """Send `batch`; what the server refuses for one turn or for its size goes again without
+        that turn or in halves (the module's docstring), the turns' order kept."""
+        parts = [batch]
+        while parts:
+            turns = parts.pop()
             try:
-                answer = await self._send(batch)
+                answer = await self._send(turns)
+            except ApiError as exc:
+                bad = _refused_turn(exc, len(turns))
+                if bad is not None:
+                    self.counts.invalid += 1
+                    log.warning("observe_turn_refused", extra={"error": str(exc)})
+                    rest = turns[:bad] + turns[bad + 1 :]
+                    parts += [rest] if rest else []
+                elif _too_large(exc) and len(turns) > 1:
+                    half = len(turns) // 2
+                    parts += [turns[half:], turns[:half]]
+                else:
+                    self._failed(turns, exc)
             except Exception as exc:
                 # Anything, not only `ClientError`: this task is the only one that would
                 # notice, and a dead task would silently drop every later turn.
-                self.counts.failed += len(batch)
-                log.warning("observe_batch_failed", extra={"turns": len(batch), "error": str(exc)})
-                continue
-            self.counts.sent += answer.queued
-            self.counts.rejected += answer.dropped
+                self._failed(turns, exc)
+            else:
+                self.counts.sent += answer.queued
+                self.counts.rejected += answer.dropped
+
+    def _failed(self, turns: Sequence[ObserveRequest], exc: Exception) -> None:
+        self.counts.failed += len(turns)
+        log.warning("observe_batch_failed", extra={"turns": len(turns), "error": str(exc)})
 
     async def close(self) -> None:
         """Send everything buffered (each batch with the client's retries), then stop."""
@@ -131,3 +163,16 @@ class TurnBuffer:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         await self._drain()
+
+
+def _refused_turn(exc: ApiError, size: int) -> int | None:
+    """The index of the turn the server refused the batch for (it checks every turn before it
+    queues any, so the others were not taken), None when the refusal is not about one turn."""
+    match = _TURN_FIELD.match(exc.field or "") if exc.status == 422 else None
+    index = int(match.group(1)) if match else None
+    return index if index is not None and index < size else None
+
+
+def _too_large(exc: ApiError) -> bool:
+    """The body over the server's size limit, or more turns than its batch limit."""
+    return exc.status == 413 or (exc.status == 422 and exc.field == "turns")
