@@ -4,11 +4,16 @@ session), once per turn however often it is resent (`store/rules.plan_sessions`)
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from tests.store.conftest import StoreFactory
+from toolselect.keys import DEFAULT_TENANT
 from toolselect.records import Retention, Tool, Turn
 from toolselect.store.port import Store
 from toolselect.store.sqlite.store import SqliteStore
@@ -168,3 +173,28 @@ async def test_session_turns_are_the_most_recent_with_a_session(store: Store) ->
     first = newest[-1]
     assert (first.session_id, first.used_tool, first.used_tools) == ("s1", "a", ("a", "b"))
     assert first.at == T0 and first.request == "request t1"
+
+
+async def test_two_writers_of_one_session_keep_one_chain(store_factory: StoreFactory) -> None:
+    """Two replicas record turns of the same sessions at once: each session stays one chain (no
+    turn followed or preceded twice) with one transition counted per turn after its first."""
+    if store_factory.backend == "memory":
+        pytest.skip("every in-memory store has a private database: there is no second writer")
+    first = await store_factory.make()
+    second = await store_factory.tenant(DEFAULT_TENANT)
+    await catalog(first, "a", "b")
+    sessions, length = 12, 6
+    await asyncio.gather(
+        *(
+            (first, second)[i % 2].record_turns(
+                [turn(f"s{s}-t{i}", i, "ab"[i % 2], session=f"s{s}")]
+            )
+            for i in range(length)
+            for s in range(sessions)
+        )
+    )
+    has, nexts, _, steps = await facts(first)
+    assert len(has) == sessions * length
+    assert max(Counter(prev for prev, _ in nexts).values()) == 1
+    assert max(Counter(nxt for _, nxt in nexts).values()) == 1
+    assert len(nexts) == sum(steps.values()) == sessions * (length - 1)

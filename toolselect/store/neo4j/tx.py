@@ -11,7 +11,7 @@ rows themselves are `toolselect.store.rules`'s, shared with the SQLite store.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, LiteralString, cast
@@ -102,9 +102,10 @@ async def record_turns(
     tx: Scoped, rows: list[dict[str, Any]], turns: Sequence[Turn], keep: int
 ) -> int:
     """MERGE turns (`rows`, of `turns`), then link and count those that were new."""
+    tails = await lock_sessions(tx, turns)
     found = await one(tx, "record_turns", {"turns": rows})
     new_ids = set(found["new_ids"])
-    await record_sessions(tx, [t for t in turns if t.id in new_ids], keep)
+    await record_sessions(tx, [t for t in turns if t.id in new_ids], tails, keep)
     return int(found["created"])
 
 
@@ -112,22 +113,35 @@ async def create_turns(
     tx: Scoped, rows: list[dict[str, Any]], turns: Sequence[Turn], keep: int
 ) -> int:
     """CREATE turns none of which is stored (`rows`, of `turns`), then link and count them."""
+    tails = await lock_sessions(tx, turns)
     created = int((await one(tx, "create_turns", {"turns": rows}))["created"])
-    await record_sessions(tx, turns, keep)
+    await record_sessions(tx, turns, tails, keep)
     return created
 
 
-async def record_sessions(tx: Scoped, new_turns: Sequence[Turn], keep: int) -> None:
-    """Link turns recorded for the first time to their sessions and count their tools, by the
-    rules of `plan_sessions`, then keep `keep` counts per tool (`kept_relations`); the SQLite
-    store applies the same rules to its tables."""
-    if not touches_sessions(new_turns):
-        return
-    sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
-    tails = {
+async def lock_sessions(tx: Scoped, turns: Sequence[Turn]) -> dict[str, SessionTail]:
+    """Lock the sessions of `turns` until the transaction ends and read their last turns. Two
+    replicas recording turns of one session at once would otherwise both link to the same last
+    turn (a branch in NEXT) and count the same transitions. First in the transaction, before it
+    locks turns and tools, and in id order, so two such writers wait rather than deadlock."""
+    sessions = sorted({t.session_id for t in turns if t.session_id is not None})
+    if not sessions:
+        return {}
+    return {
         row["session"]: SessionTail(row["turn"], tuple(row["tools"] or ()))
         for row in await rows(tx, "session_tails", {"sessions": sessions})
     }
+
+
+async def record_sessions(
+    tx: Scoped, new_turns: Sequence[Turn], tails: Mapping[str, SessionTail], keep: int
+) -> None:
+    """Link turns recorded for the first time to their sessions (`tails`: their last turns, as
+    `lock_sessions` read them) and count their tools, by the rules of `plan_sessions`, then keep
+    `keep` counts per tool (`kept_relations`); the SQLite store applies the same rules to its
+    tables."""
+    if not touches_sessions(new_turns):
+        return
     names = {name for t in new_turns for name in turn_tools(t)}
     names |= {name for tail in tails.values() for name in tail.tools}
     known = (await one(tx, "known_tools", {"names": sorted(names)}))["names"]
