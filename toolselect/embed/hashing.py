@@ -90,7 +90,6 @@ class HashingEmbedder:
         if not 0.0 <= word_weight <= 1.0:
             raise ValueError(f"expected word_weight in 0..1, got {word_weight}")
         self._dim = dim
-        self._word_weight = word_weight
         self._id = (
             "hashing-v1"
             if (dim, word_weight) == (DEFAULT_DIM, DEFAULT_WORD_WEIGHT)

@@ -67,8 +67,3 @@ class MiniLMEmbedder(OnnxEmbedder):
             optimized_dir=optimized_dir,
             short_lived=short_lived,
         )
-
-
-def check_available() -> None:
-    """Raise `EmbedderError` naming the reinstall command when the model files are missing."""
-    MiniLMEmbedder().check()
