@@ -166,6 +166,29 @@ async def test_search_arguments_are_bounded_and_defaulted(server: LiveServer) ->
     assert len(referenced(c)) == 3
 
 
+async def test_a_request_over_the_servers_text_limit_is_cut_not_refused(
+    server: LiveServer,
+) -> None:
+    """A blank query searches with the user's request: one of 9,000 bytes of UTF-8 (over the
+    server's 8 KiB) is cut to what the server takes, so the search is ranked, and the turn is
+    reported with the cut request (whole, the server would refuse it)."""
+    request = "明日のトリノの天気予報と雨の確率を教えて。" * 150
+    search_call = {"type": "tool_use", "id": "a", "name": SEARCH_TOOL, "input": {"query": ""}}
+    call = {"type": "tool_use", "id": "b", "name": "get_weather", "input": {"city": "Turin"}}
+    async with AsyncClient(server.url) as ts:
+        search = ToolSearch(ts, CATALOG, k=2)
+        await search.upload()
+        with search.turn(request) as turn:
+            await turn.answer(Message.model_validate(anthropic_reply([search_call])))
+            await turn.answer(Message.model_validate(anthropic_reply([call])))
+            turn.outcome = "ok"
+    [found] = turn.searches
+    assert found.search_id is not None and len(found.tools) == 2
+    assert ts.observe_stats.sent == 1
+    stored = wait_for_turn(server, turn.turn_id)
+    assert request.startswith(stored.request) and stored.search_id == found.search_id
+
+
 def test_a_search_tool_named_like_a_catalog_tool_is_refused() -> None:
     """The search tool's name must not shadow a catalog tool."""
     with pytest.raises(ValueError, match="get_weather"):

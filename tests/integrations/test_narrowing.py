@@ -251,3 +251,21 @@ def test_import_leaves_the_model_stack_out() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+async def test_a_long_request_in_a_wide_script_is_narrowed_and_reported_not_refused(
+    server: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request of 3,000 CJK characters (9,000 bytes of UTF-8, over the server's 8 KiB) is cut
+    to what the server takes, for the ranking and for the report, not sent whole and refused
+    (which kept every tool, and lost the turn)."""
+    request = "東京の明日の天気と気温を教えてください。" * 150
+    async with AsyncClient(server.url) as ts:
+        narrower = ToolNarrower(ts, agent="core-wide", k=2, timeout_s=5.0)
+        kept, search_id = await narrower.narrow(request, TOOLS)
+        turn_id = narrower.report(request, ["get_weather"], search_id=search_id, outcome="ok")
+    assert search_id is not None, error_lines(caplog)
+    assert len(kept) == 2
+    assert turn_id is not None and ts.observe_stats.sent == 1
+    stored = wait_for_turn(server, turn_id).request
+    assert request.startswith(stored) and len(stored.encode()) > (8 << 10) - 3

@@ -16,7 +16,7 @@ Imports only aiohttp, pydantic and structlog (no numpy, no onnxruntime): an agen
 pays a few tens of milliseconds for it, not the service's model load.
 """
 
-from toolselect.client.aio import AsyncClient, recent_context
+from toolselect.client.aio import AsyncClient, clip_text, recent_context
 from toolselect.client.observer import ObserveStats
 from toolselect.client.sync import Client
 from toolselect.client.transport import AiohttpTransport, Response, Transport
@@ -34,5 +34,6 @@ __all__ = [
     "Transport",
     "TurnFields",
     "Unreachable",
+    "clip_text",
     "recent_context",
 ]

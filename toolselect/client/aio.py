@@ -38,8 +38,9 @@ Sleep = Callable[[float], Awaitable[None]]
 # The statuses worth asking again: the server said it is busy or not ready yet (503), or the
 # tenant's request rate is spent for now (429 `rate_limited`).
 RETRY_STATUSES = frozenset({429, 503})
-# The server's default limit on a query, and on each `context` message (UTF-8 bytes).
-MAX_CONTEXT_BYTES = 8 << 10
+# The server's default limit on a query, a turn's request and each `context` message (UTF-8
+# bytes: `TOOLSELECT_MAX_QUERY_BYTES`).
+MAX_TEXT_BYTES = 8 << 10
 
 
 class AsyncClient:
@@ -327,10 +328,12 @@ def recent_context(messages: Iterable[str] | None, most: int = 10) -> list[str]:
     default size limit (8 KiB of UTF-8): a `context` the server accepts whatever the
     conversation holds (it mixes in the last message; a few keep the request small)."""
     kept = [text for text in messages or () if text.strip()][-most:] if most > 0 else []
-    return [_clip(text, MAX_CONTEXT_BYTES) for text in kept]
+    return [clip_text(text) for text in kept]
 
 
-def _clip(text: str, max_bytes: int) -> str:
+def clip_text(text: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """`text` cut to at most `max_bytes` of UTF-8 (at a character's end): what a server with the
+    default limit takes, for callers that must not be refused (the framework adapters)."""
     data = text.encode("utf-8", "surrogatepass")
     return text if len(data) <= max_bytes else data[:max_bytes].decode("utf-8", "ignore")
 

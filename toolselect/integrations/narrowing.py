@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypedDict, TypeVar
 
 from toolselect.api.models import MAX_USED_TOOLS
-from toolselect.client import AsyncClient, Client, recent_context
+from toolselect.client import AsyncClient, Client, clip_text, recent_context
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
 log = logging.getLogger("toolselect.integrations")
@@ -48,8 +48,7 @@ log = logging.getLogger("toolselect.integrations")
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 0.25
-# The rank request's bounds (`RankRequest.query`: 8 KiB; `k`: the server's max_k, 100 by default).
-MAX_QUERY_CHARS = 8000
+# The rank request's `k` bound: the server's max_k, 100 by default.
 MAX_RANK_K = 100
 OUTCOMES = frozenset({"ok", "error", "corrected"})
 
@@ -112,7 +111,8 @@ def _remember(key: tuple[str, str], digest: str) -> None:
 
 
 def compose_query(request: str, context: Iterable[str] | None, limit: int) -> str:
-    """The latest user message, then earlier messages, newest first, while they fit `limit`."""
+    """The latest user message, then earlier messages, newest first, while they fit `limit`
+    characters; cut to the server's default text limit (8 KiB of UTF-8)."""
     query = request.strip()
     budget = limit - len(query)
     for text in reversed(list(context or ())):
@@ -123,7 +123,7 @@ def compose_query(request: str, context: Iterable[str] | None, limit: int) -> st
             break
         query += "\n" + text
         budget -= len(text) + 1
-    return query[:MAX_QUERY_CHARS]
+    return clip_text(query)
 
 
 class ToolNarrower:
@@ -318,7 +318,7 @@ class ToolNarrower:
         turn_id = turn_id or uuid.uuid4().hex
         try:
             self.client.observe(
-                request,
+                clip_text(request),  # the server would refuse a longer one, losing the turn
                 used[0],
                 turn_id=turn_id,
                 agent_id=self.agent,

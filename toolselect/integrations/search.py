@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from toolselect.api.models import MAX_USED_TOOLS, UpsertResponse
-from toolselect.client import AsyncClient, recent_context
+from toolselect.client import AsyncClient, clip_text, recent_context
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
 log = logging.getLogger("toolselect.integrations")
@@ -104,7 +104,7 @@ class CatalogSearch:
         `context` (earlier messages, most recent last) are the conversation's, when known."""
         try:
             ranking = await self.client.rank(
-                query,
+                clip_text(query),  # a longer one would be refused: the search would degrade
                 k,
                 tools=self.names,
                 session_id=session_id,
@@ -192,7 +192,7 @@ class TurnReport:
         if not self._reported and self.used_tool is not None:
             self._reported = True
             self.search.client.observe(
-                self.request,
+                clip_text(self.request),
                 self.used_tool,
                 turn_id=self.turn_id,
                 agent_id=self.search.agent_id,
