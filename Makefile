@@ -62,6 +62,8 @@ test-fast: $(STAMP)
 
 # Regenerates BENCHMARKS.md from scratch (about 40 minutes on 2 cores; not part of `make test`).
 # bfcl-eval is read for its data only, so it is installed without its pinned dependencies.
+# The HTTP and load sections build their load generator, vegeta, into .venv/bin with Go the
+# first time (bench/vegeta.py); the throughput benches need Debian's wrk.
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m pip install -q --no-deps bfcl-eval

@@ -3,7 +3,7 @@
 Sections (all side by side in one run, medians reported; the machine is noisy):
   inproc  `CentroidRanker.rank` at 100 / 1,000 / 10,000 tools, alone and with the query
           embedding, per embedder, with numpy's default BLAS threads and with one thread
-  http    `/v1/rank` at 1,000 tools, closed-loop clients 1 / 8 / 64 from `bench.loadgen`
+  http    `/v1/rank` at 1,000 tools, closed-loop clients 1 / 8 / 64 (`bench.vegeta`)
   cold    `toolselect select --url` spawned per call, the in-process `select`, -X importtime
   intake  `service.learning.observe` call time and end-to-end intake throughput into each store
   load    open-loop 90% rank / 10% observe at a fixed rate against the server on each store
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import OUT, RESULTS
+from bench import OUT, RESULTS, vegeta
 from bench.perf import report
 from bench.perf.catalog import catalog_file, synth_queries
 from bench.perf.cold import bench_cold
@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {report.rerender(results_dir)}")
         return 0
     only = set(args.only.split(",")) if args.only else set(SECTIONS)
+    if only & {"http", "load"} and vegeta.install() is None:
+        print(vegeta.MISSING, file=sys.stderr)
+        return 2
     from toolselect.logs import configure_logging
 
     configure_logging("warning", "console")

@@ -1,4 +1,4 @@
-"""Section `http`: closed-loop `/v1/rank` at 1, 8 and 64 clients against the server process.
+"""Section `http`: closed-loop `/v1/rank` at 1, 8 and 64 clients (vegeta) against the server process.
 
 The server's CPU per request comes from /proc, so a saturated core shows as such even when
 a neighbour's work slows the whole machine.
@@ -9,28 +9,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from bench import vegeta
 from bench.perf.machine import busy_since, proc_stat
-from bench.perf.server import ServerProcess, run_loadgen
+from bench.perf.server import ServerProcess
 
 
 def bench_http(server: ServerProcess, queries: list[str], quick: bool) -> dict[str, Any]:
     """Closed-loop `/v1/rank` at 1, 8 and 64 clients; server CPU use per level from /proc."""
     duration, warmup = (3.0, 1.0) if quick else (10.0, 2.0)
-    mix = [{"path": "/v1/rank", "weight": 1.0, "bodies": [{"query": q, "k": 5} for q in queries]}]
+    targets = [("/v1/rank", {"query": q, "k": 5}) for q in queries]
     levels = []
     for clients in (1, 8, 64):
         cpu0, wall0, machine0 = server.cpu_s(), time.perf_counter(), proc_stat()
-        result = run_loadgen(
-            {
-                "url": server.url,
-                "mode": "closed",
-                "concurrency": clients,
-                "duration_s": duration,
-                "warmup_s": warmup,
-                "mix": mix,
-            },
-            server.workdir,
-        )
+        result = vegeta.closed(server.url, targets, clients, duration, warmup)
         result["server_cpu_cores"] = round(
             (server.cpu_s() - cpu0) / (time.perf_counter() - wall0), 2
         )
@@ -61,4 +52,10 @@ def bench_http(server: ServerProcess, queries: list[str], quick: bool) -> dict[s
             f"client {result['client_cpu_cores']} cores, others {result['other_cpu_cores']} cores",
             flush=True,
         )
-    return {"tools": 1000, "embedder": "hashing", "store": "sqlite", "levels": levels}
+    return {
+        "tools": 1000,
+        "embedder": "hashing",
+        "store": "sqlite",
+        "load_generator": vegeta.version(),
+        "levels": levels,
+    }

@@ -7,17 +7,15 @@ server's RSS is sampled every second, and its graceful stop timed at the end.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from bench import ROOT
+from bench import vegeta
 from bench.perf.machine import busy_since, proc_stat
-from bench.perf.server import ServerProcess, import_catalog, server_env, write_spec
+from bench.perf.server import ServerProcess, import_catalog, server_env
 from bench.perf.stores import recorded_turns, store_settings, wipe_neo4j
 
 
@@ -43,22 +41,18 @@ def bench_load(
             rss_idle = server.rss_mb()
             samples: list[tuple[float, float]] = []
             t0, cpu0, machine0 = time.perf_counter(), server.cpu_s(), proc_stat()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.loadgen", write_spec(workdir, {
-                    "url": server.url, "mode": "open", "rate": rate, "duration_s": duration,
-                    "warmup_s": warmup, "max_inflight": 2000,
-                    "mix": [
-                        {"path": "/v1/rank", "weight": 0.9,
-                         "bodies": [{"query": q, "k": 5} for q in queries]},
-                        {"path": "/v1/observe", "weight": 0.1, "bodies": observe_bodies},
-                    ],
-                })],
-                cwd=ROOT, stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
-            while proc.poll() is None:
-                samples.append((round(time.perf_counter() - t0, 1), server.rss_mb()))
-                time.sleep(1.0)
-            result: dict[str, Any] = json.loads(proc.communicate()[0])
+            # nine rank requests, then one observe, over and over
+            targets = [
+                ("/v1/observe", observe_bodies[i // 10 % len(observe_bodies)])
+                if i % 10 == 9
+                else ("/v1/rank", {"query": queries[i % len(queries)], "k": 5})
+                for i in range(10 * len(observe_bodies))
+            ]
+            with ThreadPoolExecutor(1) as pool:
+                running = pool.submit(vegeta.open_loop, server.url, targets, rate, duration, warmup)
+                while not wait([running], timeout=1.0).done:
+                    samples.append((round(time.perf_counter() - t0, 1), server.rss_mb()))
+                result = running.result()
             wall = time.perf_counter() - t0
             result["server_cpu_cores"] = round((server.cpu_s() - cpu0) / wall, 2)
             others = (
@@ -75,6 +69,7 @@ def bench_load(
     after_warmup = [rss for t, rss in samples if t >= warmup] or [rss_idle]
     result.update(
         store=store,
+        load_generator=vegeta.version(),
         rss_mb={
             "idle": rss_idle,
             "start": after_warmup[0],

@@ -1,7 +1,7 @@
-"""`toolselect serve` as a subprocess, measured from outside, and `bench.loadgen` driving it.
+"""`toolselect serve` as a subprocess, measured from outside.
 
 The server runs in its own process, as deployed, so its CPU time and RSS are its own and the
-load generator does not share its event loop.
+load generator (`bench.vegeta`) does not share its event loop.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-from bench import ROOT
 
 TOOLSELECT = str(Path(sys.executable).parent / "toolselect")
 
@@ -177,25 +175,3 @@ class ServerProcess:
         )
         with urllib.request.urlopen(req, timeout=300) as resp:
             return json.loads(resp.read())
-
-
-def run_loadgen(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    """Run `bench.loadgen` as a separate process and return its JSON result."""
-    budget = float(spec["duration_s"]) + float(spec.get("warmup_s", 2)) + 120
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.loadgen", write_spec(workdir, spec)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=budget,
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
-
-
-def write_spec(workdir: Path, spec: dict[str, Any]) -> str:
-    """`spec` as a JSON file in `workdir` (what `bench.loadgen` reads); returns its path."""
-    path = workdir / f"spec-{time.monotonic_ns()}.json"
-    path.write_text(json.dumps(spec), encoding="utf-8")
-    return str(path)
