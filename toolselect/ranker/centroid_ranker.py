@@ -99,11 +99,6 @@ class CentroidRanker:
         return len(self._state.exemplars)
 
     @property
-    def trusted_total(self) -> int:
-        """Exemplars whose label is trusted (teacher or human)."""
-        return self._state.trusted
-
-    @property
     def validating_total(self) -> int:
         """Exemplars a fit validates on: the trusted ones, else the agents' usage labels."""
         held = self._state.held

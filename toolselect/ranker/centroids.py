@@ -97,15 +97,6 @@ class CatalogState:
     held: dict[Group, int] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0))
     dim: int = 0
 
-    @property
-    def sums(self) -> dict[str, ExemplarSum]:
-        """The trusted labels' sums."""
-        return self.groups["trusted"]
-
-    @property
-    def trusted(self) -> int:
-        return self.held["trusted"]
-
     def attach(self, query_norm: str, tool: str, vector: Vector, group: Group) -> None:
         """Hold an exemplar and add it to its tool's sum; the query must not be held already."""
         self.exemplars[query_norm] = (tool, vector, group)
