@@ -7,9 +7,9 @@ here is ours, computed by `bench.stats`, over exactly the measured window):
 - `closed(..., clients=N)`: N workers, each sending its next request when the previous one
   answered (vegeta's `-rate=0` with N workers).
 - `open_loop(..., rate=R)`: requests leave at R a second whatever the server does. A request's
-  latency counts from its *scheduled* send time (request n of a run is due n/R seconds after
-  the first), so a stalled server shows as latency instead of silently slowing the sender down
-  (no coordinated omission).
+  latency counts from its *scheduled* send time (request n is due n/R seconds into the run),
+  so a stalled server shows as latency instead of silently slowing the sender down (no
+  coordinated omission).
 
 Requests cycle through the given `(path, JSON body)` targets in order; only loopback URLs are
 accepted. `install` builds the binary into .venv/bin with `go install` the first time.
@@ -73,8 +73,11 @@ def closed(
 ) -> dict[str, Any]:
     """`clients` closed-loop workers for `warmup` + `duration` seconds; the measured window's
     figures (see `_summary`)."""
-    return _attack(url, targets, ["-rate=0", f"-workers={clients}", f"-max-workers={clients}"],
-                   duration, warmup, rate=None) | {"mode": "closed", "concurrency": clients}  # fmt: skip
+    flags = ["-rate=0", f"-workers={clients}", f"-max-workers={clients}"]
+    return _attack(url, targets, flags, duration, warmup, rate=None) | {
+        "mode": "closed",
+        "concurrency": clients,
+    }
 
 
 def open_loop(
@@ -118,8 +121,10 @@ def _attack(
             encoding="utf-8",
         )  # fmt: skip
         results = Path(tmp) / "results.bin"
-        attack = [found, "attack", "-format=json", f"-targets={target_file}", "-timeout=10s", "-max-body=0",
-                  f"-duration={warmup + duration:g}s", f"-output={results}", *flags]  # fmt: skip
+        attack = [
+            *(found, "attack", "-format=json", f"-targets={target_file}", f"-output={results}"),
+            *("-timeout=10s", "-max-body=0", f"-duration={warmup + duration:g}s", *flags),
+        ]
         cpu0, wall0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
         subprocess.run(attack, check=True, timeout=warmup + duration + 120)
         wall = time.perf_counter() - wall0
