@@ -1,4 +1,5 @@
-"""Section `http`: closed-loop `/v1/rank` at 1, 8 and 64 clients (vegeta) against the server process.
+"""Section `http`: closed-loop `/v1/rank` at 1, 8 and 64 clients (vegeta) against the server
+process.
 
 The server's CPU per request comes from /proc, so a saturated core shows as such even when
 a neighbour's work slows the whole machine.

@@ -18,6 +18,9 @@ from bench.perf.machine import busy_since, proc_stat
 from bench.perf.server import ServerProcess, import_catalog, server_env
 from bench.perf.stores import recorded_turns, store_settings, wipe_neo4j
 
+# The mix: every tenth request is `/v1/observe`, the others `/v1/rank`.
+OBSERVE_EVERY = 10
+
 
 def bench_load(
     store: str, catalog_path: Path, queries: list[str], rate: float, quick: bool
@@ -34,7 +37,7 @@ def bench_load(
         # The search log (a `search_id` per ranking) grows until TOOLSELECT_SEARCHES_KEPT and
         # then stays: sized to fill during the warm-up, so RSS rising in the measured window is
         # a leak and not the log filling (the default 100,000 takes ~4 minutes at 500 req/s).
-        searches_kept = int(0.9 * rate * warmup)
+        searches_kept = int(rate * warmup * (OBSERVE_EVERY - 1) / OBSERVE_EVERY)
         env["TOOLSELECT_SEARCHES_KEPT"] = str(searches_kept)
         import_catalog(env, catalog_path, workdir)
         with ServerProcess(env, workdir) as server:
@@ -46,12 +49,11 @@ def bench_load(
             rss_idle = server.rss_mb()
             samples: list[tuple[float, float]] = []
             t0, cpu0, machine0 = time.perf_counter(), server.cpu_s(), proc_stat()
-            # nine rank requests, then one observe, over and over
             targets = [
-                ("/v1/observe", observe_bodies[i // 10 % len(observe_bodies)])
-                if i % 10 == 9
+                ("/v1/observe", observe_bodies[i // OBSERVE_EVERY % len(observe_bodies)])
+                if i % OBSERVE_EVERY == OBSERVE_EVERY - 1
                 else ("/v1/rank", {"query": queries[i % len(queries)], "k": 5})
-                for i in range(10 * len(observe_bodies))
+                for i in range(OBSERVE_EVERY * len(observe_bodies))
             ]
             with ThreadPoolExecutor(1) as pool:
                 running = pool.submit(vegeta.open_loop, server.url, targets, rate, duration, warmup)
