@@ -18,8 +18,23 @@ Committed results live in bench/results/; bench/out/ is scratch (git-ignored).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 RESULTS = ROOT / "bench" / "results"
+
+
+def read_result(name: str) -> dict[str, Any] | None:
+    """bench/results/NAME as loaded; None before its stage has run."""
+    path = RESULTS / name
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def write_json(path: Path, data: object) -> Path:
+    """A result as every stage writes it: indented JSON and a final newline, its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return path

@@ -8,94 +8,82 @@ run, then regenerates BENCHMARKS.md from scratch.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from bench import RESULTS, ROOT
+from bench import RESULTS, ROOT, read_result, write_json
 
 STAGES = ("accuracy", "learning", "agent", "conversations", "perf", "report", "all")
 
 
-def _write(name: str, result: dict[str, Any]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / name).write_text(json.dumps(result, indent=1, sort_keys=False) + "\n")
+def _stage(name: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run one stage, record its machine and write bench/results/NAME.json."""
+    from bench.perf.machine import recorded
+
+    result = recorded(run)
+    write_json(RESULTS / f"{name}.json", result)
+    print(f"{name}: done in {result['took_s']:.0f} s", flush=True)
+    return result
+
+
+def _hybrid_weight() -> float:
+    """The hybrid weight the accuracy stage chose (0.5 before it has run)."""
+    acc = read_result("accuracy.json")
+    return float(acc["best_hybrid_weight_before"]) if acc else 0.5
 
 
 def accuracy() -> None:
     from bench import accuracy as stage
     from bench.cache import Encoders
     from bench.data import load
-    from bench.perf.machine import stage_machine
 
     print("accuracy: loading data and embedders", flush=True)
-    info = stage_machine()
-    result = stage.run(load(), Encoders(), url=os.environ.get("TOOLSELECT_EMBED_URL", ""))
-    result["machine"] = info
-    result["loadavg_end"] = list(os.getloadavg())
-    _write("accuracy.json", result)
-    print(f"accuracy: done in {result['took_s']:.0f} s", flush=True)
+    url = os.environ.get("TOOLSELECT_EMBED_URL", "")
+    _stage("accuracy", lambda: stage.run(load(), Encoders(), url=url))
 
 
 def learning() -> None:
     from bench import learning as stage
     from bench.cache import Encoders
     from bench.data import load
-    from bench.perf.machine import stage_machine
 
-    acc = _read("accuracy.json")
-    weight = acc["best_hybrid_weight_before"] if acc else 0.5
-    specs = [("hashing", 0.5), ("hybrid", weight)]
-    sweep = [f"hybrid w={weight:g}"]
+    weight = _hybrid_weight()
     print(f"learning: hashing, hybrid w={weight:g}", flush=True)
-    info = stage_machine()
-    result = stage.run(load(), Encoders(), specs, sweep)
-    result["machine"] = info
-    result["loadavg_end"] = list(os.getloadavg())
-    _write("learning.json", result)
+    specs = [("hashing", 0.5), ("hybrid", weight)]
+    result = _stage(
+        "learning", lambda: stage.run(load(), Encoders(), specs, [f"hybrid w={weight:g}"])
+    )
     baselines = {}
+    acc = read_result("accuracy.json")
     if acc:
         bm25 = max(
             (m for m in acc["methods"] if m["method"].startswith("BM25")), key=lambda m: m["top1"]
         )
         baselines[f"best BM25 ({100 * bm25['top1']:.1f}%)"] = bm25["top1"]
     stage.plot(result, RESULTS / "learning_curve.png", baselines)
-    print(f"learning: done in {result['took_s']:.0f} s", flush=True)
 
 
 def agent() -> None:
     from bench import agent as stage
     from bench.cache import Encoders
     from bench.data import load
-    from bench.perf.machine import stage_machine
 
-    acc = _read("accuracy.json")
-    weight = acc["best_hybrid_weight_before"] if acc else 0.5
+    weight = _hybrid_weight()
     print(f"agent: hybrid w={weight:g}, hashing", flush=True)
-    info = stage_machine()
-    result = stage.run(load(), Encoders(), [("hybrid", weight), ("hashing", 0.5)])
-    result["machine"] = info
-    result["loadavg_end"] = list(os.getloadavg())
-    _write("agent.json", result)
-    print(f"agent: done in {result['took_s']:.0f} s", flush=True)
+    _stage("agent", lambda: stage.run(load(), Encoders(), [("hybrid", weight), ("hashing", 0.5)]))
 
 
 def conversations() -> None:
     from bench import conversations as stage
     from bench.cache import Encoders
     from bench.multiturn_data import load
-    from bench.perf.machine import stage_machine
 
     print("conversations: hybrid, hashing", flush=True)
-    info = stage_machine()
-    result = stage.run(load(), Encoders())
-    result["machine"] = info
-    result["loadavg_end"] = list(os.getloadavg())
-    _write("conversations.json", result)
-    print(f"conversations: done in {result['took_s']:.0f} s", flush=True)
+    _stage("conversations", lambda: stage.run(load(), Encoders()))
 
 
 def perf() -> None:
@@ -107,11 +95,6 @@ def report() -> None:
     from bench.report import write
 
     print(f"report: wrote {write().relative_to(ROOT)}", flush=True)
-
-
-def _read(name: str) -> dict[str, Any] | None:
-    path = RESULTS / name
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,16 +30,16 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench import RESULTS
+from bench import RESULTS, write_json
 from bench.cache import Encoders
 from bench.learning import bench_service
 from bench.markdown import prose
@@ -369,20 +369,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--repeats", type=int, default=REPEATS)
     args = parser.parse_args(argv)
-    from bench.perf.machine import stage_machine
+    from bench.perf.machine import recorded
 
     data = load()
     print(f"conversations: {len(data.traffic)} traffic / {len(data.held)} held", flush=True)
-    result = run(data, Encoders(), with_latency=not args.no_latency, repeats=args.repeats)
-    result["machine"] = stage_machine()
-    result["loadavg_end"] = list(os.getloadavg())
+    result = recorded(
+        lambda: run(data, Encoders(), with_latency=not args.no_latency, repeats=args.repeats)
+    )
     print(*_tables(result).values(), sep="\n")
     for m in result["methods"]:
         print(m["method"], json.dumps(m["runs"]))
     if "latency" in result:
         print(json.dumps(result["latency"], indent=1))
-    with open(args.out, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(result, indent=1) + "\n")
+    write_json(Path(args.out), result)
     print(f"conversations: wrote {args.out} in {result['took_s']:.0f} s", flush=True)
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from bench import OUT, RESULTS
+from bench import OUT, RESULTS, write_json
 from bench.data import load as load_bfcl
 from bench.perf.machine import machine_facts
 from bench.stats import percentile, summary
@@ -254,13 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     shown = ["PYTHON" if a == args.python else a for a in (argv or sys.argv[1:])]
     result["command"] = " ".join(["python -m bench.embed_speed", *shown])
-    text = json.dumps(result, indent=1)
-    print(text)
+    print(json.dumps(result, indent=1))
     # Only a run of every section replaces the published figures: a partial one (--only) or a
     # short one (--quick) would drop or thin what BENCHMARKS.md shows.
-    folder = RESULTS if set(only) == set(SECTIONS) and not args.quick else OUT
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "embed_speed.json").write_text(text + "\n")
+    write_json(
+        (RESULTS if set(only) == set(SECTIONS) and not args.quick else OUT) / "embed_speed.json",
+        result,
+    )
     return 0
 
 

@@ -11,22 +11,16 @@ Nothing here measures: every number comes from the JSON the other stages wrote, 
 
 from __future__ import annotations
 
-import json
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from bench import RESULTS, ROOT
+from bench import RESULTS, ROOT, read_result
 from bench import learning_report as learning
 from bench.markdown import pct, prose
 from bench.perf import report as perf
 
 # -- formatting ---------------------------------------------------------------------------------
-
-
-def load(name: str) -> dict[str, Any] | None:
-    path = RESULTS / name
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 # -- the decisions ------------------------------------------------------------------------------
@@ -59,8 +53,8 @@ def _text(block: str, /, **values: object) -> str:
 
 
 def render() -> str:
-    acc = load("accuracy.json")
-    learn = load("learning.json")
+    acc = read_result("accuracy.json")
+    learn = read_result("learning.json")
     perf_md = RESULTS / "perf.md"
     parts = [_text("page")]
     if acc is None:
@@ -79,7 +73,7 @@ def render() -> str:
         )
     )
     if learn is not None:
-        torch = load("accuracy_torch.json")
+        torch = read_result("accuracy_torch.json")
         parts.append(
             _text(
                 "findings",
@@ -100,10 +94,10 @@ def render() -> str:
     ]
     if learn is not None:
         parts.append(learning.section(learn))
-    agent = load("agent.json")
+    agent = read_result("agent.json")
     if agent is not None:
         parts.append(_agent(agent))
-    talks = load("conversations.json")
+    talks = read_result("conversations.json")
     if talks is not None:
         from bench.conversations import section
 
@@ -114,10 +108,10 @@ def render() -> str:
         parts += [perf_md.read_text().strip(), perf.findings()]
     else:
         parts.append(_text("no_perf"))
-    wrk = load("throughput.json")
+    wrk = read_result("throughput.json")
     if wrk is not None:
         parts.append(_text("throughput", wrk=wrk, targets=THROUGHPUT_TARGETS))
-    tenants = load("tenants.json")
+    tenants = read_result("tenants.json")
     if tenants is not None:
         parts.append(
             _text(
@@ -129,7 +123,7 @@ def render() -> str:
                 cpu=_cpu(tenants),
             )
         )
-    speed = load("embed_speed.json")
+    speed = read_result("embed_speed.json")
     if speed is not None:
         parts.append(_embed_speed(speed))
     parts += [_defaults(acc, learn, d), _text("commands")]

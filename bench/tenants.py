@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import RESULTS, ROOT, wrk
+from bench import RESULTS, ROOT, read_result, write_json, wrk
 from bench.perf.catalog import as_tools, synth_catalog, synth_queries
 from bench.perf.machine import machine_facts, settle
 from bench.perf.server import ServerProcess, server_env
@@ -312,12 +312,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.neo4j:
         configure_logging("warning")
-        saved = json.loads((RESULTS / "tenants.json").read_text())
+        saved = read_result("tenants.json")
+        if saved is None:
+            print("python -m bench.tenants --neo4j adds to a full run's results", file=sys.stderr)
+            return 2
         saved["neo4j"] = asyncio.run(_neo4j_cold(50, args.tools))
         saved["neo4j"]["command"] = (
             f"NEO4J_URI=... python -m bench.tenants --neo4j --tools {args.tools}"
         )
-        (RESULTS / "tenants.json").write_text(json.dumps(saved, indent=1) + "\n")
+        write_json(RESULTS / "tenants.json", saved)
         print(f"neo4j: {json.dumps(saved['neo4j'])}")
         return 0
     if not wrk.installed():
@@ -338,8 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_end": list(os.getloadavg()),
     }
     report["took_s"] = round(time.perf_counter() - started)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "tenants.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_json(RESULTS / "tenants.json", report)
     print(f"10 tenants / 1 tenant: {report['throughput']['ratio']:.2f} in {report['took_s']} s")
 
     return 0

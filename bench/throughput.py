@@ -14,7 +14,6 @@ Writes `bench/results/throughput.json`; `python -m bench report` puts it in BENC
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import RESULTS, wrk
+from bench import RESULTS, write_json, wrk
 from bench.perf.catalog import catalog_file, synth_catalog, synth_queries
 from bench.perf.machine import machine_facts
 from bench.perf.server import ServerProcess, free_port, import_catalog, server_env, wait_ready
@@ -139,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_end": list(os.getloadavg()),
         "arms": summary,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "throughput.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_json(RESULTS / "throughput.json", report)
     for name, row in summary.items():
         print(f"{name}: {row['rps']:.0f} req/s ({100 * row['ratio']:.1f}% of bare)")
     return 0

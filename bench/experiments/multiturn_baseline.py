@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -369,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--catalog", choices=("all", "dev"), default="all")
     parser.add_argument("--out", default=str(OUT / "multiturn.json"))
     args = parser.parse_args(argv)
-    from bench.perf.machine import stage_machine
+    from bench.perf.machine import recorded
 
     started = time.perf_counter()
     data = load(catalog=args.catalog)
@@ -378,9 +377,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{len(data.traffic)} traffic / {len(data.held)} held conversations",
         flush=True,
     )
-    result = run(data, Encoders())
-    result["machine"] = stage_machine()
-    result["loadavg_end"] = list(os.getloadavg())
+    result = recorded(lambda: run(data, Encoders()))
     result["wall_s"] = time.perf_counter() - started
     print(json.dumps(baseline_rows(result), indent=1))
     print(json.dumps(result["observations"], indent=1))

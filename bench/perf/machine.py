@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,13 @@ def stage_machine() -> dict[str, Any]:
         "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "versions": versions(),
     }
+
+
+def recorded(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`run()`'s result as a stage writes it: with the machine it ran on (taken before, when the
+    load average is the start's) and the load average at its end."""
+    machine = stage_machine()
+    return {**run(), "machine": machine, "loadavg_end": list(os.getloadavg())}
 
 
 def versions() -> dict[str, str]:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench import write_json
 from bench.markdown import hand_written, prose
 from bench.perf.targets import targets
 
@@ -25,9 +26,7 @@ def findings() -> str:
 
 def write(results: dict[str, Any], results_dir: Path) -> Path:
     """perf.json and perf.md in `results_dir`; returns the JSON's path."""
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "perf.json"
-    path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    path = write_json(results_dir / "perf.json", results)
     (results_dir / "perf.md").write_text(render_markdown(results), encoding="utf-8")
     return path
 

@@ -1,4 +1,4 @@
-"""The benchmarks' one percentile agrees with numpy's to the bit, and is the median at 0.5."""
+"""The benchmarks' one percentile is numpy's, the median at 0.5, and refuses what has none."""
 
 from __future__ import annotations
 
