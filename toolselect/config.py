@@ -1,7 +1,8 @@
 """Settings: one typed object read once at start-up (environment, then an optional TOML file).
 
-Every setting is declared once in `FIELDS` with its environment name, default and meaning; the
-README's configuration table is generated from the same declarations (`toolselect config`).
+Every setting is declared once, in `Settings`, with its type, default, environment name, parser
+and meaning; the README's configuration table is generated from the same declarations
+(`toolselect config`).
 Precedence: explicit overrides (CLI flags) > `TOOLSELECT_*` environment > `toolselect.toml` > default.
 Nothing else in toolselect reads `os.environ`.
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from toolselect.errors import ConfigError
 from toolselect.names import DEFAULT_FALLBACK_TOOLS
+
+T = TypeVar("T")
 
 
 def _int(lo: int, hi: int) -> Callable[[str], int]:
@@ -68,8 +71,8 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _auto_or(parse: Callable[[str], float], word: str = "auto") -> Callable[[str], float | None]:
-    def parse_or_auto(text: str) -> float | None:
+def _auto_or(parse: Callable[[str], T], word: str = "auto") -> Callable[[str], T | None]:
+    def parse_or_auto(text: str) -> T | None:
         return None if text.strip().lower() == word else parse(text)
 
     return parse_or_auto
@@ -86,91 +89,116 @@ def parse_workers(text: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Field:
+    """A setting as `load_settings` and the table read it."""
+
     name: str
     env: str
     parse: Callable[[str], Any]
     doc: str
-    unset: str = "auto"  # the word for None, in the variable and the table
+    unset: str  # the word for None, in the variable and the table
+    default: Any
+
+    def default_text(self) -> str:
+        """The default as its variable spells it ("" for an unset text)."""
+        if self.default is None:
+            return self.unset
+        if isinstance(self.default, bool):
+            return "true" if self.default else "false"
+        if isinstance(self.default, tuple):
+            return ",".join(self.default)
+        return str(self.default)
+
+
+def setting(default: T, env: str, parse: Callable[[str], T], doc: str, *, unset: str = "auto") -> T:
+    """A field of `Settings`, declared once: its default, its variable, the parser of the
+    variable's text (whose `ValueError` is the message a bad value gets) and its meaning.
+
+    What pydantic-settings' `Field` would hold; pydantic itself is not imported here because
+    `toolselect select` is spawned once per agent turn and reads these settings, and importing
+    pydantic-settings adds 50-80 ms to that spawn."""
+    return field(default=default, metadata={"env": env, "parse": parse, "doc": doc, "unset": unset})
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything configurable; see `FIELDS` for the environment names and meanings."""
+    """Everything configurable, each setting declared once with `setting`."""
 
-    store: str = ""
-    data_dir: str = ""
-    neo4j_uri: str = ""
-    neo4j_username: str = "neo4j"
-    neo4j_password: str = ""
-    neo4j_database: str = "neo4j"
-    host: str = "127.0.0.1"
-    port: int = 8080
-    workers: int = 1  # 0: one per core
-    embedder: str = "hybrid"
-    embed_url: str = ""
-    embed_model: str = ""
-    embed_api_key: str = ""
-    embed_threads: int = 1
-    query_cache: int = 2048
-    vector_cache: int = 50_000
-    hybrid_weight: float = 0.5
-    description_weight: float | None = None  # None: chosen for the embedder, see below
-    exemplar_weight: float = 1.0
-    self_label_weight: float | None = None  # None: 0 until trusted labels validate more
-    usage_label_weight: float | None = None  # None: 1 until the labels validate less
-    usage_without_outcome: str = "shown"
-    search_ttl_s: float = 3600.0
-    searches_kept: int = 100_000
-    tenant_searches_kept: int = 10_000
-    tenants_live: int = 100
-    tenant_idle_s: float = 900.0
-    sessions_kept: int = 10_000
-    session_fit_turns: int = 2_000
-    session_refit_s: float = 300.0
-    session_prior_weight: float | None = None  # None: fitted on the store's sessions
-    context_weight: float | None = None  # None: fitted on the store's sessions
-    margin_floor: float | None = None  # None: calibrated from the store's labels
-    free_tier_precision: float = 0.95
-    fallback_tools: tuple[str, ...] = DEFAULT_FALLBACK_TOOLS
-    load_demo: bool = False
-    queue_size: int = 1024
-    oracle: str = "on"
-    oracle_tiers: tuple[str, ...] = ("ratchet", "ranker", "teacher")
-    teacher: str = ""
-    teacher_model: str = ""
-    teacher_candidates: int | None = None  # None: sized from the teacher's answers
-    teacher_recall: float = 0.95
-    teacher_share: float = 0.25
-    teacher_full_catalog: int = 50
-    teacher_max_input_tokens: int = 6000
-    teacher_budget_per_hour: int = 60
-    teacher_global_budget_per_hour: int | None = None  # None: no cap beyond each tenant's
-    teacher_retries: int = 2
-    teacher_timeout_s: float = 20.0
-    anthropic_api_key: str = ""
-    anthropic_base_url: str = ""
-    openai_base_url: str = ""
-    openai_api_key: str = ""
-    exemplars_per_tool: int = 512
-    exemplars_total: int = 10_000
-    exemplar_max_age_days: float = 90.0
-    poll_interval_s: float = 5.0
-    spool_max_mb: float = 256.0
-    max_body_bytes: int = 1 << 20
-    max_query_bytes: int = 8 << 10
-    max_k: int = 100
-    max_batch: int = 1000
-    max_concurrency: int = 256
-    request_timeout_s: float = 10.0
-    import_timeout_per_tool_s: float = 0.1
-    shutdown_timeout_s: float = 10.0
-    api_keys: tuple[str, ...] = ()
-    metrics_auth: bool = False
-    tenant_rps: float = 0.0  # 0: no limit
-    tenant_burst: int = 0  # 0: one second's worth
-    global_rps: float = 0.0  # 0: no limit
-    log_level: str = "info"
-    log_format: str = "auto"
+    # fmt: off
+    store: str = setting("", "TOOLSELECT_STORE", _str, "`neo4j` or `sqlite:PATH`; unset: Neo4j when `NEO4J_URI` is set, else the embedded store")
+    data_dir: str = setting("", "TOOLSELECT_DATA_DIR", _str, "folder of the embedded store and of `vectors.db`, where `toolselect select` keeps the dense vectors of the texts it embedded (by embedder id and SHA-256 of the text) between spawns and a service those of its tools and labels (`TOOLSELECT_VECTOR_CACHE`), and of `models/`, where it keeps MiniLM's optimised graph (default `$XDG_DATA_HOME/toolselect`)")
+    neo4j_uri: str = setting("", "NEO4J_URI", _str, "Bolt or Neo4j URI of the production store")
+    neo4j_username: str = setting("neo4j", "NEO4J_USERNAME", _str, "Neo4j user")
+    neo4j_password: str = setting("", "NEO4J_PASSWORD", _str, "Neo4j password (empty: no authentication)")
+    neo4j_database: str = setting("neo4j", "NEO4J_DATABASE", _str, "Neo4j database name")
+    host: str = setting("127.0.0.1", "TOOLSELECT_HOST", _str, "address `serve` binds")
+    port: int = setting(8080, "TOOLSELECT_PORT", _int(0, 65535), "port `serve` binds")
+    workers: int = setting(1, "TOOLSELECT_WORKERS", parse_workers, "server processes `serve` runs on the one port (`SO_REUSEPORT`), each a full service over the same store; `auto` (or 0): one per core (README, Operations)")
+    embedder: str = setting("hybrid", "TOOLSELECT_EMBEDDER", _choice("auto", "hashing", "minilm", "http", "hybrid"), "query and tool embedder: `hybrid` is MiniLM (ONNX, dense) fused with `hashing` (lexical), the most accurate measured (BENCHMARKS.md); `auto` is an alias of `hybrid`")
+    embed_url: str = setting("", "TOOLSELECT_EMBED_URL", _str, "base URL of an OpenAI-compatible `/v1/embeddings` endpoint (`http` embedder)")
+    embed_model: str = setting("", "TOOLSELECT_EMBED_MODEL", _str, "model name sent to the `http` embedder")
+    embed_api_key: str = setting("", "TOOLSELECT_EMBED_API_KEY", _str, "bearer key for the `http` embedder")
+    embed_threads: int = setting(1, "TOOLSELECT_EMBED_THREADS", _int(1, 64), "onnxruntime intra-op threads of the MiniLM model (`minilm`, `hybrid`)")
+    query_cache: int = setting(2048, "TOOLSELECT_QUERY_CACHE", _int(0, 1_000_000), "query vectors a service keeps in memory, least recently used dropped first, so a turn reported after its `/v1/rank` (and a repeated query) is not embedded again; about 10 KB each with `hybrid`; 0 turns it off")
+    vector_cache: int = setting(50_000, "TOOLSELECT_VECTOR_CACHE", _int(0, 10_000_000), "tool and label vectors kept on disk (`vectors.db` in `TOOLSELECT_DATA_DIR`, oldest dropped first), so a start, a tenant's first request or a worker does not run the model again on a catalog it embedded before; about 10 KB each with `hybrid`; not used with `hashing`, which computes faster than it reads; 0 turns it off")
+    hybrid_weight: float = setting(0.5, "TOOLSELECT_HYBRID_WEIGHT", _float(0.0, 1.0), "weight of the dense scores in `hybrid` (lexical gets the rest)")
+    description_weight: float | None = setting(None, "TOOLSELECT_DESCRIPTION_WEIGHT", _auto_or(_float(0.0, 1000.0)), "weight of a tool's description vector in its centroid, against 1 per exemplar; `auto`: chosen with the exemplar shrink by leave-one-out on the teacher's and humans' labels, starting from 16 for `hybrid`/`minilm` and 8 for `hashing` (BENCHMARKS.md); a number pins it")
+    self_label_weight: float | None = setting(None, "TOOLSELECT_SELF_LABEL_WEIGHT", _auto_or(_float(0.0, 1.0)), "weight of the ranker's own (free-tier) labels in the centroids against 1 for a teacher's or human's; `auto`: 0 (kept for the ratchet, not folded) until leave-one-out on trusted labels shows 0.5 or 1 does better; a number pins the fold")
+    usage_label_weight: float | None = setting(None, "TOOLSELECT_USAGE_LABEL_WEIGHT", _auto_or(_float(0.0, 1.0)), "weight of a usage label (a tool an agent used on a turn reported `ok`) in the centroids against 1 for a teacher's or human's; `auto`: 1 until leave-one-out on the labels (the teacher's and humans', else the usage labels themselves) shows 0.25 or 0.5 does better; a number pins the fold")
+    usage_without_outcome: str = setting("shown", "TOOLSELECT_USAGE_WITHOUT_OUTCOME", _choice("shown", "never", "always"), "whether a turn reported without an outcome labels the tool it used (tier `usage`): `shown` only when its `search_id` shows the tool was among those ranked for it, `never`, or `always` (BENCHMARKS.md, agent simulation)")
+    search_ttl_s: float = setting(3600.0, "TOOLSELECT_SEARCH_TTL", _float(1.0, 7 * 86400.0), "seconds a `search_id` is remembered, so a turn reported with it is linked to what was shown")
+    searches_kept: int = setting(100_000, "TOOLSELECT_SEARCHES_KEPT", _int(0, 10_000_000), "search ids remembered at once (oldest forgotten first; about 200 bytes each plus the shown names); 0 turns the linking off")
+    tenant_searches_kept: int = setting(10_000, "TOOLSELECT_TENANT_SEARCHES_KEPT", _int(0, 10_000_000), "search ids each tenant other than `default` remembers at once (its own log: `TOOLSELECT_SEARCHES_KEPT` is `default`'s), so a process's memory stays bounded with `TOOLSELECT_TENANTS_LIVE` tenants; 10,000 is an hour's worth at about 3 searches a second")
+    tenants_live: int = setting(100, "TOOLSELECT_TENANTS_LIVE", _int(1, 100_000), "tenants other than `default` served at once (each its own ranker, learner and store connection); the least recently used is closed beyond it and started again on its next request")
+    tenant_idle_s: float = setting(900.0, "TOOLSELECT_TENANT_IDLE", _float(1.0, 30 * 86400.0), "seconds a tenant other than `default` may go unused before it is closed (its data stays in the store; its next request starts it again)")
+    sessions_kept: int = setting(10_000, "TOOLSELECT_SESSIONS_KEPT", _int(0, 10_000_000), "sessions whose last turn's tools are remembered in memory, so a ranking given only its `session_id` gets the session prior (oldest forgotten first); 0 turns it off")
+    session_fit_turns: int = setting(2_000, "TOOLSELECT_SESSION_FIT_TURNS", _int(0, 1_000_000), "most recent session turns the conversation signals (session prior, context, companions) are fitted on (their request vectors are kept between fits: about 10 KB a turn with `hybrid`); 0: never fitted, every signal off unless pinned")
+    session_refit_s: float = setting(300.0, "TOOLSELECT_SESSION_REFIT_INTERVAL", _float(1.0, 86400.0), "seconds between refits of the conversation signals while new session turns arrive (this process's, or any replica's, seen through the store)")
+    session_prior_weight: float | None = setting(None, "TOOLSELECT_SESSION_PRIOR_WEIGHT", _auto_or(_float(0.0, 10.0)), "weight of the session prior (tools that followed the session's previous tools elsewhere) in a ranking's scores; `auto`: fitted on the store's sessions, 0 until it helps")
+    context_weight: float | None = setting(None, "TOOLSELECT_CONTEXT_WEIGHT", _auto_or(_float(0.0, 10.0)), "weight of the previous message (a rank request's `context`) mixed into the query; `auto`: fitted on the store's sessions, 0 until it helps")
+    exemplar_weight: float = setting(1.0, "TOOLSELECT_EXEMPLAR_WEIGHT", _float(0.0, 1000.0), "weight of each learned exemplar vector in its tool's centroid")
+    margin_floor: float | None = setting(None, "TOOLSELECT_MARGIN_FLOOR", _auto_or(_float(0.0, 2.0)), "top-1/top-2 margin at which the ranker's own label is trusted; `auto`: where the probability that the ranker's top-1 is right, calibrated on the teacher's and humans' labels, reaches `TOOLSELECT_FREE_TIER_PRECISION`")
+    free_tier_precision: float = setting(0.95, "TOOLSELECT_FREE_TIER_PRECISION", _float(0.5, 1.0), "calibrated probability of being right the free (ranker) tier needs before it labels a turn")
+    fallback_tools: tuple[str, ...] = setting(DEFAULT_FALLBACK_TOOLS, "TOOLSELECT_FALLBACK_TOOLS", _names, "comma list of tools an agent improvises with when it missed the right one")
+    load_demo: bool = setting(False, "TOOLSELECT_LOAD_DEMO", _bool, "load the shipped demo catalog when the store has no tools")
+    queue_size: int = setting(1024, "TOOLSELECT_QUEUE_SIZE", _int(1, 1_000_000), "bounded observe queue (drop on full)")
+    oracle: str = setting("on", "TOOLSELECT_ORACLE", _choice("on", "off"), "kill switch: `off` means no paid call, ever")
+    oracle_tiers: tuple[str, ...] = setting(("ratchet", "ranker", "teacher"), "TOOLSELECT_ORACLE_TIERS", _names, "oracle tiers in order")
+    teacher: str = setting("", "TOOLSELECT_TEACHER", _choice("anthropic", "openai", "none"), "LLM teacher; unset: `anthropic` when `ANTHROPIC_API_KEY` is set, else `none`")
+    teacher_model: str = setting("", "TOOLSELECT_TEACHER_MODEL", _str, "teacher model (default `claude-haiku-4-5` for Anthropic)")
+    teacher_candidates: int | None = setting(None, "TOOLSELECT_TEACHER_CANDIDATES", _auto_or(_int(2, 1000)), "ranked candidates shown to the teacher; `auto`: as many as `TOOLSELECT_TEACHER_MAX_INPUT_TOKENS` buy until its answers measure how many contain the true tool for `TOOLSELECT_TEACHER_RECALL` of the calls; a number pins it")
+    teacher_recall: float = setting(0.95, "TOOLSELECT_TEACHER_RECALL", _float(0.5, 1.0), "share of escalated turns whose true tool the teacher's candidates should contain (sizes the candidates from the labels)")
+    teacher_share: float = setting(0.25, "TOOLSELECT_TEACHER_SHARE", _float(0.0, 1.0), "share of flagged turns the teacher may be asked about: only the most uncertain (lowest calibrated probability) that share of recent flagged turns escalate, the rest are declined; 1: every turn the free tier cannot label")
+    teacher_full_catalog: int = setting(50, "TOOLSELECT_TEACHER_FULL_CATALOG", _int(0, 10_000), "show the teacher every tool when the catalog (or pack) has at most this many")
+    teacher_max_input_tokens: int = setting(6000, "TOOLSELECT_TEACHER_MAX_INPUT_TOKENS", _int(200, 200_000), "estimated input tokens a teacher call may spend on candidates")
+    teacher_budget_per_hour: int = setting(60, "TOOLSELECT_TEACHER_BUDGET_PER_HOUR", _int(0, 1_000_000), "paid teacher calls allowed per rolling hour, for each tenant")
+    teacher_global_budget_per_hour: int | None = setting(None, "TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR", _auto_or(_int(0, 1_000_000), "off"), "paid teacher calls allowed per rolling hour to all tenants of one process together (a cap over `TOOLSELECT_TEACHER_BUDGET_PER_HOUR`); `off`: no cap", unset="off")
+    teacher_retries: int = setting(2, "TOOLSELECT_TEACHER_RETRIES", _int(0, 10), "retries on 429/5xx/overloaded")
+    teacher_timeout_s: float = setting(20.0, "TOOLSELECT_TEACHER_TIMEOUT", _float(0.1, 600.0), "seconds per teacher attempt")
+    anthropic_api_key: str = setting("", "ANTHROPIC_API_KEY", _str, "Anthropic key (as the SDK reads it)")
+    anthropic_base_url: str = setting("", "ANTHROPIC_BASE_URL", _str, "Anthropic base URL (as the SDK reads it)")
+    openai_base_url: str = setting("", "TOOLSELECT_OPENAI_BASE_URL", _str, "OpenAI-compatible teacher base URL (e.g. `http://127.0.0.1:11434/v1`)")
+    openai_api_key: str = setting("", "TOOLSELECT_OPENAI_API_KEY", _str, "key for the OpenAI-compatible teacher")
+    exemplars_per_tool: int = setting(512, "TOOLSELECT_EXEMPLARS_PER_TOOL", _int(1, 10_000_000), "exemplars kept per tool (newest kept)")
+    exemplars_total: int = setting(10_000, "TOOLSELECT_EXEMPLARS_TOTAL", _int(1, 100_000_000), "exemplars kept in all (newest kept)")
+    exemplar_max_age_days: float = setting(90.0, "TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS", _float(0.001, 100_000.0), "exemplar expiry")
+    poll_interval_s: float = setting(5.0, "TOOLSELECT_POLL_INTERVAL", _float(0.05, 3600.0), "seconds between polls for other replicas' exemplars")
+    spool_max_mb: float = setting(256.0, "TOOLSELECT_SPOOL_MAX_MB", _float(0.001, 1_000_000.0), "megabytes of writes (turns, labels, oracle calls) the durable spool `spool.db` in the data folder keeps while the store is unreachable; past it turns are dropped first, labels last (counted in `toolselect_store_backlog_dropped_total`)")
+    max_body_bytes: int = setting(1 << 20, "TOOLSELECT_MAX_BODY_BYTES", _int(1024, 1 << 30), "largest request body")
+    max_query_bytes: int = setting(8 << 10, "TOOLSELECT_MAX_QUERY_BYTES", _int(16, 1 << 20), "longest query or request text (UTF-8 bytes)")
+    max_k: int = setting(100, "TOOLSELECT_MAX_K", _int(1, 10_000), "largest k")
+    max_batch: int = setting(1000, "TOOLSELECT_MAX_BATCH", _int(1, 1_000_000), "most turns in one observe batch")
+    max_concurrency: int = setting(256, "TOOLSELECT_MAX_CONCURRENCY", _int(1, 100_000), "concurrent requests before `503 overloaded`")
+    request_timeout_s: float = setting(10.0, "TOOLSELECT_REQUEST_TIMEOUT", _float(0.01, 3600.0), "seconds a request may take (`PUT /v1/tools`: see the next)")
+    import_timeout_per_tool_s: float = setting(0.1, "TOOLSELECT_IMPORT_TIMEOUT_PER_TOOL", _float(0.0, 60.0), "seconds `PUT /v1/tools` may take per tool, on top of `TOOLSELECT_REQUEST_TIMEOUT`; the clock also restarts after every batch of tools embedded, so an import that keeps working is not cut off")
+    shutdown_timeout_s: float = setting(10.0, "TOOLSELECT_SHUTDOWN_TIMEOUT", _float(0.0, 3600.0), "seconds to drain on shutdown")
+    api_keys: tuple[str, ...] = setting((), "TOOLSELECT_API_KEYS", _names, "comma list of API keys, or `@FILE` (one key a line): `admin` keys of tenant `default`, never stored; with these or any key made by `toolselect keys create`, `/v1/*` needs `Authorization: Bearer` (README, Operating for several teams)")
+    metrics_auth: bool = setting(False, "TOOLSELECT_METRICS_AUTH", _bool, "require a key on `/metrics` too (when keys are on): an `editor` key reads its tenant's series, an `admin` key every tenant's")
+    tenant_rps: float = setting(0.0, "TOOLSELECT_TENANT_RPS", _float(0.0, 1_000_000.0), "`/v1/*` (and MCP over HTTP) requests per second each tenant may send to one process (a token bucket in its memory), beyond them `429 rate_limited` with `Retry-After`; 0: no limit")
+    tenant_burst: int = setting(0, "TOOLSELECT_TENANT_BURST", _int(0, 1_000_000), "requests a tenant may send at once before `TOOLSELECT_TENANT_RPS` paces it (the bucket's size); 0: one second's worth (at least 1)")
+    global_rps: float = setting(0.0, "TOOLSELECT_GLOBAL_RPS", _float(0.0, 1_000_000.0), "`/v1/*` (and MCP over HTTP) requests per second one process takes from all tenants together (one second's worth at once), beyond them `429 rate_limited`; 0: no limit")
+    log_level: str = setting("info", "TOOLSELECT_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "log level")
+    log_format: str = setting("auto", "TOOLSELECT_LOG_FORMAT", _choice("auto", "json", "console"), "`auto`: JSON unless stdout is a terminal")
+    # fmt: on
 
     @property
     def store_kind(self) -> str:
@@ -263,82 +291,10 @@ def _default_data_dir(environ: Mapping[str, str]) -> str:
     return str(Path(base) / "toolselect")
 
 
-FIELDS: tuple[Field, ...] = (
-    Field("store", "TOOLSELECT_STORE", _str, "`neo4j` or `sqlite:PATH`; unset: Neo4j when `NEO4J_URI` is set, else the embedded store"),
-    Field("data_dir", "TOOLSELECT_DATA_DIR", _str, "folder of the embedded store and of `vectors.db`, where `toolselect select` keeps the dense vectors of the texts it embedded (by embedder id and SHA-256 of the text) between spawns and a service those of its tools and labels (`TOOLSELECT_VECTOR_CACHE`), and of `models/`, where it keeps MiniLM's optimised graph (default `$XDG_DATA_HOME/toolselect`)"),
-    Field("neo4j_uri", "NEO4J_URI", _str, "Bolt or Neo4j URI of the production store"),
-    Field("neo4j_username", "NEO4J_USERNAME", _str, "Neo4j user"),
-    Field("neo4j_password", "NEO4J_PASSWORD", _str, "Neo4j password (empty: no authentication)"),
-    Field("neo4j_database", "NEO4J_DATABASE", _str, "Neo4j database name"),
-    Field("host", "TOOLSELECT_HOST", _str, "address `serve` binds"),
-    Field("port", "TOOLSELECT_PORT", _int(0, 65535), "port `serve` binds"),
-    Field("workers", "TOOLSELECT_WORKERS", parse_workers, "server processes `serve` runs on the one port (`SO_REUSEPORT`), each a full service over the same store; `auto` (or 0): one per core (README, Operations)"),
-    Field("embedder", "TOOLSELECT_EMBEDDER", _choice("auto", "hashing", "minilm", "http", "hybrid"), "query and tool embedder: `hybrid` is MiniLM (ONNX, dense) fused with `hashing` (lexical), the most accurate measured (BENCHMARKS.md); `auto` is an alias of `hybrid`"),
-    Field("embed_url", "TOOLSELECT_EMBED_URL", _str, "base URL of an OpenAI-compatible `/v1/embeddings` endpoint (`http` embedder)"),
-    Field("embed_model", "TOOLSELECT_EMBED_MODEL", _str, "model name sent to the `http` embedder"),
-    Field("embed_api_key", "TOOLSELECT_EMBED_API_KEY", _str, "bearer key for the `http` embedder"),
-    Field("embed_threads", "TOOLSELECT_EMBED_THREADS", _int(1, 64), "onnxruntime intra-op threads of the MiniLM model (`minilm`, `hybrid`)"),
-    Field("query_cache", "TOOLSELECT_QUERY_CACHE", _int(0, 1_000_000), "query vectors a service keeps in memory, least recently used dropped first, so a turn reported after its `/v1/rank` (and a repeated query) is not embedded again; about 10 KB each with `hybrid`; 0 turns it off"),
-    Field("vector_cache", "TOOLSELECT_VECTOR_CACHE", _int(0, 10_000_000), "tool and label vectors kept on disk (`vectors.db` in `TOOLSELECT_DATA_DIR`, oldest dropped first), so a start, a tenant's first request or a worker does not run the model again on a catalog it embedded before; about 10 KB each with `hybrid`; not used with `hashing`, which computes faster than it reads; 0 turns it off"),
-    Field("hybrid_weight", "TOOLSELECT_HYBRID_WEIGHT", _float(0.0, 1.0), "weight of the dense scores in `hybrid` (lexical gets the rest)"),
-    Field("description_weight", "TOOLSELECT_DESCRIPTION_WEIGHT", _auto_or(_float(0.0, 1000.0)), "weight of a tool's description vector in its centroid, against 1 per exemplar; `auto`: chosen with the exemplar shrink by leave-one-out on the teacher's and humans' labels, starting from 16 for `hybrid`/`minilm` and 8 for `hashing` (BENCHMARKS.md); a number pins it"),
-    Field("self_label_weight", "TOOLSELECT_SELF_LABEL_WEIGHT", _auto_or(_float(0.0, 1.0)), "weight of the ranker's own (free-tier) labels in the centroids against 1 for a teacher's or human's; `auto`: 0 (kept for the ratchet, not folded) until leave-one-out on trusted labels shows 0.5 or 1 does better; a number pins the fold"),
-    Field("usage_label_weight", "TOOLSELECT_USAGE_LABEL_WEIGHT", _auto_or(_float(0.0, 1.0)), "weight of a usage label (a tool an agent used on a turn reported `ok`) in the centroids against 1 for a teacher's or human's; `auto`: 1 until leave-one-out on the labels (the teacher's and humans', else the usage labels themselves) shows 0.25 or 0.5 does better; a number pins the fold"),
-    Field("usage_without_outcome", "TOOLSELECT_USAGE_WITHOUT_OUTCOME", _choice("shown", "never", "always"), "whether a turn reported without an outcome labels the tool it used (tier `usage`): `shown` only when its `search_id` shows the tool was among those ranked for it, `never`, or `always` (BENCHMARKS.md, agent simulation)"),
-    Field("search_ttl_s", "TOOLSELECT_SEARCH_TTL", _float(1.0, 7 * 86400.0), "seconds a `search_id` is remembered, so a turn reported with it is linked to what was shown"),
-    Field("searches_kept", "TOOLSELECT_SEARCHES_KEPT", _int(0, 10_000_000), "search ids remembered at once (oldest forgotten first; about 200 bytes each plus the shown names); 0 turns the linking off"),
-    Field("tenant_searches_kept", "TOOLSELECT_TENANT_SEARCHES_KEPT", _int(0, 10_000_000), "search ids each tenant other than `default` remembers at once (its own log: `TOOLSELECT_SEARCHES_KEPT` is `default`'s), so a process's memory stays bounded with `TOOLSELECT_TENANTS_LIVE` tenants; 10,000 is an hour's worth at about 3 searches a second"),
-    Field("tenants_live", "TOOLSELECT_TENANTS_LIVE", _int(1, 100_000), "tenants other than `default` served at once (each its own ranker, learner and store connection); the least recently used is closed beyond it and started again on its next request"),
-    Field("tenant_idle_s", "TOOLSELECT_TENANT_IDLE", _float(1.0, 30 * 86400.0), "seconds a tenant other than `default` may go unused before it is closed (its data stays in the store; its next request starts it again)"),
-    Field("sessions_kept", "TOOLSELECT_SESSIONS_KEPT", _int(0, 10_000_000), "sessions whose last turn's tools are remembered in memory, so a ranking given only its `session_id` gets the session prior (oldest forgotten first); 0 turns it off"),
-    Field("session_fit_turns", "TOOLSELECT_SESSION_FIT_TURNS", _int(0, 1_000_000), "most recent session turns the conversation signals (session prior, context, companions) are fitted on (their request vectors are kept between fits: about 10 KB a turn with `hybrid`); 0: never fitted, every signal off unless pinned"),
-    Field("session_refit_s", "TOOLSELECT_SESSION_REFIT_INTERVAL", _float(1.0, 86400.0), "seconds between refits of the conversation signals while new session turns arrive (this process's, or any replica's, seen through the store)"),
-    Field("session_prior_weight", "TOOLSELECT_SESSION_PRIOR_WEIGHT", _auto_or(_float(0.0, 10.0)), "weight of the session prior (tools that followed the session's previous tools elsewhere) in a ranking's scores; `auto`: fitted on the store's sessions, 0 until it helps"),
-    Field("context_weight", "TOOLSELECT_CONTEXT_WEIGHT", _auto_or(_float(0.0, 10.0)), "weight of the previous message (a rank request's `context`) mixed into the query; `auto`: fitted on the store's sessions, 0 until it helps"),
-    Field("exemplar_weight", "TOOLSELECT_EXEMPLAR_WEIGHT", _float(0.0, 1000.0), "weight of each learned exemplar vector in its tool's centroid"),
-    Field("margin_floor", "TOOLSELECT_MARGIN_FLOOR", _auto_or(_float(0.0, 2.0)), "top-1/top-2 margin at which the ranker's own label is trusted; `auto`: where the probability that the ranker's top-1 is right, calibrated on the teacher's and humans' labels, reaches `TOOLSELECT_FREE_TIER_PRECISION`"),
-    Field("free_tier_precision", "TOOLSELECT_FREE_TIER_PRECISION", _float(0.5, 1.0), "calibrated probability of being right the free (ranker) tier needs before it labels a turn"),
-    Field("fallback_tools", "TOOLSELECT_FALLBACK_TOOLS", _names, "comma list of tools an agent improvises with when it missed the right one"),
-    Field("load_demo", "TOOLSELECT_LOAD_DEMO", _bool, "load the shipped demo catalog when the store has no tools"),
-    Field("queue_size", "TOOLSELECT_QUEUE_SIZE", _int(1, 1_000_000), "bounded observe queue (drop on full)"),
-    Field("oracle", "TOOLSELECT_ORACLE", _choice("on", "off"), "kill switch: `off` means no paid call, ever"),
-    Field("oracle_tiers", "TOOLSELECT_ORACLE_TIERS", _names, "oracle tiers in order"),
-    Field("teacher", "TOOLSELECT_TEACHER", _choice("anthropic", "openai", "none"), "LLM teacher; unset: `anthropic` when `ANTHROPIC_API_KEY` is set, else `none`"),
-    Field("teacher_model", "TOOLSELECT_TEACHER_MODEL", _str, "teacher model (default `claude-haiku-4-5` for Anthropic)"),
-    Field("teacher_candidates", "TOOLSELECT_TEACHER_CANDIDATES", _auto_or(_int(2, 1000)), "ranked candidates shown to the teacher; `auto`: as many as `TOOLSELECT_TEACHER_MAX_INPUT_TOKENS` buy until its answers measure how many contain the true tool for `TOOLSELECT_TEACHER_RECALL` of the calls; a number pins it"),
-    Field("teacher_recall", "TOOLSELECT_TEACHER_RECALL", _float(0.5, 1.0), "share of escalated turns whose true tool the teacher's candidates should contain (sizes the candidates from the labels)"),
-    Field("teacher_share", "TOOLSELECT_TEACHER_SHARE", _float(0.0, 1.0), "share of flagged turns the teacher may be asked about: only the most uncertain (lowest calibrated probability) that share of recent flagged turns escalate, the rest are declined; 1: every turn the free tier cannot label"),
-    Field("teacher_full_catalog", "TOOLSELECT_TEACHER_FULL_CATALOG", _int(0, 10_000), "show the teacher every tool when the catalog (or pack) has at most this many"),
-    Field("teacher_max_input_tokens", "TOOLSELECT_TEACHER_MAX_INPUT_TOKENS", _int(200, 200_000), "estimated input tokens a teacher call may spend on candidates"),
-    Field("teacher_budget_per_hour", "TOOLSELECT_TEACHER_BUDGET_PER_HOUR", _int(0, 1_000_000), "paid teacher calls allowed per rolling hour, for each tenant"),
-    Field("teacher_global_budget_per_hour", "TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR", _auto_or(_int(0, 1_000_000), "off"), "paid teacher calls allowed per rolling hour to all tenants of one process together (a cap over `TOOLSELECT_TEACHER_BUDGET_PER_HOUR`); `off`: no cap", "off"),
-    Field("teacher_retries", "TOOLSELECT_TEACHER_RETRIES", _int(0, 10), "retries on 429/5xx/overloaded"),
-    Field("teacher_timeout_s", "TOOLSELECT_TEACHER_TIMEOUT", _float(0.1, 600.0), "seconds per teacher attempt"),
-    Field("anthropic_api_key", "ANTHROPIC_API_KEY", _str, "Anthropic key (as the SDK reads it)"),
-    Field("anthropic_base_url", "ANTHROPIC_BASE_URL", _str, "Anthropic base URL (as the SDK reads it)"),
-    Field("openai_base_url", "TOOLSELECT_OPENAI_BASE_URL", _str, "OpenAI-compatible teacher base URL (e.g. `http://127.0.0.1:11434/v1`)"),
-    Field("openai_api_key", "TOOLSELECT_OPENAI_API_KEY", _str, "key for the OpenAI-compatible teacher"),
-    Field("exemplars_per_tool", "TOOLSELECT_EXEMPLARS_PER_TOOL", _int(1, 10_000_000), "exemplars kept per tool (newest kept)"),
-    Field("exemplars_total", "TOOLSELECT_EXEMPLARS_TOTAL", _int(1, 100_000_000), "exemplars kept in all (newest kept)"),
-    Field("exemplar_max_age_days", "TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS", _float(0.001, 100_000.0), "exemplar expiry"),
-    Field("poll_interval_s", "TOOLSELECT_POLL_INTERVAL", _float(0.05, 3600.0), "seconds between polls for other replicas' exemplars"),
-    Field("spool_max_mb", "TOOLSELECT_SPOOL_MAX_MB", _float(0.001, 1_000_000.0), "megabytes of writes (turns, labels, oracle calls) the durable spool `spool.db` in the data folder keeps while the store is unreachable; past it turns are dropped first, labels last (counted in `toolselect_store_backlog_dropped_total`)"),
-    Field("max_body_bytes", "TOOLSELECT_MAX_BODY_BYTES", _int(1024, 1 << 30), "largest request body"),
-    Field("max_query_bytes", "TOOLSELECT_MAX_QUERY_BYTES", _int(16, 1 << 20), "longest query or request text (UTF-8 bytes)"),
-    Field("max_k", "TOOLSELECT_MAX_K", _int(1, 10_000), "largest k"),
-    Field("max_batch", "TOOLSELECT_MAX_BATCH", _int(1, 1_000_000), "most turns in one observe batch"),
-    Field("max_concurrency", "TOOLSELECT_MAX_CONCURRENCY", _int(1, 100_000), "concurrent requests before `503 overloaded`"),
-    Field("request_timeout_s", "TOOLSELECT_REQUEST_TIMEOUT", _float(0.01, 3600.0), "seconds a request may take (`PUT /v1/tools`: see the next)"),
-    Field("import_timeout_per_tool_s", "TOOLSELECT_IMPORT_TIMEOUT_PER_TOOL", _float(0.0, 60.0), "seconds `PUT /v1/tools` may take per tool, on top of `TOOLSELECT_REQUEST_TIMEOUT`; the clock also restarts after every batch of tools embedded, so an import that keeps working is not cut off"),
-    Field("shutdown_timeout_s", "TOOLSELECT_SHUTDOWN_TIMEOUT", _float(0.0, 3600.0), "seconds to drain on shutdown"),
-    Field("api_keys", "TOOLSELECT_API_KEYS", _names, "comma list of API keys, or `@FILE` (one key a line): `admin` keys of tenant `default`, never stored; with these or any key made by `toolselect keys create`, `/v1/*` needs `Authorization: Bearer` (README, Operating for several teams)"),
-    Field("metrics_auth", "TOOLSELECT_METRICS_AUTH", _bool, "require a key on `/metrics` too (when keys are on): an `editor` key reads its tenant's series, an `admin` key every tenant's"),
-    Field("tenant_rps", "TOOLSELECT_TENANT_RPS", _float(0.0, 1_000_000.0), "`/v1/*` (and MCP over HTTP) requests per second each tenant may send to one process (a token bucket in its memory), beyond them `429 rate_limited` with `Retry-After`; 0: no limit"),
-    Field("tenant_burst", "TOOLSELECT_TENANT_BURST", _int(0, 1_000_000), "requests a tenant may send at once before `TOOLSELECT_TENANT_RPS` paces it (the bucket's size); 0: one second's worth (at least 1)"),
-    Field("global_rps", "TOOLSELECT_GLOBAL_RPS", _float(0.0, 1_000_000.0), "`/v1/*` (and MCP over HTTP) requests per second one process takes from all tenants together (one second's worth at once), beyond them `429 rate_limited`; 0: no limit"),
-    Field("log_level", "TOOLSELECT_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "log level"),
-    Field("log_format", "TOOLSELECT_LOG_FORMAT", _choice("auto", "json", "console"), "`auto`: JSON unless stdout is a terminal"),
-)  # fmt: skip
+# The declarations in `Settings`' order, which is the table's.
+FIELDS: tuple[Field, ...] = tuple(
+    Field(f.name, default=f.default, **f.metadata) for f in fields(Settings)
+)
 
 
 def _read_toml(path: Path) -> dict[str, str]:
@@ -404,17 +360,8 @@ def load_settings(
 
 def settings_table() -> str:
     """The README's configuration table, from the declarations above."""
-    defaults = Settings()
     rows = ["| variable | default | meaning |", "|---|---|---|"]
-    by_name = {f.name: f for f in fields(Settings)}
     for f in FIELDS:
-        value = getattr(defaults, f.name) if f.name in by_name else ""
-        if value is None:
-            value = f.unset
-        elif isinstance(value, bool):
-            value = "true" if value else "false"
-        elif isinstance(value, tuple):
-            value = ",".join(value)
-        shown = f"`{value}`" if value not in ("", ()) else ""
-        rows.append(f"| `{f.env}` | {shown} | {f.doc} |")
+        text = f.default_text()
+        rows.append(f"| `{f.env}` | {f'`{text}`' if text else ''} | {f.doc} |")
     return "\n".join(rows)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from toolselect.config import Settings, load_settings, settings_table
+from toolselect.config import FIELDS, Settings, load_settings, settings_table
 from toolselect.errors import ConfigError
 
 
@@ -99,6 +99,16 @@ def test_settings_table_lists_every_variable() -> None:
     table = settings_table()
     assert "| `TOOLSELECT_MAX_K` | `100` |" in table
     assert "| `TOOLSELECT_LOAD_DEMO` | `false` |" in table
+
+
+def test_each_default_reads_back_as_itself() -> None:
+    """A setting's parser and default agree: its default, spelt as the table shows it and set in
+    its variable, is read as the default (so no default lies outside its own rule)."""
+    defaults = Settings()
+    for f in FIELDS:
+        text = f.default_text()
+        if text:  # an empty text is an unset variable: nothing to read back
+            assert getattr(load_settings({f.env: text}), f.name) == getattr(defaults, f.name), f.env
 
 
 def test_readme_table_is_the_generated_one() -> None:
