@@ -96,6 +96,7 @@ class Field:
     parse: Callable[[str], Any]
     doc: str
     unset: str  # the word for None, in the variable and the table
+    secret: bool  # may be read from the file `{env}_FILE` names instead (a container secret)
     default: Any
 
     def default_text(self) -> str:
@@ -109,14 +110,24 @@ class Field:
         return str(self.default)
 
 
-def setting(default: T, env: str, parse: Callable[[str], T], doc: str, *, unset: str = "auto") -> T:
+def setting(
+    default: T,
+    env: str,
+    parse: Callable[[str], T],
+    doc: str,
+    *,
+    unset: str = "auto",
+    secret: bool = False,
+) -> T:
     """A field of `Settings`, declared once: its default, its variable, the parser of the
-    variable's text (whose `ValueError` is the message a bad value gets) and its meaning.
+    variable's text (whose `ValueError` is the message a bad value gets) and its meaning; a
+    `secret` may instead be in the file its variable's `_FILE` twin names.
 
     What pydantic-settings' `Field` would hold; pydantic itself is not imported here because
     `toolselect select` is spawned once per agent turn and reads these settings, and importing
     pydantic-settings adds 50-80 ms to that spawn."""
-    return field(default=default, metadata={"env": env, "parse": parse, "doc": doc, "unset": unset})
+    metadata = {"env": env, "parse": parse, "doc": doc, "unset": unset, "secret": secret}
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,7 @@ class Settings:
     data_dir: str = setting("", "TOOLSELECT_DATA_DIR", _str, "folder of the embedded store and of `vectors.db`, where `toolselect select` keeps the dense vectors of the texts it embedded (by embedder id and SHA-256 of the text) between spawns and a service those of its tools and labels (`TOOLSELECT_VECTOR_CACHE`), and of `models/`, where it keeps MiniLM's optimised graph (default `$XDG_DATA_HOME/toolselect`)")
     neo4j_uri: str = setting("", "NEO4J_URI", _str, "Bolt or Neo4j URI of the production store")
     neo4j_username: str = setting("neo4j", "NEO4J_USERNAME", _str, "Neo4j user")
-    neo4j_password: str = setting("", "NEO4J_PASSWORD", _str, "Neo4j password (empty: no authentication)")
+    neo4j_password: str = setting("", "NEO4J_PASSWORD", _str, "Neo4j password (empty: no authentication)", secret=True)
     neo4j_database: str = setting("neo4j", "NEO4J_DATABASE", _str, "Neo4j database name")
     host: str = setting("127.0.0.1", "TOOLSELECT_HOST", _str, "address `serve` binds")
     port: int = setting(8080, "TOOLSELECT_PORT", _int(0, 65535), "port `serve` binds")
@@ -136,7 +147,7 @@ class Settings:
     embedder: str = setting("hybrid", "TOOLSELECT_EMBEDDER", _choice("auto", "hashing", "minilm", "http", "hybrid"), "query and tool embedder: `hybrid` is MiniLM (ONNX, dense) fused with `hashing` (lexical), the most accurate measured (BENCHMARKS.md); `auto` is an alias of `hybrid`")
     embed_url: str = setting("", "TOOLSELECT_EMBED_URL", _str, "base URL of an OpenAI-compatible `/v1/embeddings` endpoint (`http` embedder)")
     embed_model: str = setting("", "TOOLSELECT_EMBED_MODEL", _str, "model name sent to the `http` embedder")
-    embed_api_key: str = setting("", "TOOLSELECT_EMBED_API_KEY", _str, "bearer key for the `http` embedder")
+    embed_api_key: str = setting("", "TOOLSELECT_EMBED_API_KEY", _str, "bearer key for the `http` embedder", secret=True)
     embed_threads: int = setting(1, "TOOLSELECT_EMBED_THREADS", _int(1, 64), "onnxruntime intra-op threads of the MiniLM model (`minilm`, `hybrid`)")
     query_cache: int = setting(2048, "TOOLSELECT_QUERY_CACHE", _int(0, 1_000_000), "query vectors a service keeps in memory, least recently used dropped first, so a turn reported after its `/v1/rank` (and a repeated query) is not embedded again; about 10 KB each with `hybrid`; 0 turns it off")
     vector_cache: int = setting(50_000, "TOOLSELECT_VECTOR_CACHE", _int(0, 10_000_000), "tool and label vectors kept on disk (`vectors.db` in `TOOLSELECT_DATA_DIR`, oldest dropped first), so a start, a tenant's first request or a worker does not run the model again on a catalog it embedded before; about 10 KB each with `hybrid`; not used with `hashing`, which computes faster than it reads; 0 turns it off")
@@ -174,10 +185,10 @@ class Settings:
     teacher_global_budget_per_hour: int | None = setting(None, "TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR", _auto_or(_int(0, 1_000_000), "off"), "paid teacher calls allowed per rolling hour to all tenants of one process together (a cap over `TOOLSELECT_TEACHER_BUDGET_PER_HOUR`); `off`: no cap", unset="off")
     teacher_retries: int = setting(2, "TOOLSELECT_TEACHER_RETRIES", _int(0, 10), "retries on 429/5xx/overloaded")
     teacher_timeout_s: float = setting(20.0, "TOOLSELECT_TEACHER_TIMEOUT", _float(0.1, 600.0), "seconds per teacher attempt")
-    anthropic_api_key: str = setting("", "ANTHROPIC_API_KEY", _str, "Anthropic key (as the SDK reads it)")
+    anthropic_api_key: str = setting("", "ANTHROPIC_API_KEY", _str, "Anthropic key (as the SDK reads it)", secret=True)
     anthropic_base_url: str = setting("", "ANTHROPIC_BASE_URL", _str, "Anthropic base URL (as the SDK reads it)")
     openai_base_url: str = setting("", "TOOLSELECT_OPENAI_BASE_URL", _str, "OpenAI-compatible teacher base URL (e.g. `http://127.0.0.1:11434/v1`)")
-    openai_api_key: str = setting("", "TOOLSELECT_OPENAI_API_KEY", _str, "key for the OpenAI-compatible teacher")
+    openai_api_key: str = setting("", "TOOLSELECT_OPENAI_API_KEY", _str, "key for the OpenAI-compatible teacher", secret=True)
     exemplars_per_tool: int = setting(512, "TOOLSELECT_EXEMPLARS_PER_TOOL", _int(1, 10_000_000), "exemplars kept per tool (newest kept)")
     exemplars_total: int = setting(10_000, "TOOLSELECT_EXEMPLARS_TOTAL", _int(1, 100_000_000), "exemplars kept in all (newest kept)")
     exemplar_max_age_days: float = setting(90.0, "TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS", _float(0.001, 100_000.0), "exemplar expiry")
@@ -317,6 +328,15 @@ def _read_toml(path: Path) -> dict[str, str]:
     return out
 
 
+def _read_secret(variable: str, path_text: str) -> str:
+    """The text of the file `variable` names (its parser strips the line end, as a variable's)."""
+    path = Path(path_text).expanduser()
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{variable}: cannot read {path}: {exc}") from exc
+
+
 def _read_keys_file(spec: tuple[str, ...]) -> tuple[str, ...]:
     if len(spec) == 1 and spec[0].startswith("@"):
         path = Path(spec[0][1:]).expanduser()
@@ -340,8 +360,12 @@ def load_settings(
     elif toml_path is not None or "TOOLSELECT_CONFIG" in env:
         raise ConfigError(f"{path}: settings file not found")
     for f in FIELDS:
-        if f.env in env and env[f.env] != "":
+        if env.get(f.env):
             raw[f.name] = env[f.env]
+        if f.secret and env.get(f"{f.env}_FILE"):
+            if env.get(f.env):
+                raise ConfigError(f"{f.env}_FILE: expected {f.env} or {f.env}_FILE, not both")
+            raw[f.name] = _read_secret(f"{f.env}_FILE", env[f"{f.env}_FILE"])
     values: dict[str, Any] = {}
     for f in FIELDS:
         if f.name in raw:
@@ -363,5 +387,6 @@ def settings_table() -> str:
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for f in FIELDS:
         text = f.default_text()
-        rows.append(f"| `{f.env}` | {f'`{text}`' if text else ''} | {f.doc} |")
+        doc = f"{f.doc}; or `{f.env}_FILE`: a file holding it" if f.secret else f.doc
+        rows.append(f"| `{f.env}` | {f'`{text}`' if text else ''} | {doc} |")
     return "\n".join(rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -23,11 +24,13 @@ from tests.oracle.conftest import (
 from tests.stubs import ANTHROPIC_MODEL as MODEL
 from tests.stubs import Reply, Stub
 from tests.stubs import anthropic_message as message
+from toolselect.config import load_settings
 from toolselect.metrics import Metrics
 from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import Oracle
 from toolselect.records import OracleCall
+from toolselect.service.parts import build_teacher
 from toolselect.testing import FakeClock
 
 
@@ -56,9 +59,11 @@ class Harness:
         timeout_s: float = 5.0,
         client: anthropic.AsyncAnthropic | None = None,
         with_teacher: bool = True,
+        teacher: AnthropicTeacher | None = None,
         record: Any = None,
     ) -> Oracle:
-        teacher = AnthropicTeacher(client or self.client, MODEL) if with_teacher else None
+        if teacher is None and with_teacher:
+            teacher = AnthropicTeacher(client or self.client, MODEL)
         return Oracle(
             teacher,
             enabled=enabled,
@@ -103,6 +108,26 @@ async def test_valid_tool_use_is_labeled_and_traced(h: Harness) -> None:
     assert h.budget.remaining() == 59
     assert sample(h.metrics, "teacher_tokens", provider="anthropic", direction="input") == 120
     assert h.metrics.value("toolselect_teacher_seconds_count", {"provider": "anthropic"}) == 1
+
+
+async def test_a_key_in_a_secret_file_is_the_key_sent(h: Harness, tmp_path: Path) -> None:
+    """`ANTHROPIC_API_KEY_FILE` (a mounted container secret) picks the Anthropic teacher as the
+    variable does, and its text, without the line end, is the key the SDK sends."""
+    secret = tmp_path / "anthropic-api-key"
+    secret.write_text("sk-ant-from-a-file\n")
+    env = {"ANTHROPIC_API_KEY_FILE": str(secret), "ANTHROPIC_BASE_URL": h.stub.url}
+    teacher = build_teacher(load_settings(env))
+    assert isinstance(teacher, AnthropicTeacher)
+    try:
+        h.stub.reply(Reply(body=message("web_search")))
+        assert (await h.teach(h.oracle(teacher=teacher))).result == "labeled"
+    finally:
+        await teacher.aclose()
+    [received] = h.stub.received
+    sent = {k.lower(): v for k, v in received.headers.items()}
+    # The SDK sends the key as `x-api-key` or as a bearer token (2.14 does the latter).
+    keys = (sent.get("x-api-key"), sent.get("authorization", "").removeprefix("Bearer "))
+    assert "sk-ant-from-a-file" in keys
 
 
 async def test_request_sent_is_the_forced_choice(h: Harness) -> None:

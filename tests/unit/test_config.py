@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from toolselect.config import FIELDS, Settings, load_settings, settings_table
+from toolselect.config import FIELDS, Field, Settings, load_settings, settings_table
 from toolselect.errors import ConfigError
 
 
@@ -109,6 +109,45 @@ def test_each_default_reads_back_as_itself() -> None:
         text = f.default_text()
         if text:  # an empty text is an unset variable: nothing to read back
             assert getattr(load_settings({f.env: text}), f.name) == getattr(defaults, f.name), f.env
+
+
+SECRETS = [f for f in FIELDS if f.secret]
+
+
+def test_the_secrets_are_the_passwords_and_keys() -> None:
+    assert {f.env for f in SECRETS} == {
+        "NEO4J_PASSWORD", "ANTHROPIC_API_KEY", "TOOLSELECT_OPENAI_API_KEY", "TOOLSELECT_EMBED_API_KEY"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("secret", SECRETS, ids=lambda f: f.env)
+def test_a_secret_is_read_from_the_file_its_FILE_variable_names(
+    secret: Field, tmp_path: Path
+) -> None:
+    path = tmp_path / "secret"
+    path.write_text("s3cret value\n")  # as `echo` or an editor leaves it
+    settings = load_settings({f"{secret.env}_FILE": str(path)})
+    assert getattr(settings, secret.name) == "s3cret value"
+
+
+def test_a_secret_given_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "password"
+    path.write_text("from-file")
+    env = {"NEO4J_PASSWORD": "from-env", "NEO4J_PASSWORD_FILE": str(path)}
+    with pytest.raises(ConfigError, match="NEO4J_PASSWORD_FILE: expected NEO4J_PASSWORD or"):
+        load_settings(env)
+
+
+def test_an_unreadable_secret_file_names_its_variable(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ConfigError, match=f"ANTHROPIC_API_KEY_FILE: cannot read {missing}"):
+        load_settings({"ANTHROPIC_API_KEY_FILE": str(missing)})
+
+
+def test_only_secrets_have_a_FILE_form(tmp_path: Path) -> None:
+    path = tmp_path / "port"
+    path.write_text("9999")
+    assert load_settings({"TOOLSELECT_PORT_FILE": str(path)}).port == Settings().port
 
 
 def test_readme_table_is_the_generated_one() -> None:
