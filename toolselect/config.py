@@ -121,13 +121,14 @@ def setting(
 ) -> T:
     """A field of `Settings`, declared once: its default, its variable, the parser of the
     variable's text (whose `ValueError` is the message a bad value gets) and its meaning; a
-    `secret` may instead be in the file its variable's `_FILE` twin names.
+    `secret` may instead be in the file its variable's `_FILE` twin names, and is left out of
+    the settings' repr, so a logged or printed `Settings` does not show it.
 
     What pydantic-settings' `Field` would hold; pydantic itself is not imported here because
     `toolselect select` is spawned once per agent turn and reads these settings, and importing
     pydantic-settings adds 50-80 ms to that spawn."""
     metadata = {"env": env, "parse": parse, "doc": doc, "unset": unset, "secret": secret}
-    return field(default=default, metadata=metadata)
+    return field(default=default, repr=not secret, metadata=metadata)
 
 
 @dataclass(frozen=True)

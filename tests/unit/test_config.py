@@ -128,6 +128,7 @@ def test_a_secret_is_read_from_the_file_its_FILE_variable_names(
     path.write_text("s3cret value\n")  # as `echo` or an editor leaves it
     settings = load_settings({f"{secret.env}_FILE": str(path)})
     assert getattr(settings, secret.name) == "s3cret value"
+    assert "s3cret" not in repr(settings)  # a logged Settings does not show it
 
 
 def test_a_secret_given_twice_is_refused(tmp_path: Path) -> None:
