@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from toolselect.service import Service
+from toolselect.service.ranking import CANDIDATE_CACHE_SIZE as CACHE
 
 Client = TestClient[Any, Any]
 
@@ -91,6 +92,20 @@ async def test_select_k_zero_means_default(client: Client) -> None:
         "/v1/select", json={"query": {"Text": "thing 3", "K": 0}, "candidates": cands}
     )
     assert len((await resp.json())["selected"]) == 5
+
+
+async def test_select_past_the_candidate_cache(client: Client) -> None:
+    """More new candidates than the vector cache holds, in one request or across two, are
+    all ranked: the rows are read before the cache drops its oldest entries."""
+    many = [{"ID": f"c{i}", "Description": f"candidate tool {i}"} for i in range(CACHE + 1)]
+    resp = await client.post("/v1/select", json={"query": {"Text": "tool 7"}, "candidates": many})
+    assert resp.status == 200, await resp.text()
+    assert len((await resp.json())["selected"]) == 5
+    # c0 was the oldest entry and is gone; asking for it beside a fresh one embeds both again.
+    pair = [many[0], {"ID": "fresh", "Description": "a fresh tool for the weather"}]
+    resp = await client.post("/v1/select", json={"query": {"Text": "weather"}, "candidates": pair})
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["selected"] == ["fresh", "c0"]
 
 
 async def test_tools_crud(client: Client) -> None:

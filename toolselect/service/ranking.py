@@ -29,7 +29,7 @@ from toolselect.service.index import LiveIndex
 from toolselect.service.searches import SearchLog
 from toolselect.service.sessions import SessionSignals
 
-_CANDIDATE_CACHE_SIZE = 10_000
+CANDIDATE_CACHE_SIZE = 10_000
 MAX_COMPANIONS = 10
 MAX_CONTEXT_MESSAGES = 50
 MAX_PREVIOUS_TOOLS = 64
@@ -261,17 +261,20 @@ class RankingFacade:
         )
 
     async def _candidate_matrix(self, tools: Sequence[Tool]) -> np.ndarray:
-        """Vectors of tools not in the catalog, cached by content hash."""
+        """Vectors of tools not in the catalog, cached by content hash (least recently used out).
+
+        The rows are gathered before the cache is trimmed: a request may bring more new
+        candidates than the cache holds, and another request may trim it while this one embeds.
+        """
         cache = self._candidate_vectors
-        missing = [t for t in tools if t.content_hash not in cache]
+        found = {t.content_hash: cache[t.content_hash] for t in tools if t.content_hash in cache}
+        missing = [t for t in tools if t.content_hash not in found]
         if missing:
             vectors = await self._embedder.embed([tool_text(t) for t in missing])
-            for tool, vec in zip(missing, vectors, strict=True):
-                cache[tool.content_hash] = vec
-            while len(cache) > _CANDIDATE_CACHE_SIZE:
-                cache.popitem(last=False)
-        rows = []
-        for tool in tools:
-            cache.move_to_end(tool.content_hash)
-            rows.append(cache[tool.content_hash])
-        return np.vstack(rows)
+            found.update(zip((t.content_hash for t in missing), vectors, strict=True))
+        for digest, vector in found.items():
+            cache[digest] = vector
+            cache.move_to_end(digest)
+        while len(cache) > CANDIDATE_CACHE_SIZE:
+            cache.popitem(last=False)
+        return np.vstack([found[t.content_hash] for t in tools])
