@@ -18,6 +18,10 @@ from toolselect.records import Tool
 MAX_NAME_CHARS = 256
 MAX_DESCRIPTION_BYTES = 8 << 10
 MAX_PACK_CHARS = 256
+# Objects and lists inside one input schema. Real schemas nest a dozen deep; far past this, the
+# JSON a tool listing writes back (pydantic's serialiser) refuses the depth, so every listing
+# of the catalog would fail for the one tool.
+MAX_SCHEMA_DEPTH = 64
 _DEMO_FILE = "data/demo_tools.json"
 
 
@@ -73,7 +77,7 @@ def candidates_to_tools(candidates: object) -> list[Tool]:
         if isinstance(metadata, Mapping):
             for key in ("inputSchema", "input_schema", "parameters"):
                 if isinstance(metadata.get(key), Mapping):
-                    schema = metadata[key]
+                    schema = _schema(metadata[key], f"{where}.Metadata.{key}")
                     break
         tools.append(Tool(name=name, description=description, input_schema=schema))
     _check_unique(tools, "candidates[{}].ID")
@@ -136,7 +140,28 @@ def _tool(entry: Mapping[str, Any], where: str, *, schema_key: str) -> Tool:
             f"expected the input schema to be an object, got {_kind(schema)}",
             field=f"{where}.{schema_key}",
         )
-    return Tool(name=name, description=description, input_schema=dict(schema))
+    return Tool(
+        name=name,
+        description=description,
+        input_schema=dict(_schema(schema, f"{where}.{schema_key}")),
+    )
+
+
+def _schema(schema: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    """`schema`, unless its objects and lists nest deeper than `MAX_SCHEMA_DEPTH`."""
+    level: list[Mapping[str, Any] | list[Any]] = [schema]
+    for _ in range(MAX_SCHEMA_DEPTH):
+        level = [
+            child
+            for item in level
+            for child in (item.values() if isinstance(item, Mapping) else item)
+            if isinstance(child, Mapping | list)
+        ]
+        if not level:
+            return schema
+    raise InvalidInput(
+        f"expected an input schema nested at most {MAX_SCHEMA_DEPTH} deep, got more", field=field
+    )
 
 
 def _name(value: object, field: str) -> str:

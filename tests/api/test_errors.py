@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import urlopen
 
 from aiohttp.test_utils import TestClient
+
+from tests.live import LiveServer
 
 Client = TestClient[Any, Any]
 
@@ -166,3 +173,83 @@ async def test_errors_carry_a_request_id(client: Client) -> None:
     assert resp.headers["X-Request-Id"] == "abc-123"
     resp = await client.post("/v1/rank", json={"query": "weather"})
     assert len(resp.headers["X-Request-Id"]) == 32
+
+
+async def test_json_without_a_json_value_is_400(client: Client) -> None:
+    """NaN, Infinity and a number past a float's range are not JSON: refused as invalid_json,
+    not stored (the listing would have given them back as null)."""
+    for number in ("NaN", "-Infinity", "1e400"):
+        body = '{"tools": [{"name": "t", "inputSchema": {"default": ' + number + "}}]}"
+        resp = await client.put(
+            "/v1/tools", data=body, headers={"Content-Type": "application/json"}
+        )
+        err = await error_of(resp, 400, "invalid_json")
+        assert err["field"] == "body"
+    assert (await client.get("/v1/tools/t")).status == 404
+
+
+async def test_body_nested_past_the_parser_is_400(client: Client) -> None:
+    """A body nested deeper than the JSON parser recurses is invalid_json, on the catalog
+    route (the standard parser) as on the model routes (pydantic's)."""
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    for method, path, body in (
+        ("PUT", "/v1/tools", '{"tools": [{"name": "t", "inputSchema": ' + deep + "}]}"),
+        ("POST", "/v1/rank", '{"query": "x", "k": ' + deep + "}"),
+    ):
+        resp = await client.request(
+            method, path, data=body, headers={"Content-Type": "application/json"}
+        )
+        await error_of(resp, 400, "invalid_json")
+
+
+async def test_schema_depth_limit(client: Client) -> None:
+    """An input schema may nest 64 objects and lists deep; one more is 422 naming it, so no
+    stored tool is beyond what a listing can write back."""
+
+    def nested(depth: int) -> dict[str, Any]:
+        schema: dict[str, Any] = {}
+        for _ in range(depth - 1):
+            schema = {"a": schema}
+        return schema
+
+    resp = await client.put("/v1/tools", json={"tools": [{"name": "t", "inputSchema": nested(64)}]})
+    assert resp.status == 200, await resp.text()
+    resp = await client.put("/v1/tools", json={"tools": [{"name": "u", "inputSchema": nested(65)}]})
+    err = await error_of(resp, 422, "invalid_request")
+    assert err["field"] == "tools[0].inputSchema"
+    listing = await client.get("/v1/tools")
+    assert listing.status == 200
+    assert "u" not in {t["name"] for t in (await listing.json())["tools"]}
+
+
+async def test_body_that_does_not_decode_is_400(client: Client) -> None:
+    """A body whose Content-Encoding does not decode is the caller's: 400 invalid_body."""
+    resp = await client.post(
+        "/v1/rank",
+        data=b"not gzip at all",
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    err = await error_of(resp, 400, "invalid_body")
+    assert err["field"] == "body"
+
+
+def test_client_gone_mid_body_is_499_not_500(tmp_path: Path) -> None:
+    """A client that closes before its body arrived is counted 499, not 500: a 5xx is only ever
+    the server's own. (On the server as `serve` runs it, which lets a handler finish when its
+    client hangs up; aiohttp's test server would cancel it instead.)"""
+    server = LiveServer(tmp_path)
+    try:
+        url = urlsplit(server.url)
+        with socket.create_connection((url.hostname, url.port)) as sock:
+            sock.sendall(
+                b"POST /v1/rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"query":'
+            )
+        gone = 'toolselect_http_requests_total{route="/v1/rank",status="499"} 1.0'
+        deadline = time.monotonic() + 10
+        while gone not in (metrics := urlopen(f"{server.url}/metrics").read().decode()):
+            assert time.monotonic() < deadline, metrics
+            time.sleep(0.02)
+        assert 'route="/v1/rank",status="500"' not in metrics
+    finally:
+        server.stop()

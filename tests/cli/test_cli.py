@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -291,6 +292,56 @@ def test_bad_setting_is_one_clear_line(env: dict[str, str]) -> None:
     assert done.stderr.strip() == (
         "toolselect rank: TOOLSELECT_MAX_K: expected a whole number, got 'zero'"
     )
+
+
+def _deep_catalog(depth: int) -> str:
+    schema = '{"a":' * (depth - 1) + "{}" + "}" * (depth - 1)
+    return '{"tools": [{"name": "deep", "inputSchema": ' + schema + "}]}"
+
+
+def test_bad_input_is_one_line_and_nothing_kept(
+    catalog_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Each command refuses what the API refuses, with one line, exit 2 and no traceback; a
+    refused turn or import leaves the store as it was."""
+    (tmp_path / "nested.json").write_text(_deep_catalog(3000))
+    (tmp_path / "schema.json").write_text(_deep_catalog(65))
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "ok.json").write_text(json.dumps(CATALOG))
+    cases = [
+        (["observe", "r" * 8193, "get_weather"], "", "request of at most 8192 bytes"),
+        (["observe", "weather", "g" * 257], "", "used_tool: String should have at most 256"),
+        (["tools", "import", str(tmp_path / "nested.json")], "", "nested too deeply"),
+        (["tools", "import", str(tmp_path / "schema.json")], "", "nested at most 64 deep"),
+        (["tools", "import", str(tmp_path / "ok.json"), "--pack", "p" * 257], "",
+         "pack name of at most 256"),
+        (["serve", "--port", "99999"], "", "--port: expected a number in 0..65535"),
+        (["select", "--url", "notaurl"], json.dumps(SELECT), "--url: expected http://HOST:PORT"),
+        (["select", "--timeout", "-1", "--url", "http://x"], "{}", "seconds above 0"),
+        (["select"], '{"query": {"Text": "x", "K": NaN}, "candidates": []}', "NaN is not"),
+        (["analytics", "misroute_rate", "--plot", str(tmp_path / "afile" / "x.png")], "",
+         "cannot write"),
+    ]  # fmt: skip
+    for args, stdin, expected in cases:
+        done = run(args, catalog_env, stdin=stdin)
+        assert done.returncode == 2, (args, done.stderr)
+        assert expected in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+    listed = run(["tools", "list"], catalog_env)
+    assert "deep" not in listed.stdout
+    with closing(sqlite3.connect(catalog_env["TOOLSELECT_STORE"].removeprefix("sqlite:"))) as db:
+        assert db.execute("SELECT count(*) FROM turns").fetchone() == (0,)
+
+
+def test_serve_on_a_taken_port_is_one_line(env: dict[str, str]) -> None:
+    """A port another process holds: one line naming the address, exit 2."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run(["serve", "--port", str(port)], {**env, "TOOLSELECT_EMBEDDER": "hashing"})
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_serve_refuses_public_bind_without_keys(env: dict[str, str]) -> None:

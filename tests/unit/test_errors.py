@@ -14,8 +14,6 @@ ROOT = Path(__file__).resolve().parents[2] / "toolselect"
 
 # Exceptions that stay outside the tree on purpose, with the reason.
 OUTSIDE = {
-    # Raised inside pydantic validators, which turn only a ValueError into a validation error.
-    "Rejected": "toolselect/api/validation.py",
     # The CLI's own signal for "print to stderr, exit 2"; it never leaves `toolselect.cmd`.
     "UsageError": "toolselect/cmd/remote.py",
 }

@@ -67,7 +67,11 @@ async def cli_analytics(
     results = [await store.analytics(n, since) for n in names]
     if plot is not None:
         for result in results:
-            draw_png(result, plot if name is not None else plot / f"{result.name}.png")
+            path = plot if name is not None else plot / f"{result.name}.png"
+            try:
+                draw_png(result, path)
+            except OSError as exc:  # a folder where the file goes, a file where the folder does
+                raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}", "plot") from None
     render = RENDERERS[fmt]
     if name is not None:
         return render(results[0])

@@ -4,7 +4,6 @@ JSON responses out. Routes and middleware import this; it imports neither of the
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from typing import Any, TypeVar
 
@@ -13,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from toolselect.api.errors import HttpError
 from toolselect.api.validation import rejection
+from toolselect.json_text import parse_json
 from toolselect.keys import DEFAULT_TENANT, Caller
 from toolselect.service import Service, TenantServices
 
@@ -47,13 +47,28 @@ def _check_content_type(request: web.Request) -> None:
         )
 
 
-async def read_body(request: web.Request) -> Any:
-    """The JSON body: 415 for another content type, 413 past the limit, 400 when not JSON."""
+async def _read_raw(request: web.Request) -> bytes:
+    """The body's bytes: 415 for another content type, 413 past the limit (aiohttp's own),
+    400 when its Content-Encoding does not decode, 499 when the client left before it all came.
+    """
     _check_content_type(request)
-    raw = await request.read()
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return await request.read()
+    except web.RequestPayloadError as exc:
+        raise HttpError(400, "invalid_body", f"body cannot be read: {exc}", "body") from None
+    except ConnectionResetError:
+        # Nobody is left to answer: counted as 499 (the status proxies use) rather than 500.
+        raise HttpError(
+            499, "client_closed", "the client closed the connection mid-body", "body"
+        ) from None
+
+
+async def read_body(request: web.Request) -> Any:
+    """The JSON body: 400 when it is not JSON (`toolselect.json_text`)."""
+    raw = await _read_raw(request)
+    try:
+        data = parse_json(raw)
+    except ValueError as exc:
         raise HttpError(400, "invalid_json", f"body is not JSON: {exc}", "body") from None
     if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(data):
         raise HttpError(
@@ -95,8 +110,7 @@ def _rejected(exc: ValidationError) -> HttpError:
 
 async def read_model(request: web.Request, model: type[M]) -> M:
     """Read and validate a JSON body in one pass (pydantic parses the bytes itself)."""
-    _check_content_type(request)
-    raw = await request.read()
+    raw = await _read_raw(request)
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:

@@ -91,7 +91,11 @@ async def run_server(
             reuse_address=True,
             reuse_port=reuse_port or None,
         )
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # the port is taken, or the address is not this machine's
+            where = f"{settings.host}:{settings.port}"
+            raise ConfigError(f"cannot listen on {where}: {exc.strerror or exc}") from None
         if on_serving is not None:
             on_serving()
         service = app[SERVICE]

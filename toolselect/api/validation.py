@@ -10,6 +10,8 @@ from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from toolselect.errors import InvalidInput
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -20,14 +22,6 @@ class Rejection(NamedTuple):
     code: str
     message: str
     field: str
-
-
-class Rejected(ValueError):
-    """A body or stdin object the model refuses; `rejection` says how the API answers it."""
-
-    def __init__(self, rejection: Rejection) -> None:
-        super().__init__(rejection.message)
-        self.rejection = rejection
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
@@ -49,8 +43,10 @@ def rejection(exc: ValidationError) -> Rejection:
 
 
 def parse(model: type[M], data: Any) -> M:
-    """Validate parsed JSON against a request model; `Rejected` carries the API's answer."""
+    """Validate parsed JSON against a request model (stdin, a command line): `InvalidInput`
+    with the message and field the API would answer."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise Rejected(rejection(exc)) from None
+        problem = rejection(exc)
+        raise InvalidInput(problem.message, problem.field) from None

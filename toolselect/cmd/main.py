@@ -142,16 +142,19 @@ def _read_catalog(args: argparse.Namespace) -> object:
         return asyncio.run(list_mcp_tools(args.mcp, timeout_s=args.timeout))
     from pathlib import Path
 
+    from toolselect.json_text import parse_json
+
     try:
-        return json.loads(Path(args.file).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return parse_json(Path(args.file).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
         raise UsageError(f"{args.file}: cannot read JSON: {exc}") from None
 
 
 def cmd_tools_import(args: argparse.Namespace) -> int:
-    from toolselect.catalog import parse_tools
+    from toolselect.catalog import check_pack, parse_tools
 
     tools, pack = parse_tools(_read_catalog(args))
+    pack = check_pack(args.pack) or pack
 
     async def body(service: Service) -> int:
         from toolselect.service import IMPORT_BATCH
@@ -167,7 +170,7 @@ def cmd_tools_import(args: argparse.Namespace) -> int:
 
         show = line is not None and (args.progress or len(tools) > IMPORT_BATCH)
         result = await service.catalog.upsert_tools(
-            tools, args.pack or pack, progress=progress if show else None
+            tools, pack, progress=progress if show else None
         )
         print(json.dumps({"upserted": result.upserted, "unchanged": result.unchanged}))
         return 0
@@ -218,15 +221,19 @@ def cmd_observe(args: argparse.Namespace) -> int:
     async def body(service: Service) -> int:
         import uuid
 
+        from toolselect.api.validation import parse
+        from toolselect.errors import InvalidInput
+        from toolselect.turns import ReportedTurn, turn_problem
+
         turn_id = args.turn_id or uuid.uuid4().hex
-        queued = service.learning.observe(
-            args.request,
-            args.used_tool,
-            turn_id=turn_id,
-            agent_id=args.agent_id,
-            pack=args.pack,
-            outcome=args.outcome,
-        )
+        given = {"request": args.request, "used_tool": args.used_tool, "turn_id": turn_id,
+                 "agent_id": args.agent_id, "pack": args.pack, "outcome": args.outcome}  # fmt: skip
+        # Held to the rules `POST /v1/observe` holds a turn to, with the same messages.
+        reported = parse(ReportedTurn, {k: v for k, v in given.items() if v is not None})
+        problem = turn_problem(reported, service.settings.max_query_bytes)
+        if problem is not None:
+            raise InvalidInput(problem.message, problem.field)
+        queued = service.learning.report(reported)
         if not queued:
             print(json.dumps({"queued": False}))
             return 1
@@ -294,13 +301,26 @@ def cmd_config(args: argparse.Namespace) -> int:
 # -- parser ------------------------------------------------------------------------------
 
 
-def _workers_arg(text: str) -> int:
-    from toolselect.config import parse_workers
+def _setting_arg(name: str) -> Callable[[str], Any]:
+    """An argparse type for a flag that sets a setting: its text read by the setting's own
+    parser, so `--port 99999` is refused as `TOOLSELECT_PORT=99999` is."""
 
-    try:
-        return parse_workers(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    def parse(text: str) -> Any:
+        from toolselect.config import FIELDS
+
+        try:
+            return next(f for f in FIELDS if f.name == name).parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _seconds_arg(text: str) -> float:
+    seconds = float(text) if text.replace(".", "", 1).isdigit() else 0.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -316,10 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = with_store(sub.add_parser("serve", help="run the HTTP API"))
     serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--port", type=_setting_arg("port"))
     serve.add_argument(
         "--workers",
-        type=_workers_arg,
+        type=_setting_arg("workers"),
         help="server processes on the one port, or auto: one per core (default: from settings)",
     )
     serve.add_argument(
@@ -330,7 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = with_store(sub.add_parser("mcp", help="run the MCP server (stdio or streamable HTTP)"))
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     mcp.add_argument("--host", help="with --transport http (default: from settings)")
-    mcp.add_argument("--port", type=int, help="with --transport http (default: from settings)")
+    mcp.add_argument(
+        "--port", type=_setting_arg("port"), help="with --transport http (default: from settings)"
+    )
     mcp.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback bind without API keys"
     )
@@ -358,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='start this MCP server over stdio and import its tools/list, e.g. "python -m srv"',
     )
     imp.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds for --mcp to list its tools"
+        "--timeout", type=_seconds_arg, default=60.0, help="seconds for --mcp to list its tools"
     )
     imp.add_argument("--pack")
     imp.add_argument(
@@ -373,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sel = with_store(sub.add_parser("select", help="PromptKit exec selector: stdin -> stdout"))
     sel.add_argument("--url", help="thin client of a running server (fast per-call spawn)")
-    sel.add_argument("--timeout", type=float, default=10.0)
+    sel.add_argument("--timeout", type=_seconds_arg, default=10.0)
     sel.set_defaults(func=cmd_select)
 
     obs = with_store(sub.add_parser("observe", help="report one turn (request, used tool)"))

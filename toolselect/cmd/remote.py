@@ -10,6 +10,8 @@ import json
 import sys
 from typing import Any
 
+from toolselect.json_text import parse_json
+
 
 class UsageError(Exception):
     """Bad input on the command line or stdin: message to stderr, exit 2."""
@@ -21,8 +23,8 @@ def read_select_request() -> dict[str, Any]:
     if not raw.strip():
         raise UsageError("expected one JSON object on stdin, got nothing")
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
+        data = parse_json(raw)
+    except ValueError as exc:
         raise UsageError(f"stdin is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"expected a JSON object on stdin, got {type(data).__name__}")
@@ -34,12 +36,15 @@ def select_remote(url: str, data: dict[str, Any], timeout: float) -> int:
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(
-        url.rstrip("/") + "/v1/select",
-        data=json.dumps(data).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
+    try:
+        req = urllib.request.Request(
+            url.rstrip("/") + "/v1/select",
+            data=json.dumps(data).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+    except ValueError as exc:  # no scheme or host
+        raise UsageError(f"--url: expected http://HOST:PORT, got {url!r} ({exc})") from None
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             sys.stdout.write(resp.read().decode() + "\n")

@@ -32,7 +32,6 @@ from toolselect.embed import (
     embedder_for,
     vector_cache_path,
 )
-from toolselect.errors import InvalidInput
 from toolselect.ranker import CentroidRanker, LearnedVector
 from toolselect.ranker.configured import build_ranker
 from toolselect.records import Exemplar, Tool, label_group
@@ -71,12 +70,9 @@ def read_request(data: dict[str, Any]) -> SelectInput:
     if plain is not None:
         return plain
     from toolselect.api.models import SelectRequest
-    from toolselect.api.validation import Rejected, parse
+    from toolselect.api.validation import parse
 
-    try:
-        request = parse(SelectRequest, data)
-    except Rejected as exc:
-        raise InvalidInput(exc.rejection.message, exc.rejection.field) from None
+    request = parse(SelectRequest, data)
     return SelectInput(
         request.query.Text, request.query.K, [c.model_dump() for c in request.candidates]
     )
