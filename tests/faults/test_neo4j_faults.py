@@ -4,6 +4,8 @@ unreachable at start, lost while serving, killed mid-write."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import tempfile
 import time
@@ -21,6 +23,7 @@ from tests.services import service_of
 from toolselect.api.app import create_app_from_settings
 from toolselect.config import Settings
 from toolselect.records import Turn
+from toolselect.service.root import READY_PING_S
 from toolselect.store.neo4j.store import Neo4jStore
 from toolselect.store.port import lookup_one
 
@@ -101,7 +104,7 @@ async def test_unreachable_at_start_then_ready(
     private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
 ) -> None:
     """With Neo4j down the server starts, /readyz is 503 with the reason, ranking is 503
-    not_ready, observe still answers 202; once Neo4j comes up the service becomes ready and
+    not_ready (a label too), observe still answers 202; once Neo4j comes up the service becomes ready and
     the turns observed meanwhile reach the store."""
     assert not private_neo4j.running
     client = await aiohttp_client(create_app_from_settings(settings_for(private_neo4j, tmp_path)))
@@ -112,6 +115,9 @@ async def test_unreachable_at_start_then_ready(
     assert error["code"] == "not_ready" and private_neo4j.uri in error["message"]
     rank = await client.post("/v1/rank", json={"query": "weather"})
     assert rank.status == 503 and (await rank.json())["error"]["code"] == "not_ready"
+    # A label for a tool the store holds: not a 404 (which a client would not retry).
+    label = await client.post("/v1/exemplars", json={"query": "rain?", "tool": "get_weather"})
+    assert label.status == 503 and (await label.json())["error"]["code"] == "not_ready"
     observed = await client.post(
         "/v1/observe", json={"request": "hello", "used_tool": "shell_exec", "turn_id": "early"}
     )
@@ -217,3 +223,29 @@ async def test_killed_mid_write_keeps_whole_transactions(private_neo4j: PrivateN
     await asyncio.to_thread(private_neo4j.start)
     stored = await count(private_neo4j, "Turn")
     assert stored > 0 and stored % 2000 == 0, stored
+
+
+async def test_a_hung_store_is_not_ready_in_time(
+    private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
+) -> None:
+    """A Neo4j that stops answering with its sockets open (SIGSTOP, as a frozen VM or a
+    partition that drops packets looks) makes /readyz answer 503 within its bound instead of
+    holding the probe; once it resumes, the same replica is ready again."""
+    if not private_neo4j.running:
+        await asyncio.to_thread(private_neo4j.start)
+    client = await aiohttp_client(create_app_from_settings(settings_for(private_neo4j, tmp_path)))
+
+    async def is_ready() -> bool:
+        return (await client.get("/readyz")).status == 200
+
+    await eventually(is_ready, within=60)
+    pid = int((private_neo4j.instance / "neo4j.pid").read_text().strip())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        ready = await asyncio.wait_for(client.get("/readyz"), READY_PING_S + 5)
+        assert ready.status == 503
+        error = (await ready.json())["error"]
+        assert error["code"] == "not_ready" and "no answer within" in error["message"]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    await eventually(is_ready, within=60)

@@ -330,6 +330,20 @@ async def test_close_leaves_nothing_running(
     assert h.counter("observe_dropped", reason="closed") == 1
 
 
+async def test_turns_never_taken_are_counted_dropped_at_close(
+    sqlite_store: SqliteStore, anthropic_stub: Stub
+) -> None:
+    """Turns accepted while the worker never started (a catalog that never loaded) are counted
+    as dropped at shutdown, not lost without a trace."""
+    h = Harness(sqlite_store, anthropic_stub)
+    h.learner.open()
+    assert h.learner.observe("weather in Rome", "get_weather")
+    assert h.learner.observe("mail Bob", "send_email")
+    await h.learner.close(0.1)
+    await h.teacher.aclose()
+    assert h.counter("observe_dropped", reason="shutdown") == 2
+
+
 async def test_disagreement_on_a_turn_that_worked_escalates(harness: Harness) -> None:
     """The agent disagreed with a confident ranker but the turn worked: ask the teacher."""
     harness.stub.reply(teacher_answers("web_search"))

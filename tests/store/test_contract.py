@@ -337,6 +337,22 @@ async def test_a_usage_label_seen_again_is_counted_on_one_exemplar(store: Store)
     assert stored is not None and (stored.tier, stored.count) == ("teacher", 1)
 
 
+async def test_the_same_turn_again_is_one_sighting(store: Store) -> None:
+    """A usage label from a turn already counted (the turn sent again, a spool replayed twice)
+    changes nothing, in a later call or in the same one; another turn's sighting counts."""
+    await seed_tools(store, "t")
+    seen = exemplar("book a room", "t", "usage", turn_id="turn-1")
+    assert [e.count for e in (await store.save_exemplars([seen])).changed] == [1]
+    resent = replace(seen, id=f"ex-{uuid.uuid4().hex}")
+    before = await store.state()
+    assert (await store.save_exemplars([resent, resent])).changed == ()
+    assert await store.state() == before
+    other = exemplar("Book a room", "t", "usage", turn_id="turn-2")
+    assert [e.count for e in (await store.save_exemplars([other, other])).changed] == [2]
+    stored = await lookup_one(store, "book a room")
+    assert stored is not None and (stored.count, stored.turn_id) == (2, "turn-2")
+
+
 async def test_turn_resend_is_stored_once_and_updated(store: Store) -> None:
     """Resending a turn id counts it once and updates the stored fields."""
     assert await store.record_turns([turn("t-1"), turn("t-2")]) == 2

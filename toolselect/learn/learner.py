@@ -135,11 +135,15 @@ class Learner:
     async def close(self, within_s: float = 10.0) -> None:
         """Stop intake, drain within `within_s`, cancel teacher calls, join every task."""
         self._accepting = False
-        drained = await self.drain(within_s) if self._worker is not None else True
+        started = self._worker is not None
+        # Turns accepted while the catalog never loaded (the store down since the start) have
+        # no worker to take them: dropped as surely as those a timed-out drain leaves.
+        drained = await self.drain(within_s) if started else not self._intake.pending
         left = self._intake.pending
         teaching = self._labeller.teaching
         if not drained:
-            log.warning("learner_drain_timeout", left=left, teaching=len(teaching))
+            event = "learner_drain_timeout" if started else "learner_never_started"
+            log.warning(event, left=left, teaching=len(teaching))
             if left:
                 self._metrics.dropped.labels("shutdown").inc(left)
         tasks = [*teaching]

@@ -102,6 +102,9 @@ class LearningFacade:
         label the store now holds for `query`.
         """
         self._ranking.check_query(query, "query")
+        # Before the catalog is loaded every tool is unknown: 503, which a client retries,
+        # not a 404 that would lose the label.
+        self._index.check_ready()
         if not self._index.ranker.has(tool):
             raise NotFound(f"no tool named {tool!r}", "tool")
         vector = (await self._queries.embed([query]))[0]

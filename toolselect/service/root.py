@@ -28,6 +28,9 @@ from toolselect.service.parts import Parts, build_teacher, compose
 from toolselect.store.factory import open_store
 from toolselect.store.spool import Spool
 
+# How long `/readyz` waits for the store's answer (probes usually give up after 1-5 s).
+READY_PING_S = 2.0
+
 log = structlog.get_logger("toolselect.service")
 
 
@@ -149,7 +152,12 @@ class Service:
         """`NotReady` until loaded, and while the store does not answer."""
         self.index.check_ready()
         try:
-            await self.store.ping()
+            # A store that hangs (a stopped process, a partition dropping packets) would hold
+            # the probe until the orchestrator's own timeout: answer not-ready in time instead.
+            async with asyncio.timeout(READY_PING_S):
+                await self.store.ping()
+        except TimeoutError:
+            raise NotReady(f"store unreachable: no answer within {READY_PING_S:g} s") from None
         except ToolselectError as exc:
             raise NotReady(f"store unreachable: {exc}") from None
 

@@ -172,6 +172,14 @@ class StoredLabel:
     tier: str
     count: int = 1
     id: str | None = None
+    turn_id: str | None = None
+    """The turn that last counted it: that turn sent again (a retry, a spool replayed twice)
+    is the same sighting, not another."""
+
+
+def stored_label_of(exemplar: Exemplar) -> StoredLabel:
+    """What the save rules see of `exemplar` once it is stored (or pending in the spool)."""
+    return StoredLabel(exemplar.tool, exemplar.tier, exemplar.count, exemplar.id, exemplar.turn_id)
 
 
 def last_per_name(tools: Sequence[Tool]) -> list[Tool]:
@@ -203,13 +211,25 @@ def supersedes(new: Exemplar, stored: StoredLabel | None) -> bool:
     if TIER_STRENGTH.get(stored.tier, 0) > TIER_STRENGTH[new.tier]:
         return False
     if new.tier == "usage" and stored.tier == "usage":
-        return stored.tool == new.tool or new.count >= stored.count
+        if stored.tool == new.tool:
+            return not _same_turn(new, stored)
+        return new.count >= stored.count
     return not (stored.tool == new.tool and stored.tier == new.tier)
 
 
 def recounts(new: Exemplar, stored: StoredLabel | None) -> bool:
-    """Whether `new` only counts another sighting of the stored label (same tool, both usage)."""
-    return stored is not None and new.tier == "usage" == stored.tier and new.tool == stored.tool
+    """Whether `new` only counts another sighting of the stored label (same tool, both usage,
+    another turn)."""
+    return (
+        stored is not None
+        and new.tier == "usage" == stored.tier
+        and new.tool == stored.tool
+        and not _same_turn(new, stored)
+    )
+
+
+def _same_turn(new: Exemplar, stored: StoredLabel) -> bool:
+    return new.turn_id is not None and new.turn_id == stored.turn_id
 
 
 def counted(new: Exemplar, stored: StoredLabel | None) -> Exemplar:
@@ -281,7 +301,7 @@ def plan_saves(
         stored_label = labels.get(key)
         if supersedes(exemplar, stored_label):
             exemplar = counted(exemplar, stored_label)
-            labels[key] = StoredLabel(exemplar.tool, exemplar.tier, exemplar.count, exemplar.id)
+            labels[key] = stored_label_of(exemplar)
             changing.append(exemplar)
     # A query whose last write of the batch only counts more sightings of what was stored.
     recounted = frozenset(

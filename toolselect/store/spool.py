@@ -31,7 +31,7 @@ from toolselect.errors import SpoolError
 from toolselect.records import Exemplar, OracleCall, Turn
 from toolselect.sqlite_wal import use_wal
 from toolselect.store.port import TIER_STRENGTH
-from toolselect.store.rules import StoredLabel, check_tier, supersedes
+from toolselect.store.rules import StoredLabel, check_tier, stored_label_of, supersedes
 
 Kind = Literal["turn", "oracle_call", "exemplar"]
 KINDS: tuple[Kind, ...] = ("turn", "oracle_call", "exemplar")
@@ -199,13 +199,13 @@ class Spool:
 
         def work() -> tuple[list[Exemplar], dict[Kind, int]]:
             labels: dict[str, StoredLabel] = {
-                k: StoredLabel(e.tool, e.tier)
+                k: stored_label_of(e)
                 for k, e in self._pending({e.query_norm for e in exemplars}).items()
             }
             changed: list[Exemplar] = []
             for exemplar in exemplars:
                 if supersedes(exemplar, labels.get(exemplar.query_norm)):
-                    labels[exemplar.query_norm] = StoredLabel(exemplar.tool, exemplar.tier)
+                    labels[exemplar.query_norm] = stored_label_of(exemplar)
                     changed.append(exemplar)
             return changed, self._append([self._row(e) for e in changed])
 
