@@ -36,7 +36,7 @@ def parse_tools(body: object) -> tuple[list[Tool], str | None]:
         return _parse_openai(body), None
     if not isinstance(body, Mapping):
         raise InvalidInput(
-            f'expected an object with "tools" or a list of OpenAI tools, got {_kind(body)}'
+            f'expected an object with "tools" or a list of OpenAI tools, got {_kind(body)}', "body"
         )
     if "tools" not in body:
         raise InvalidInput('expected a "tools" list', field="tools")

@@ -130,14 +130,15 @@ async def test_wrong_method_is_405_json(client: Client) -> None:
 
 async def test_unknown_tool_is_404(client: Client) -> None:
     """Reading, deleting or listing exemplars of an unknown tool answers 404."""
-    for method, path in (
-        ("GET", "/v1/tools/nope"),
-        ("DELETE", "/v1/tools/nope"),
-        ("GET", "/v1/tools/nope/exemplars"),
-        ("DELETE", "/v1/exemplars/nope"),
+    for method, path, field in (
+        ("GET", "/v1/tools/nope", "name"),
+        ("DELETE", "/v1/tools/nope", "name"),
+        ("GET", "/v1/tools/nope/exemplars", "name"),
+        ("DELETE", "/v1/exemplars/nope", "id"),
+        ("GET", "/v1/analytics/nope", "name"),
     ):
         resp = await client.request(method, path)
-        await error_of(resp, 404, "not_found")
+        assert (await error_of(resp, 404, "not_found"))["field"] == field
 
 
 async def test_bad_tool_bodies_name_the_field(client: Client) -> None:
@@ -147,6 +148,11 @@ async def test_bad_tool_bodies_name_the_field(client: Client) -> None:
     )
     err = await error_of(resp, 422, "invalid_request")
     assert err["field"] == "tools[1].name"
+    for scalar in ('"x"', "5", "null", "true"):
+        resp = await client.put(
+            "/v1/tools", data=scalar, headers={"Content-Type": "application/json"}
+        )
+        assert (await error_of(resp, 422, "invalid_request"))["field"] == "body"
 
 
 async def test_select_needs_query_text(client: Client) -> None:
@@ -253,3 +259,16 @@ def test_client_gone_mid_body_is_499_not_500(tmp_path: Path) -> None:
         assert 'route="/v1/rank",status="500"' not in metrics
     finally:
         server.stop()
+
+
+async def test_one_put_takes_at_most_10000_tools(client: Client) -> None:
+    """10,001 tools in one PUT is 422 naming the list: `tools` in the MCP and native forms,
+    the body itself in OpenAI's (a bare list). Nothing of it is stored."""
+    names = [f"t{i}" for i in range(10_001)]
+    mcp = {"tools": [{"name": name} for name in names]}
+    openai = [{"type": "function", "function": {"name": name}} for name in names]
+    for body, field in ((mcp, "tools"), (openai, "body")):
+        resp = await client.put("/v1/tools", json=body)
+        err = await error_of(resp, 422, "invalid_request")
+        assert (err["field"], err["message"]) == (field, "expected at most 10000 tools, got 10001")
+    assert (await client.get("/v1/tools/t0")).status == 404

@@ -66,6 +66,20 @@ async def test_metrics_can_be_guarded(
     assert ok.status == 200
 
 
+async def test_a_bad_key_on_the_open_metrics_is_refused_and_counted(
+    factory: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """With keys but an open /metrics, a scraper without a key reads it; one whose key is
+    unknown gets 401, counted as every other refused key is."""
+    client = await make_client(factory, aiohttp_client, api_keys=KEYS)
+    assert (await client.get("/metrics")).status == 200
+    refused = await client.get("/metrics", headers={"Authorization": "Bearer nope"})
+    assert refused.status == 401
+    assert (await refused.json())["error"]["code"] == "unauthorized"
+    text = await (await client.get("/metrics")).text()
+    assert 'toolselect_http_rejected_total{reason="unauthorized"} 1.0' in text
+
+
 async def test_keys_never_reach_the_logs(
     factory: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:

@@ -245,7 +245,8 @@ async def test_a_hung_store_is_not_ready_in_time(
         ready = await asyncio.wait_for(client.get("/readyz"), READY_PING_S + 5)
         assert ready.status == 503
         error = (await ready.json())["error"]
-        assert error["code"] == "not_ready" and "no answer within" in error["message"]
+        # The bound's own message, or the driver's when it gives up on the socket first.
+        assert error["code"] == "not_ready" and "store unreachable" in error["message"]
     finally:
         os.kill(pid, signal.SIGCONT)
     await eventually(is_ready, within=60)

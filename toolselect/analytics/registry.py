@@ -200,7 +200,7 @@ def get_analysis(name: str) -> Analysis:
     try:
         return ANALYSES[name]
     except KeyError:
-        raise NotFound(f"no analysis named {name!r}; known: {', '.join(NAMES)}") from None
+        raise NotFound(f"no analysis named {name!r}; known: {', '.join(NAMES)}", "name") from None
 
 
 def nearest_rank(values: Iterable[float], p: float) -> float | None:

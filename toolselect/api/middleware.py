@@ -129,7 +129,11 @@ def _authorise(request: web.Request, route: str | None) -> None:
     needed = required_role(
         request.method, route, request.path, metrics_auth=service.settings.metrics_auth
     )
-    if needed is None:
+    # An open `/metrics` still reads a key sent to it: the key picks the tenants shown.
+    keyed_scrape = (
+        route == "/metrics" and service.keys.enabled and "Authorization" in request.headers
+    )
+    if needed is None and not keyed_scrape:
         return
     try:
         caller = authenticate(request.headers.get("Authorization"), service.keys)
@@ -137,7 +141,7 @@ def _authorise(request: web.Request, route: str | None) -> None:
         if exc.status == 401:
             service.metrics.http_rejected.labels("unauthorized").inc()
         raise
-    if not allows(caller.role, needed):
+    if needed is not None and not allows(caller.role, needed):
         service.metrics.http_rejected.labels("forbidden").inc()
         raise HttpError(
             403,

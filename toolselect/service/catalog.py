@@ -114,5 +114,5 @@ class CatalogFacade:
     async def delete_tool(self, name: str) -> None:
         async with self._index.lock:
             if not await self._store.delete_tool(name):
-                raise NotFound(f"no tool named {name!r}")
+                raise NotFound(f"no tool named {name!r}", "name")
             await self._index.remove([name])

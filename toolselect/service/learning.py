@@ -126,7 +126,7 @@ class LearningFacade:
 
     async def delete_exemplar(self, exemplar_id: str) -> None:
         if not await self._store.delete_exemplar(exemplar_id):
-            raise NotFound(f"no exemplar with id {exemplar_id!r}")
+            raise NotFound(f"no exemplar with id {exemplar_id!r}", "id")
         await self._index.fold_since(self._index.exemplar_version)
 
     async def settle(self) -> None:
