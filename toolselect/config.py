@@ -194,6 +194,7 @@ class Settings:
     exemplars_total: int = setting(10_000, "TOOLSELECT_EXEMPLARS_TOTAL", _int(1, 100_000_000), "exemplars kept in all (newest kept)")
     exemplar_max_age_days: float = setting(90.0, "TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS", _float(0.001, 100_000.0), "exemplar expiry")
     poll_interval_s: float = setting(5.0, "TOOLSELECT_POLL_INTERVAL", _float(0.05, 3600.0), "seconds between polls for other replicas' exemplars")
+    store_write_timeout_s: float = setting(10.0, "TOOLSELECT_STORE_WRITE_TIMEOUT", _float(0.1, 3600.0), "seconds the learner's writes (turns, labels, oracle calls) and the spool's replay wait for the store before it counts as down and they go to the spool: a store that hangs (a stopped server, a partition dropping packets) never answers with an error")
     spool_max_mb: float = setting(256.0, "TOOLSELECT_SPOOL_MAX_MB", _float(0.001, 1_000_000.0), "megabytes of writes (turns, labels, oracle calls) the durable spool `spool.db` in the data folder keeps while the store is unreachable; past it turns are dropped first, labels last (counted in `toolselect_store_backlog_dropped_total`)")
     max_body_bytes: int = setting(1 << 20, "TOOLSELECT_MAX_BODY_BYTES", _int(1024, 1 << 30), "largest request body")
     max_query_bytes: int = setting(8 << 10, "TOOLSELECT_MAX_QUERY_BYTES", _int(16, 1 << 20), "longest query or request text (UTF-8 bytes)")

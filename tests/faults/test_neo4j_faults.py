@@ -10,6 +10,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -225,20 +226,25 @@ async def test_killed_mid_write_keeps_whole_transactions(private_neo4j: PrivateN
     assert stored > 0 and stored % 2000 == 0, stored
 
 
-async def test_a_hung_store_is_not_ready_in_time(
+async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
     private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
 ) -> None:
     """A Neo4j that stops answering with its sockets open (SIGSTOP, as a frozen VM or a
-    partition that drops packets looks) makes /readyz answer 503 within its bound instead of
-    holding the probe; once it resumes, the same replica is ready again."""
+    partition that drops packets looks): /readyz answers 503 within its bound instead of
+    holding the probe, and the turns observed meanwhile go to the spool once the write
+    deadline passes instead of holding intake; once Neo4j resumes, the same replica is ready
+    and every turn is in the store."""
     if not private_neo4j.running:
         await asyncio.to_thread(private_neo4j.start)
-    client = await aiohttp_client(create_app_from_settings(settings_for(private_neo4j, tmp_path)))
+    settings = replace(settings_for(private_neo4j, tmp_path), store_write_timeout_s=1.0)
+    client = await aiohttp_client(create_app_from_settings(settings))
+    service = service_of(client)
 
     async def is_ready() -> bool:
         return (await client.get("/readyz")).status == 200
 
     await eventually(is_ready, within=60)
+    assert (await client.put("/v1/tools", json=CATALOG)).status == 200
     pid = int((private_neo4j.instance / "neo4j.pid").read_text().strip())
     os.kill(pid, signal.SIGSTOP)
     try:
@@ -247,6 +253,22 @@ async def test_a_hung_store_is_not_ready_in_time(
         error = (await ready.json())["error"]
         # The bound's own message, or the driver's when it gives up on the socket first.
         assert error["code"] == "not_ready" and "store unreachable" in error["message"]
+        turns = [{"request": f"weather in city {i}", "used_tool": "get_weather",
+                  "turn_id": f"hung-{i}", "outcome": "ok"} for i in range(5)]  # fmt: skip
+        observed = await client.post("/v1/observe/batch", json={"turns": turns})
+        assert observed.status == 202
+
+        async def spooled() -> bool:
+            return service.store.spool.depth["turn"] == len(turns)
+
+        await eventually(spooled, within=30)
+        assert service.learner.depth == 0  # intake goes on while the store hangs
     finally:
         os.kill(pid, signal.SIGCONT)
     await eventually(is_ready, within=60)
+
+    async def all_stored() -> bool:
+        await service.store.flush()
+        return all([await service.store.get_turn(t["turn_id"]) is not None for t in turns])
+
+    await eventually(all_stored, within=60)

@@ -165,7 +165,9 @@ def compose(
     are made from the settings (`TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR`,
     `TOOLSELECT_VECTOR_CACHE`)."""
     metrics = metrics or Metrics()
-    buffered = BufferedStore(store, spool=spool, metrics=metrics)
+    buffered = BufferedStore(
+        store, spool=spool, metrics=metrics, write_timeout_s=settings.store_write_timeout_s
+    )
     # Queries (not tool texts: an import would flush them) go through recent vectors, so the
     # learner does not embed a reported turn whose request was just ranked. The learner only
     # reads them: a burst of turns nobody ranked would push out the ranked requests whose

@@ -1,6 +1,7 @@
 """A Store wrapper that keeps serving writes while the backend is unreachable.
 
-When a write fails with `StoreUnavailable`, it goes to the durable local spool
+When a write fails with `StoreUnavailable`, or gets no answer within `write_timeout_s` (a hung
+store raises nothing), it goes to the durable local spool
 (`toolselect.store.spool`) instead of failing its caller, and the caller is answered only once
 the spool has it on disk; so do all later writes until the spool is replayed, so the store sees
 them in order. `flush()` (called by the service's maintenance loop, and at connect, so a spool a
@@ -65,8 +66,10 @@ class BufferedStore:
         spool: Spool | None = None,
         exemplar_batch: int = 512,
         metrics: Metrics | None = None,
+        write_timeout_s: float = 10.0,
     ) -> None:
         self.inner = inner
+        self._write_timeout_s = write_timeout_s
         self.spool = spool or Spool.open(":memory:", max_bytes=_MEMORY_SPOOL_BYTES)
         self._exemplar_batch = max(exemplar_batch, 1)
         self._metrics = metrics or Metrics()
@@ -100,6 +103,19 @@ class BufferedStore:
             self._down(exc, operation)
             raise
 
+    async def _bounded(self, operation: str, call: Awaitable[T]) -> T:
+        """`call`, or `StoreUnavailable` once it has waited `write_timeout_s`: a hung store
+        raises nothing, and its writes would hold the learner until it wakes. What the store
+        may still commit after the deadline is replayed from the spool harmlessly (turns and
+        oracle calls are keyed by id, a label's same turn is no new sighting)."""
+        try:
+            async with asyncio.timeout(self._write_timeout_s):
+                return await call
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"{operation}: no answer within {self._write_timeout_s:g} s"
+            ) from None
+
     def _down(self, exc: StoreUnavailable, operation: str) -> None:
         if self.last_error is None:
             log.warning("store_down_spooling", operation=operation, error=str(exc))
@@ -130,7 +146,7 @@ class BufferedStore:
             try:
                 while entries := await self._on_spool(lambda: self.spool.head(_FLUSH_RECORDS)):
                     for run in _runs(entries):
-                        written += await self._replay(run)
+                        written += await self._bounded("replay", self._replay(run))
                         await self._on_spool(partial(self.spool.remove, run))
                         self._metrics.spool_replayed.labels(run[0].kind).inc(len(run))
                         self._publish()
@@ -187,7 +203,7 @@ class BufferedStore:
     async def record_turns(self, turns: Sequence[Turn]) -> int:
         if not self.backlog and not self.down:
             try:
-                return await self.inner.record_turns(turns)
+                return await self._bounded("record_turns", self.inner.record_turns(turns))
             except StoreUnavailable as exc:
                 self._down(exc, "record_turns")
         self._dropped(await self._on_spool(lambda: self.spool.append(turns)))
@@ -197,7 +213,7 @@ class BufferedStore:
         check_tiers(exemplars)
         if not self.backlog and not self.down:
             try:
-                return await self.inner.save_exemplars(exemplars)
+                return await self._bounded("save_exemplars", self.inner.save_exemplars(exemplars))
             except StoreUnavailable as exc:
                 self._down(exc, "save_exemplars")
         # The catalog cannot be checked while down: an unknown tool is rejected at replay.
@@ -208,7 +224,7 @@ class BufferedStore:
     async def record_oracle_call(self, call: OracleCall) -> None:
         if not self.backlog and not self.down:
             try:
-                await self.inner.record_oracle_call(call)
+                await self._bounded("record_oracle_call", self.inner.record_oracle_call(call))
                 return
             except StoreUnavailable as exc:
                 self._down(exc, "record_oracle_call")
@@ -224,7 +240,10 @@ class BufferedStore:
             return pending
         try:
             stored = await self._through(
-                "exemplars_for_queries", lambda: self.inner.exemplars_for_queries(rest)
+                "exemplars_for_queries",
+                lambda: self._bounded(
+                    "exemplars_for_queries", self.inner.exemplars_for_queries(rest)
+                ),
             )
         except StoreUnavailable:
             return pending
