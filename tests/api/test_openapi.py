@@ -11,7 +11,7 @@ import pytest_asyncio
 
 from tests.services import ClientFactory, ServiceFactory
 from toolselect.api.app import _app
-from toolselect.api.openapi import openapi_document
+from toolselect.api.openapi import openapi_document, served_document
 from toolselect.config import Settings
 
 # Served but not API operations: the document itself, Prometheus text and the dashboard's files.
@@ -109,6 +109,23 @@ async def test_served_document_lists_the_key_routes(
     resp = await client.get("/openapi.json")
     assert resp.status == 200
     doc = await resp.json()
-    assert doc == openapi_document()
+    assert doc == served_document(frozenset(doc["paths"]), Settings())
+    assert doc["paths"] == openapi_document()["paths"]
     assert set(doc["paths"]["/v1/keys"]) == {"post", "get"}
     assert set(doc["paths"]["/v1/keys/{id}"]) == {"delete"}
+
+
+async def test_served_document_states_the_configured_limits(
+    sqlite: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """A server configured with other limits says so in its document: `k`'s maximum, the batch
+    size and the query size are the ones it enforces, not the defaults."""
+    client, _ = await sqlite.serve(aiohttp_client, max_k=10, max_query_bytes=100, max_batch=5)
+    schemas = (await (await client.get("/openapi.json")).json())["components"]["schemas"]
+    k = schemas["RankRequest"]["properties"]["k"]
+    assert (k["maximum"], k["description"]) == (10, "How many tools to return (1..max_k, 10 here).")
+    assert schemas["ObserveBatchRequest"]["properties"]["turns"]["maxItems"] == 5
+    query = schemas["RankRequest"]["properties"]["query"]["description"]
+    assert query == "The request to rank tools for (1 byte .. 100 bytes UTF-8)."
+    rank = await client.post("/v1/rank", json={"query": "weather", "k": 11})
+    assert rank.status == 422  # the limit the document states is the one enforced

@@ -45,7 +45,7 @@ from toolselect.api import models as m
 from toolselect.api.app import create_app_from_settings
 from toolselect.api.http import SERVICE
 from toolselect.api.key_routes import add_key_routes
-from toolselect.api.openapi import openapi_document
+from toolselect.api.openapi import served_document
 from toolselect.api.routes import add_routes
 from toolselect.catalog import load_demo_catalog
 from toolselect.config import Settings
@@ -164,7 +164,7 @@ def _served_routes() -> frozenset[str]:
 # (`Function._nodeid`), so the schema is built at import from the same function the
 # `/openapi.json` handler serves; `test_served_document_is_the_fuzzed_one` pins that the
 # running server answers exactly this document.
-DOCUMENT = openapi_document(_served_routes())
+DOCUMENT = served_document(_served_routes(), Settings())
 SCHEMA = schemathesis.openapi.from_dict(
     DOCUMENT,
     config=schemathesis.Config.from_dict(

@@ -191,7 +191,11 @@ class ObserveResponse(_Strict):
 
 
 class ObserveBatchRequest(_Strict):
-    turns: list[ObserveRequest]
+    turns: list[ObserveRequest] = Field(
+        description="The turns, each as `POST /v1/observe` takes one (at most max_batch, 1000 "
+        "by default).",
+        json_schema_extra={"maxItems": 1000},
+    )
 
 
 class ObserveBatchResponse(_Strict):

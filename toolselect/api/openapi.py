@@ -6,6 +6,7 @@ the refusals of the middleware's keys and limits (401, 403, 429); health and rea
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 from typing import Any
 
@@ -15,6 +16,7 @@ from pydantic.json_schema import models_json_schema
 from toolselect import __version__
 from toolselect.api import key_models as km
 from toolselect.api import models as m
+from toolselect.config import Settings
 
 _REF = "#/components/schemas/{model}"
 
@@ -134,6 +136,37 @@ def openapi_document(routes: frozenset[str] | None = None) -> dict[str, Any]:
             "securitySchemes": _SECURITY_SCHEMES,
         },
     }
+
+
+def served_document(routes: frozenset[str], settings: Settings) -> dict[str, Any]:
+    """`openapi_document(routes)` stating the limits the server is configured with
+    (`TOOLSELECT_MAX_K`, `TOOLSELECT_MAX_QUERY_BYTES`, `TOOLSELECT_MAX_BATCH`) where the models
+    state the defaults."""
+    document = openapi_document(routes)
+    schemas = copy.deepcopy(document["components"]["schemas"])
+    schemas["RankRequest"]["properties"]["k"]["maximum"] = settings.max_k
+    schemas["ObserveBatchRequest"]["properties"]["turns"]["maxItems"] = settings.max_batch
+    kib, odd = divmod(settings.max_query_bytes, 1024)
+    size = f"{settings.max_query_bytes} bytes" if odd else f"{kib} KiB"
+    for default, configured in (
+        ("1 byte .. 8 KiB UTF-8", f"1 byte .. {size} UTF-8"),
+        ("max_k, 100 by default", f"max_k, {settings.max_k} here"),
+        ("max_batch, 1000 by default", f"max_batch, {settings.max_batch} here"),
+    ):
+        _replace_text(schemas, default, configured)
+    return {**document, "components": {**document["components"], "schemas": schemas}}
+
+
+def _replace_text(node: Any, old: str, new: str) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "description" and isinstance(value, str):
+                node[key] = value.replace(old, new)
+            else:
+                _replace_text(value, old, new)
+    elif isinstance(node, list):
+        for item in node:
+            _replace_text(item, old, new)
 
 
 def _ref(model: type[BaseModel] | None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from toolselect.api.http import (
     read_model,
     tenant_service,
 )
-from toolselect.api.openapi import openapi_document
+from toolselect.api.openapi import served_document
 from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
 from toolselect.keys import DEFAULT_TENANT, TENANT_HEADER
 from toolselect.ranker.relations import Companion
@@ -281,7 +281,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def openapi(request: web.Request) -> web.Response:
     served = frozenset(resource.canonical for resource in request.app.router.resources())
-    return web.json_response(openapi_document(served))
+    return web.json_response(served_document(served, request.app[SERVICE].settings))
 
 
 def add_routes(app: web.Application) -> None:
