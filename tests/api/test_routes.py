@@ -51,6 +51,14 @@ async def test_rank_restricted_to_pack(client: Client) -> None:
     assert body["margin"] == body["results"][0]["score"]
 
 
+async def test_rank_refuses_a_pack_no_upload_could_name(client: Client) -> None:
+    """An empty or over-long pack is a mistake (no upload may name one), not an empty answer."""
+    for pack in ("", "   ", "p" * 257):
+        resp = await client.post("/v1/rank", json={"query": "weather", "pack": pack})
+        assert resp.status == 422
+        assert (await resp.json())["error"]["field"] == "pack"
+
+
 async def test_rank_on_empty_pack_is_empty(client: Client) -> None:
     """A pack with no tools answers 200 with no results and margin 0."""
     resp = await client.post("/v1/rank", json={"query": "anything", "pack": "no-such-pack"})

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from toolselect.catalog import tool_text
+from toolselect.catalog import check_pack, tool_text
 from toolselect.config import Settings
 from toolselect.embed import Embedder
 from toolselect.errors import InvalidInput
@@ -136,6 +136,7 @@ class RankingFacade:
     ) -> tuple[Ranking, tuple[Companion, ...]]:
         self.check_query(query, "query")
         self.check_k(k)
+        check_pack(pack)  # a pack no upload may name ("", 257 characters) is a mistake
         self.check_conversation(conversation)
         self._check_ready()
         started = time.perf_counter()
