@@ -120,4 +120,11 @@ class ApiError(ClientError):
 
 
 class Unreachable(ClientError):
-    """The server could not be reached, or did not answer in time (transient: retry or degrade)."""
+    """The server could not be reached, or did not answer in time (transient: retry or degrade).
+
+    `sent` is False only when the connection was never made, so the server cannot have acted
+    on the request; after a timeout or a dropped connection it may have."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent

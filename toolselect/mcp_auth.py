@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Literal
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolselect.api.callers import acting_as, authenticate
 from toolselect.api.errors import HttpError
@@ -42,6 +43,10 @@ from toolselect.keys import (
     mcp_role,
 )
 from toolselect.service import Service, TenantServices
+
+# The streamable HTTP transport's session header, and how many sessions' keys are remembered.
+SESSION_HEADER = "mcp-session-id"
+MAX_SESSIONS = 100_000
 
 # Who the current MCP request acts as; None off HTTP (stdio, an in-process client).
 CALLER: ContextVar[Caller | None] = ContextVar("toolselect_mcp_caller", default=None)
@@ -80,16 +85,23 @@ class KeyGate:
         self._service = service
         self._tenants = tenants
         self.limits = RateLimits(settings.tenant_rps, settings.tenant_burst, settings.global_rps)
+        # The key that opened each session (`mcp-session-id`): the SDK's sessions know no keys,
+        # and an id is all another tenant's key would need to use or end one. Newest kept.
+        self._owners: OrderedDict[str, str] = OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # the lifespan
             await self.app(scope, receive, send)
             return
+        headers = Headers(scope=scope)
         try:
-            caller = self.admit(Headers(scope=scope))
+            caller = self.admit(headers)
+            session = self._session_of(headers.get(SESSION_HEADER), caller)
         except HttpError as exc:
             await _response(exc)(scope, receive, send)
             return
+        if session is None and caller.key_id is not None:
+            send = self._recording(send, caller.key_id)
         token = CALLER.set(caller)
         tenants = self._tenants()
         try:
@@ -100,6 +112,30 @@ class KeyGate:
                     await self.app(scope, receive, send)
         finally:
             CALLER.reset(token)
+        if session is not None and scope["method"] == "DELETE":
+            self._owners.pop(session, None)
+
+    def _session_of(self, session: str | None, caller: Caller) -> str | None:
+        """`session` when the caller's key opened it (or no key did); a session another key
+        opened is refused as the SDK refuses one it does not know."""
+        owner = self._owners.get(session) if session is not None else None
+        if owner is not None and owner != caller.key_id:
+            raise HttpError(404, "not_found", "Session not found", SESSION_HEADER)
+        return session
+
+    def _recording(self, send: Send, key_id: str) -> Send:
+        """`send`, noting the session id a response opens as `key_id`'s."""
+
+        async def recording(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", ()):
+                    if name.lower() == SESSION_HEADER.encode():
+                        self._owners[value.decode("latin-1")] = key_id
+                        while len(self._owners) > MAX_SESSIONS:
+                            self._owners.popitem(last=False)
+            await send(message)
+
+        return recording
 
     def admit(self, headers: Headers) -> Caller:
         """The caller a request acts as; `HttpError` (401, 403, 422, 429 or 503) when refused."""

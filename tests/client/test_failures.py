@@ -15,7 +15,7 @@ import pytest_asyncio
 
 from tests.services import free_port
 from tests.stubs import Reply, Stub, start_stub
-from toolselect.client import ApiError, AsyncClient, Client, Unreachable
+from toolselect.client import ApiError, AsyncClient, Client, ClientError, Unreachable
 
 RANKED = {
     "results": [{"tool": "get_weather", "score": 0.7}],
@@ -191,3 +191,41 @@ def test_async_observe_off_the_loop_is_counted_not_raised() -> None:
     ts = AsyncClient(down_url())
     ts.observe("request", "web_search")
     assert (ts.observe_stats.invalid, ts.observe_stats.pending) == (1, 0)
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def keys_stub() -> AsyncIterator[Stub]:
+    """A stand-in for `POST /v1/keys`."""
+    async for stub in start_stub("/v1/keys"):
+        yield stub
+
+
+async def test_a_key_is_not_asked_for_twice_once_the_server_may_have_made_it(
+    keys_stub: Stub, rank_stub: Stub
+) -> None:
+    """A create that timed out may have made its key: sending it again would make a second
+    key nobody is shown, so it is raised after one attempt. A ranking, which repeats without
+    harm, is retried; so is a create the server never received (connection refused)."""
+    keys_stub.reply(Reply(hang=True))
+    async with AsyncClient(keys_stub.url, sleep=Sleeps(), retries=3, timeout_s=0.2) as ts:
+        with pytest.raises(Unreachable) as raised:
+            await ts.create_key("team-a", "agent")
+    assert raised.value.sent and len(keys_stub.received) == 1
+    rank_stub.reply(Reply(hang=True))
+    async with AsyncClient(rank_stub.url, sleep=Sleeps(), retries=3, timeout_s=0.2) as ts:
+        with pytest.raises(Unreachable):
+            await ts.rank("weather?")
+    assert len(rank_stub.received) == 4
+    sleeps = Sleeps()
+    async with AsyncClient(down_url(), sleep=sleeps, retries=2) as ts:
+        with pytest.raises(Unreachable) as raised:
+            await ts.create_key("team-a", "agent")
+    assert not raised.value.sent and len(sleeps.delays) == 2
+
+
+def test_a_closed_sync_client_raises_a_client_error() -> None:
+    """A call after `close` is a `ClientError` saying so, not the event loop's RuntimeError."""
+    client = Client(down_url())
+    client.close()
+    with pytest.raises(ClientError, match="the client is closed"):
+        client.rank("weather?")

@@ -167,7 +167,8 @@ async def test_requests_without_a_valid_key_are_refused_401(keyed: Keyed) -> Non
 
 async def test_an_agent_searches_and_reports_but_reads_no_resource(keyed: Keyed) -> None:
     """An agent key lists and calls search_tools and report_turn; label_turn is an `isError`
-    result naming the editor role, and a resource read a JSON-RPC error saying the same."""
+    result naming the editor role, and a resource read a JSON-RPC error saying the same; a tool
+    that does not exist is unknown, not forbidden."""
     async with connected(keyed.url, bearer(keyed.keys["agent"])) as client:
         names = {t.name for t in (await client.list_tools()).tools}
         found = await client.call_tool("search_tools", SEARCH)
@@ -178,6 +179,7 @@ async def test_an_agent_searches_and_reports_but_reads_no_resource(keyed: Keyed)
                   "search_id": body["search_id"], "outcome": "ok"}  # fmt: skip
         reported = await client.call_tool("report_turn", report)
         labelled = await client.call_tool("label_turn", {"query": "rain?", "tool": "get_weather"})
+        unknown = await client.call_tool("no_such_tool", {})
         refused = []
         for uri in ("toolselect://catalog", "toolselect://analytics/drift?since=2020-01-01"):
             with pytest.raises(MCPError) as caught:
@@ -185,6 +187,7 @@ async def test_an_agent_searches_and_reports_but_reads_no_resource(keyed: Keyed)
             refused.append(caught.value.message)
     assert names == {"search_tools", "report_turn", "label_turn"}
     assert reported.structured_content == {"queued": True, "reason": None}, text(reported)
+    assert unknown.is_error and "Unknown tool" in text(unknown), text(unknown)  # not a role
     assert labelled.is_error
     assert text(labelled) == (
         "forbidden: expected a key of role editor or above for tool label_turn, got role agent"
@@ -374,3 +377,28 @@ async def test_the_rate_limit_is_per_tenant(sqlite_services: ServiceFactory) -> 
     assert body["error"]["code"] == "rate_limited"
     assert body["error"]["message"] == "tenant 'default' sent more than 0.5 requests per second"
     assert other[0] == 200, other
+
+
+async def test_a_session_answers_only_the_key_that_opened_it(keyed: Keyed) -> None:
+    """Another tenant's key holding a session's id can neither use nor end it (404, as for a
+    session that does not exist); the key that opened it goes on using it."""
+    status, headers, _ = await initialize(keyed.url, bearer(keyed.keys["agent"]))
+    assert status == 200
+    session = headers["mcp-session-id"]
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+    async def post(key: str, method: str = "POST") -> tuple[int, Any]:
+        sent = {"Accept": "application/json, text/event-stream", "mcp-session-id": session,
+                "mcp-protocol-version": "2025-06-18", **bearer(key)}  # fmt: skip
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(method, keyed.url, json=listing, headers=sent) as r,
+        ):
+            return r.status, await r.read()
+
+    for method in ("POST", "DELETE"):
+        status, body = await post(keyed.keys["team_agent"], method)
+        assert status == 404, body
+        assert json.loads(body)["error"]["field"] == "mcp-session-id"
+    status, body = await post(keyed.keys["agent"])
+    assert status == 200 and b"search_tools" in body, body

@@ -70,8 +70,8 @@ LONG_NAME = "n" * 257
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        (42, None),
-        ("tools", None),
+        (42, "body"),
+        ("tools", "body"),
         ({}, "tools"),
         ({"tools": "x"}, "tools"),
         ({"tools": [3]}, "tools[0]"),

@@ -219,7 +219,8 @@ class AsyncClient:
         """A new API key of `tenant` with `role` (`agent`, `editor` or `admin`); the answer's
         `key` is the one time it is shown (`POST /v1/keys`)."""
         body = _build(km.KeyCreateRequest, tenant=tenant, role=role, name=name)
-        return await self.call("POST", "/v1/keys", km.KeyCreated, body)
+        # Not sent again once it may have arrived: a second key would be made, never shown.
+        return await self.call("POST", "/v1/keys", km.KeyCreated, body, repeatable=False)
 
     async def list_keys(self, *, tenant: str | None = None) -> list[km.KeyOut]:
         """Every tenant's keys, or `tenant`'s, revoked ones too; never a key itself."""
@@ -234,16 +235,26 @@ class AsyncClient:
 
     # -- the exchange ----------------------------------------------------------------------
 
-    async def call(self, method: str, path: str, answer: type[Model], body: Any = None) -> Model:
+    async def call(
+        self,
+        method: str,
+        path: str,
+        answer: type[Model],
+        body: Any = None,
+        *,
+        repeatable: bool = True,
+    ) -> Model:
         """Send `body` (a model or JSON-able value), retrying transient failures, and parse
-        a 2xx answer as `answer`; raise `ApiError` for any other status."""
+        a 2xx answer as `answer`; raise `ApiError` for any other status. A call that is not
+        `repeatable` (it creates something each time) is retried only when it cannot have
+        reached the server: a refused connection, a 503 or a 429."""
         if isinstance(body, BaseModel):
             data = body.model_dump_json(exclude_none=True).encode()
         elif body is not None:
             data = json.dumps(body, ensure_ascii=False).encode()
         else:
             data = None
-        response = await self._send(method, path, data)
+        response = await self._send(method, path, data, repeatable=repeatable)
         if not 200 <= response.status < 300:
             raise _api_error(response)
         try:
@@ -256,7 +267,9 @@ class AsyncClient:
                 f"expected a {answer.__name__} from {method} {path}, got {response.body[:200]!r}"
             ) from exc
 
-    async def _send(self, method: str, path: str, data: bytes | None) -> Response:
+    async def _send(
+        self, method: str, path: str, data: bytes | None, *, repeatable: bool = True
+    ) -> Response:
         url = self.base_url + path
         attempt = 0
         while True:
@@ -265,7 +278,7 @@ class AsyncClient:
                     method, url, body=data, headers=self._headers, timeout_s=self.timeout_s
                 )
             except Unreachable as exc:
-                if attempt >= self.retries:
+                if attempt >= self.retries or (exc.sent and not repeatable):
                     raise
                 delay = self._backoff(attempt, None)
                 log.info(

@@ -17,6 +17,7 @@ from toolselect.api import key_models as km
 from toolselect.api import models as m
 from toolselect.client.aio import AsyncClient
 from toolselect.client.observer import ObserveStats
+from toolselect.errors import ClientError
 from toolselect.turns import TurnFields
 
 T = TypeVar("T")
@@ -43,6 +44,9 @@ class Client:
         self.close()
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if self._loop.is_closed():
+            coroutine.close()  # never awaited: say so to nobody
+            raise ClientError("the client is closed")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def close(self) -> None:

@@ -79,7 +79,8 @@ class AiohttpTransport:
                 found = {k.lower(): v for k, v in response.headers.items()}
                 return Response(response.status, found, data)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise Unreachable(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+            sent = not isinstance(exc, aiohttp.ClientConnectorError)
+            raise Unreachable(f"{method} {url}: {type(exc).__name__}: {exc}", sent=sent) from exc
 
     async def aclose(self) -> None:
         if self._session is not None and self._owned:
