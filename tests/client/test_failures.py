@@ -6,6 +6,7 @@ visible and instant.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -229,3 +230,47 @@ def test_a_closed_sync_client_raises_a_client_error() -> None:
     client.close()
     with pytest.raises(ClientError, match="the client is closed"):
         client.rank("weather?")
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def batch_stub() -> AsyncIterator[Stub]:
+    """A stand-in for `POST /v1/observe/batch`."""
+    async for stub in start_stub("/v1/observe/batch"):
+        yield stub
+
+
+async def test_turns_wait_out_a_server_that_cannot_take_them(batch_stub: Stub) -> None:
+    """A batch the server cannot take now (503 while it starts, after the client's retries)
+    goes back to the buffer and is sent on a later round, in order, with its turn ids: a
+    restart loses no turn."""
+    answers = iter([Reply(503, OVERLOADED)] * 3)
+    batch_stub.responder = lambda body: next(
+        answers, Reply(202, {"queued": len(body["turns"]), "dropped": 0})
+    )
+    async with AsyncClient(
+        batch_stub.url, sleep=Sleeps(), retries=0, observe_batch=4, observe_interval_s=0.01
+    ) as ts:
+        for i in range(10):
+            ts.observe(f"request {i}", "web_search", turn_id=f"t{i}")
+        for _ in range(500):
+            if ts.observe_stats.sent == 10:
+                break
+            await asyncio.sleep(0.01)
+        stats = ts.observe_stats
+    assert (stats.sent, stats.failed, stats.pending) == (10, 0, 0)
+    sent = [t["turn_id"] for r in batch_stub.received for t in r.body["turns"]]
+    assert sent[:4] == sent[4:8] == sent[8:12] == sent[12:16] == ["t0", "t1", "t2", "t3"]
+    assert sorted(set(sent)) == sorted(f"t{i}" for i in range(10))
+
+
+async def test_closing_on_a_down_server_tries_one_batch_not_each() -> None:
+    """`close` with thousands of turns for an absent server waits out one batch's retries,
+    then fails the rest at once, counted."""
+    sleeps = Sleeps()
+    ts = AsyncClient(down_url(), sleep=sleeps, retries=2, observe_batch=500,
+                     observe_interval_s=3600)  # fmt: skip
+    for i in range(5000):
+        ts.observe(f"request {i}", "web_search")
+    await ts.close()
+    assert (ts.observe_stats.failed, ts.observe_stats.pending) == (5000, 0)
+    assert len(sleeps.delays) == 2  # one batch's retries

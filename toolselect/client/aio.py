@@ -21,7 +21,12 @@ from pydantic import BaseModel, ValidationError
 
 from toolselect.api import key_models as km
 from toolselect.api import models as m
-from toolselect.client.observer import ObserveStats, TurnBuffer, turn_request
+from toolselect.client.observer import (
+    RETRY_STATUSES,
+    ObserveStats,
+    TurnBuffer,
+    turn_request,
+)
 from toolselect.client.transport import AiohttpTransport, Response, Transport
 from toolselect.errors import ApiError, ClientError, InvalidInput, Unreachable
 from toolselect.retry_after import parse_retry_after
@@ -35,9 +40,6 @@ log = logging.getLogger(__name__)
 Model = TypeVar("Model", bound=BaseModel)
 Sleep = Callable[[float], Awaitable[None]]
 
-# The statuses worth asking again: the server said it is busy or not ready yet (503), or the
-# tenant's request rate is spent for now (429 `rate_limited`).
-RETRY_STATUSES = frozenset({429, 503})
 # The server's default limit on a query, a turn's request and each `context` message (UTF-8
 # bytes: `TOOLSELECT_MAX_QUERY_BYTES`).
 MAX_TEXT_BYTES = 8 << 10

@@ -2,8 +2,12 @@
 
 `observe` must never slow or break the agent loop that calls it: it appends and returns; when
 the buffer is full the turn is dropped and counted. The task sends what is buffered every
-`interval_s` (or as soon as a batch fills) through `POST /v1/observe/batch`; a batch that
-still fails after the client's retries is dropped, counted and logged once.
+`interval_s` (or as soon as a batch fills) through `POST /v1/observe/batch`. While the server
+cannot take turns (unreachable, or busy or starting: 503, 429) after the client's retries, the
+batch goes back to the front of the buffer for the next round, so a server restart loses nothing
+the buffer can hold (each turn keeps its id, so one that did arrive is stored once); at `close`,
+the first such failure fails what is left at once, so closing never waits out one batch after
+another. A batch the server refuses otherwise is dropped, counted and logged once.
 
 The server refuses a whole batch for one turn over its text limit, or for a body or turn count
 over its own limits (its settings, which the client cannot know): such a batch is sent again
@@ -22,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from toolselect.api.models import ObserveBatchResponse, ObserveRequest
-from toolselect.errors import ApiError, InvalidInput
+from toolselect.errors import ApiError, InvalidInput, Unreachable
 from toolselect.turns import TurnFields, turn_problem
 
 # stdlib logging, not structlog: this module runs inside other people's agent processes,
@@ -31,6 +35,11 @@ from toolselect.turns import TurnFields, turn_problem
 log = logging.getLogger(__name__)
 
 Send = Callable[[Sequence[ObserveRequest]], Awaitable[ObserveBatchResponse]]
+
+# The statuses worth asking again: the server said it is busy or not ready yet (503), or the
+# tenant's request rate is spent for now (429 `rate_limited`). A batch still answered so after
+# the client's retries waits in the buffer for a later round.
+RETRY_STATUSES = frozenset({429, 503})
 
 # The server's default `max_batch`; a larger batch would be refused whole.
 MAX_BATCH = 1000
@@ -118,30 +127,32 @@ class TurnBuffer:
 
     async def _drain(self) -> None:
         while self._turns:
-            await self._deliver(
-                [self._turns.popleft() for _ in range(min(self._batch, len(self._turns)))]
-            )
+            batch = [self._turns.popleft() for _ in range(min(self._batch, len(self._turns)))]
+            if not await self._deliver(batch):
+                return
 
-    async def _deliver(self, batch: list[ObserveRequest]) -> None:
+    async def _deliver(self, batch: list[ObserveRequest]) -> bool:
         """Send `batch`; what the server refuses for one turn or for its size goes again without
-        that turn or in halves (the module's docstring), the turns' order kept."""
+        that turn or in halves (the module's docstring), the turns' order kept. False when the
+        server cannot take turns now: the unsent ones are back in the buffer (or, closing,
+        failed with everything buffered)."""
         parts = [batch]
         while parts:
             turns = parts.pop()
             try:
                 answer = await self._send(turns)
-            except ApiError as exc:
-                bad = _refused_turn(exc, len(turns))
-                if bad is not None:
-                    self.counts.invalid += 1
-                    log.warning("observe_turn_refused", extra={"error": str(exc)})
-                    rest = turns[:bad] + turns[bad + 1 :]
-                    parts += [rest] if rest else []
-                elif _too_large(exc) and len(turns) > 1:
-                    half = len(turns) // 2
-                    parts += [turns[half:], turns[:half]]
+            except (Unreachable, ApiError) as exc:
+                if isinstance(exc, ApiError) and exc.status not in RETRY_STATUSES:
+                    self._refused(turns, exc, parts)
+                    continue
+                unsent = [*turns, *(t for part in reversed(parts) for t in part)]
+                if self._closing:
+                    self._failed([*unsent, *self._turns], exc)
+                    self._turns.clear()
                 else:
-                    self._failed(turns, exc)
+                    self._turns.extendleft(reversed(unsent))
+                    log.info("observe_server_unavailable", extra={"error": str(exc)})
+                return False
             except Exception as exc:
                 # Anything, not only `ClientError`: this task is the only one that would
                 # notice, and a dead task would silently drop every later turn.
@@ -149,6 +160,23 @@ class TurnBuffer:
             else:
                 self.counts.sent += answer.queued
                 self.counts.rejected += answer.dropped
+        return True
+
+    def _refused(
+        self, turns: list[ObserveRequest], exc: ApiError, parts: list[list[ObserveRequest]]
+    ) -> None:
+        """A refusal about one turn sends the rest again; one about the size, the halves."""
+        bad = _refused_turn(exc, len(turns))
+        if bad is not None:
+            self.counts.invalid += 1
+            log.warning("observe_turn_refused", extra={"error": str(exc)})
+            rest = turns[:bad] + turns[bad + 1 :]
+            parts += [rest] if rest else []
+        elif _too_large(exc) and len(turns) > 1:
+            half = len(turns) // 2
+            parts += [turns[half:], turns[:half]]
+        else:
+            self._failed(turns, exc)
 
     def _failed(self, turns: Sequence[ObserveRequest], exc: Exception) -> None:
         self.counts.failed += len(turns)
