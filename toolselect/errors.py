@@ -85,7 +85,17 @@ class EmbedderUnavailable(EmbedderError):
 
 
 class TeacherError(ToolselectError):
-    """The teacher gave an unusable answer."""
+    """The teacher gave an unusable answer. The tokens are those the provider reported (and
+    billed) for it: a call that answered with nothing usable was still paid for."""
+
+    def __init__(self, message: str, *, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        super().__init__(message)
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+
+    @property
+    def paid(self) -> bool:
+        return self.input_tokens > 0 or self.output_tokens > 0
 
 
 class TeacherUnavailable(TeacherError):

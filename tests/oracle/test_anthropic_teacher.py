@@ -251,14 +251,23 @@ async def test_malformed_json_is_an_error_without_retry(h: Harness) -> None:
 
 
 async def test_answer_without_tool_use_is_an_error_without_retry(h: Harness) -> None:
-    """A well-formed message with only text (no choose_tool call) is a permanent `error`."""
+    """A well-formed message with only text (no choose_tool call) is a permanent `error`, and
+    a paid one: the provider billed it."""
     body = message("web_search")
     body["content"] = [{"type": "text", "text": "I think web_search."}]
     body["stop_reason"] = "end_turn"
     h.stub.reply(Reply(body=body))
+    h.budget = Budget(1, clock=h.clock.timestamp)
     answer = await h.teach()
     assert answer.result == "error"
     assert answer.error is not None and "no choose_tool call" in answer.error
+    assert len(h.stub.received) == 1
+    # Billed all the same: its tokens and cost are traced and counted, and its slot is spent.
+    assert (answer.input_tokens, answer.output_tokens) == (120, 12)
+    (call,) = h.calls.calls
+    assert (call.input_tokens, call.output_tokens, call.cost_usd) == (120, 12, answer.cost_usd)
+    assert answer.cost_usd > 0 and h.budget.remaining() == 0
+    assert (await h.teach()).result == "limit_reached"
     assert len(h.stub.received) == 1
 
 

@@ -169,24 +169,32 @@ async def test_hang_past_timeout_is_an_error(h: Harness) -> None:
 
 
 @pytest.mark.parametrize(
-    "reply",
+    ("reply", "billed"),
     [
-        Reply(text="<html>gateway</html>", content_type="text/html"),
-        Reply(body=completion("{not json")),
-        Reply(body=completion({"choice": "web_search"})),
-        Reply(body={"choices": []}),
+        (Reply(text="<html>gateway</html>", content_type="text/html"), (0, 0)),
+        (Reply(body=completion("{not json")), (200, 10)),
+        (Reply(body=completion({"choice": "web_search"})), (200, 10)),
+        (Reply(body={"choices": []}), (0, 0)),
     ],
     ids=["html", "arguments-not-json", "no-tool-key", "no-choices"],
 )
-async def test_malformed_answers_are_errors_without_retry(h: Harness, reply: Reply) -> None:
-    """Malformed answers are permanent `error`s: one request, no delay, budget refunded."""
+async def test_malformed_answers_are_errors_without_retry(
+    h: Harness, reply: Reply, billed: tuple[int, int]
+) -> None:
+    """Malformed answers are permanent `error`s: one request, no delay. One the provider billed
+    (it reported usage) keeps its budget slot and is traced with its tokens and cost; one with
+    nothing billed is refunded."""
     h.stub.reply(reply)
     answer = await h.teach()
     assert answer.result == "error"
     assert answer.error is not None and "malformed" in answer.error
     assert len(h.stub.received) == 1
     assert h.sleeps.delays == []
-    assert h.budget.remaining() == 60
+    assert (answer.input_tokens, answer.output_tokens) == billed
+    assert h.budget.remaining() == (59 if any(billed) else 60)
+    (call,) = h.calls.calls
+    assert (call.result, call.input_tokens, call.output_tokens) == ("error", *billed)
+    assert (call.cost_usd > 0) == any(billed)
 
 
 async def test_kill_switch_sends_zero_requests(h: Harness) -> None:

@@ -106,9 +106,14 @@ def _parse(message: Any, candidates: Sequence[Candidate]) -> RawAnswer:
     # The SDK builds responses without validation, so any field may be missing or mistyped.
     if not isinstance(message, Message):
         raise TeacherError(f"anthropic: malformed response: {str(message)[:200]!r}")
+    usage = getattr(message, "usage", None)
+    tokens = {
+        "input_tokens": _count(usage, "input_tokens"),
+        "output_tokens": _count(usage, "output_tokens"),
+    }
     blocks = getattr(message, "content", None)
     if not isinstance(blocks, list):
-        raise TeacherError("anthropic: malformed response: no content")
+        raise TeacherError("anthropic: malformed response: no content", **tokens)
     for block in blocks:
         if getattr(block, "type", None) == "tool_use" and getattr(block, "name", None) == (
             CHOICE_TOOL
@@ -116,16 +121,18 @@ def _parse(message: Any, candidates: Sequence[Candidate]) -> RawAnswer:
             arguments = getattr(block, "input", None)
             picked = arguments.get("tool") if isinstance(arguments, dict) else None
             if not isinstance(picked, str):
-                raise TeacherError(f"anthropic: malformed {CHOICE_TOOL} input: {arguments!r}")
-            usage = getattr(message, "usage", None)
+                raise TeacherError(
+                    f"anthropic: malformed {CHOICE_TOOL} input: {arguments!r}", **tokens
+                )
             return RawAnswer(
                 choice=None if picked == NONE_CHOICE else picked,
                 label=match_candidate(picked, candidates),
-                input_tokens=_count(usage, "input_tokens"),
-                output_tokens=_count(usage, "output_tokens"),
+                **tokens,
             )
     stop = getattr(message, "stop_reason", None)
-    raise TeacherError(f"anthropic: no {CHOICE_TOOL} call in the answer (stop_reason {stop})")
+    raise TeacherError(
+        f"anthropic: no {CHOICE_TOOL} call in the answer (stop_reason {stop})", **tokens
+    )
 
 
 def _count(usage: object, name: str) -> int:

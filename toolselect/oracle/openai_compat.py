@@ -134,25 +134,28 @@ async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
 
 
 def _parse(data: Any, candidates: Sequence[Candidate]) -> RawAnswer:
+    usage = data.get("usage") if isinstance(data, dict) else None
+    tokens = {
+        "input_tokens": _count(usage, "prompt_tokens"),
+        "output_tokens": _count(usage, "completion_tokens"),
+    }
     try:
         call = data["choices"][0]["message"]["tool_calls"][0]["function"]
         if call.get("name") not in (None, CHOICE_TOOL):
-            raise TeacherError(f"openai: called {call.get('name')!r}, not {CHOICE_TOOL}")
+            raise TeacherError(f"openai: called {call.get('name')!r}, not {CHOICE_TOOL}", **tokens)
         arguments = call["arguments"]
         parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
         picked = parsed["tool"]
     except TeacherError:
         raise
     except (KeyError, IndexError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-        raise TeacherError(f"openai: malformed response: {exc!r}") from exc
+        raise TeacherError(f"openai: malformed response: {exc!r}", **tokens) from exc
     if not isinstance(picked, str):
-        raise TeacherError(f"openai: malformed {CHOICE_TOOL} arguments: {parsed!r}")
-    usage = data.get("usage") if isinstance(data, dict) else None
+        raise TeacherError(f"openai: malformed {CHOICE_TOOL} arguments: {parsed!r}", **tokens)
     return RawAnswer(
         choice=None if picked == NONE_CHOICE else picked,
         label=match_candidate(picked, candidates),
-        input_tokens=_count(usage, "prompt_tokens"),
-        output_tokens=_count(usage, "completion_tokens"),
+        **tokens,
     )
 
 

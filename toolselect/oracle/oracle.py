@@ -13,8 +13,10 @@ is NOT retried: the request and the forced tool schema would be the same on the 
 so a retry most likely pays again for the same unusable answer.
 
 Budget: one slot is reserved per `teach` before the first attempt and refunded when no attempt
-succeeded, so failures never consume it. A successful call that picks `none` or a tool outside
-the candidates keeps its slot (it was paid for) and answers `declined`.
+was paid for, so failures never consume it. A successful call that picks `none` or a tool
+outside the candidates keeps its slot (it was paid for) and answers `declined`; so does an
+answer the provider billed (it reported tokens) with nothing usable in it, which answers `error`
+with its tokens and cost traced.
 
 Cancellation (service shutdown) propagates out of `teach`, refunding the slot on the way.
 """
@@ -170,8 +172,8 @@ class Oracle:
         except BaseException:
             self.budget.refund(slot)
             raise
-        if answer.result == "error":
-            self.budget.refund(slot)
+        if answer.result == "error" and not (answer.input_tokens or answer.output_tokens):
+            self.budget.refund(slot)  # nothing was paid for
         return answer
 
     def refusal(self, turn_id: str | None = None) -> TeacherAnswer | None:
@@ -209,6 +211,7 @@ class Oracle:
             at = datetime.fromtimestamp(self._clock(), tz=UTC)
             started = self._monotonic()
             retry_after: float | None = None
+            billed = (0, 0)
             try:
                 async with asyncio.timeout(self._timeout_s):
                     raw = await teacher.ask(request, used_tool, candidates)
@@ -219,6 +222,7 @@ class Oracle:
                 retry_after = exc.retry_after if isinstance(exc, RetryLater) else None
             except TeacherError as exc:
                 error, transient = str(exc) or type(exc).__name__, False
+                billed = (exc.input_tokens, exc.output_tokens)
             except Exception as exc:  # a teacher bug must not kill the learner's worker
                 log.exception("teacher_failed_unexpectedly", turn_id=turn_id)
                 error, transient = f"{type(exc).__name__}: {exc}", False
@@ -228,7 +232,19 @@ class Oracle:
                     teacher, raw, candidates, turn_id, at, latency_ms, attempt + 1
                 )
             latency_ms = (self._monotonic() - started) * 1000.0
-            await self._trace(teacher, turn_id, at, latency_ms, "error", error=error)
+            # An answer with nothing usable in it was still billed: traced and charged as such.
+            cost = self._charge(teacher, *billed) if any(billed) else 0.0
+            await self._trace(
+                teacher,
+                turn_id,
+                at,
+                latency_ms,
+                "error",
+                input_tokens=billed[0],
+                output_tokens=billed[1],
+                cost=cost,
+                error=error,
+            )
             last = attempt + 1 >= self.retry.attempts
             delay = None if last or not transient else self.retry.delay(attempt, retry_after)
             log.warning(
@@ -241,7 +257,14 @@ class Oracle:
                 error=error,
             )
             if delay is None:
-                return TeacherAnswer("error", error=error, attempts=attempt + 1)
+                return TeacherAnswer(
+                    "error",
+                    error=error,
+                    attempts=attempt + 1,
+                    input_tokens=billed[0],
+                    output_tokens=billed[1],
+                    cost_usd=cost,
+                )
             await self._sleep(delay)
         return TeacherAnswer("error", error=error, attempts=self.retry.attempts)
 
@@ -258,7 +281,7 @@ class Oracle:
         # Re-checked here rather than trusted: any Teacher implementation may be plugged in.
         names = {c.name for c in candidates}
         label = raw.label if raw.label in names else None
-        cost = cost_usd(teacher.model, raw.input_tokens, raw.output_tokens, self._prices)
+        cost = self._charge(teacher, raw.input_tokens, raw.output_tokens)
         result: TeacherResult = "labeled" if label is not None else "declined"
         reason = None
         if label is None:
@@ -277,10 +300,6 @@ class Oracle:
             output_tokens=raw.output_tokens,
             cost=cost,
         )
-        if self._metrics is not None:
-            self._metrics.teacher_tokens.labels(teacher.provider, "input").inc(raw.input_tokens)
-            self._metrics.teacher_tokens.labels(teacher.provider, "output").inc(raw.output_tokens)
-            self._metrics.teacher_cost.labels(teacher.provider).inc(cost)
         log.info(
             "teacher_answered",
             turn_id=turn_id,
@@ -301,6 +320,15 @@ class Oracle:
             attempts=attempts,
             cost_usd=cost,
         )
+
+    def _charge(self, teacher: Teacher, input_tokens: int, output_tokens: int) -> float:
+        """The estimated cost of a call the provider billed, counted in the metrics."""
+        cost = cost_usd(teacher.model, input_tokens, output_tokens, self._prices)
+        if self._metrics is not None:
+            self._metrics.teacher_tokens.labels(teacher.provider, "input").inc(input_tokens)
+            self._metrics.teacher_tokens.labels(teacher.provider, "output").inc(output_tokens)
+            self._metrics.teacher_cost.labels(teacher.provider).inc(cost)
+        return cost
 
     async def _trace(
         self,
