@@ -193,8 +193,8 @@ async def test_spent_budget_builds_no_candidates_and_records_limit_reached(
 ) -> None:
     """With the hourly budget spent an escalated turn is `limit_reached` at once: no request,
     and no candidate listing is ranked and costed for a call that cannot be made."""
-    while harness.oracle.budget.reserve() is not None:
-        pass
+    while (slot := harness.oracle.budget.reserve()) is not None:
+        harness.oracle.budget.settle(slot)  # paid calls, not ones in flight
     harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="t5")
     assert await harness.learner.drain(30.0)
     turn = await harness.store.get_turn("t5")

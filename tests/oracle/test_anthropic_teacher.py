@@ -329,6 +329,23 @@ async def test_failed_calls_do_not_consume_budget(h: Harness) -> None:
     assert h.budget.remaining() == 0
 
 
+async def test_a_slot_held_by_a_failing_call_is_waited_for_not_spent(h: Harness) -> None:
+    """With one call left in the hour and it in flight, a second turn waits for it instead of
+    answering `limit_reached`: the first fails (nothing billed), gives its slot back, and the
+    second uses it."""
+    h.budget = Budget(1, clock=h.clock.timestamp)
+    h.stub.reply(*[api_error(500, "api_error")] * 3, Reply(body=message("web_search")))
+    oracle = h.oracle()
+    first = asyncio.create_task(h.teach(oracle))
+    await asyncio.sleep(0)  # the first reserves the last slot
+    assert oracle.refusal("t-2") is None  # held in flight, not spent
+    second = await h.teach(oracle)
+    assert (await first).result == "error"
+    assert second.result == "labeled"
+    assert h.budget.remaining() == 0 and h.budget.in_flight() == 0
+    assert (await h.teach(oracle)).result == "limit_reached"  # now paid: spent
+
+
 async def test_kill_switch_sends_zero_requests(h: Harness) -> None:
     """With the oracle switched off, teach declines at once: no request, no trace, no budget."""
     h.stub.reply(Reply(body=message("web_search")))

@@ -19,13 +19,14 @@ Scope = Literal["tenant", "global"]
 
 class Slot:
     """One reserved call in the budget window (and in the shared cap's, when there is one);
-    hand it back to `Budget.refund` on failure."""
+    hand it back to `Budget.refund` on failure, or to `Budget.settle` once it was paid."""
 
-    __slots__ = ("at", "capped")
+    __slots__ = ("at", "capped", "paid")
 
     def __init__(self, at: float, capped: Slot | None = None) -> None:
         self.at = at
         self.capped = capped
+        self.paid = False
 
 
 class Budget:
@@ -88,6 +89,18 @@ class Budget:
         slot = Slot(self._clock(), capped)
         self._slots.append(slot)
         return slot
+
+    def settle(self, slot: Slot) -> None:
+        """Mark the slot of a call that was paid for: it stays until it ages out."""
+        slot.paid = True
+        if slot.capped is not None:
+            slot.capped.paid = True
+
+    def in_flight(self) -> int:
+        """Slots of calls not settled yet (here or in the shared cap): each may be refunded."""
+        self._expire()
+        own = sum(not slot.paid for slot in self._slots)
+        return own + (self.cap.in_flight() if self.cap is not None else 0)
 
     def refund(self, slot: Slot) -> None:
         """Give back the slot of a call that failed (no-op when it has already expired)."""

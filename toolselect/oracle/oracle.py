@@ -13,7 +13,8 @@ is NOT retried: the request and the forced tool schema would be the same on the 
 so a retry most likely pays again for the same unusable answer.
 
 Budget: one slot is reserved per `teach` before the first attempt and refunded when no attempt
-was paid for, so failures never consume it. A successful call that picks `none` or a tool
+was paid for, so failures never consume it; a call that finds the last slots held by calls in
+flight waits for them rather than answer `limit_reached` for a budget they may not spend. A successful call that picks `none` or a tool
 outside the candidates keeps its slot (it was paid for) and answers `declined`; so does an
 answer the provider billed (it reported tokens) with nothing usable in it, which answers `error`
 with its tokens and cost traced.
@@ -41,7 +42,7 @@ from toolselect.oracle.base import (
     TeacherAnswer,
     TeacherResult,
 )
-from toolselect.oracle.budget import Budget, RetryPolicy
+from toolselect.oracle.budget import Budget, RetryPolicy, Slot
 from toolselect.records import OracleCall
 
 log = structlog.get_logger("toolselect.oracle")
@@ -65,6 +66,9 @@ DEFAULT_PRICES: Mapping[str, tuple[float, float]] = {
 }
 
 RecordCall = Callable[[OracleCall], Awaitable[None]]
+# How often a call waiting for a budget slot held in flight looks again (real time: the calls
+# it waits for take seconds).
+_IN_FLIGHT_POLL_S = 0.05
 
 
 def price_of(model: str, prices: Mapping[str, tuple[float, float]]) -> tuple[float, float]:
@@ -164,7 +168,7 @@ class Oracle:
             return TeacherAnswer("declined", reason="teacher off")
         if not candidates:
             return TeacherAnswer("declined", reason="no candidates")
-        slot = self.budget.reserve()
+        slot = await self._reserve()
         if slot is None:
             return self._spent(turn_id)
         try:
@@ -174,7 +178,18 @@ class Oracle:
             raise
         if answer.result == "error" and not (answer.input_tokens or answer.output_tokens):
             self.budget.refund(slot)  # nothing was paid for
+        else:
+            self.budget.settle(slot)
         return answer
+
+    async def _reserve(self) -> Slot | None:
+        """A budget slot; while the last ones are held by calls in flight (which may fail and
+        give theirs back), wait for them; None once paid calls have spent the budget."""
+        while (slot := self.budget.reserve()) is None:
+            if not self.budget.in_flight():
+                return None
+            await asyncio.sleep(_IN_FLIGHT_POLL_S)
+        return slot
 
     def refusal(self, turn_id: str | None = None) -> TeacherAnswer | None:
         """The answer `teach` would give now without calling the teacher (it is off, or the
@@ -182,7 +197,7 @@ class Oracle:
         candidates that no call will use."""
         if not self._enabled or self._teacher is None:
             return TeacherAnswer("declined", reason="teacher off")
-        if self.budget.remaining() == 0:
+        if self.budget.remaining() == 0 and not self.budget.in_flight():
             return self._spent(turn_id)
         return None
 
