@@ -19,7 +19,7 @@ from toolselect.metrics import Metrics
 from toolselect.names import DEFAULT_FALLBACK_TOOLS
 from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
 from toolselect.oracle.budget import Budget, RetryPolicy
-from toolselect.oracle.oracle import Oracle
+from toolselect.oracle.oracle import SHUTDOWN, Oracle
 from toolselect.ranker import CentroidRanker
 from toolselect.records import Exemplar, SaveResult, Tool
 from toolselect.store.neo4j.store import Neo4jStore
@@ -295,7 +295,8 @@ async def test_observe_returns_promptly_while_store_and_teacher_hang(anthropic_s
 
 
 async def test_cancelled_turn_saves_nothing(harness: Harness) -> None:
-    """Closing the learner while the teacher hangs cancels the call and saves nothing."""
+    """Closing the learner while the teacher hangs cancels the call and saves nothing; the
+    turn ends `error` in the store (not undecided for good) and the cut call is traced."""
     harness.stub.reply(Reply(hang=True))
     harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="c1")
     await asyncio.wait_for(harness.stub.arrived.wait(), 5.0)
@@ -304,6 +305,9 @@ async def test_cancelled_turn_saves_nothing(harness: Harness) -> None:
     assert await lookup_one(harness.store, LOW_MARGIN) is None
     turn = await harness.store.get_turn("c1")
     assert turn is not None and turn.tier == "teacher" and turn.label is None
+    assert turn.result == "error"
+    calls = await harness.store.oracle_calls("c1")
+    assert [(c.result, c.error) for c in calls] == [("error", SHUTDOWN)]
 
 
 async def test_close_leaves_nothing_running(

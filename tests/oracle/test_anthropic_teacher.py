@@ -28,7 +28,7 @@ from toolselect.config import load_settings
 from toolselect.metrics import Metrics
 from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
 from toolselect.oracle.budget import Budget, RetryPolicy
-from toolselect.oracle.oracle import Oracle
+from toolselect.oracle.oracle import SHUTDOWN, Oracle
 from toolselect.records import OracleCall
 from toolselect.service.parts import build_teacher
 from toolselect.testing import FakeClock
@@ -366,7 +366,8 @@ async def test_no_teacher_configured_declines(h: Harness) -> None:
 
 
 async def test_cancellation_propagates_and_refunds(h: Harness) -> None:
-    """Cancelling an in-flight teach raises CancelledError and gives the budget slot back."""
+    """Cancelling an in-flight teach raises CancelledError and gives the budget slot back;
+    the attempt cut short is traced, as every attempt is."""
     h.stub.reply(Reply(hang=True))
     task = asyncio.create_task(h.teach(h.oracle(timeout_s=30)))
     await asyncio.wait_for(h.stub.arrived.wait(), timeout=5)
@@ -375,7 +376,7 @@ async def test_cancellation_propagates_and_refunds(h: Harness) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert h.budget.remaining() == 60
-    assert h.calls.calls == []
+    assert [(c.result, c.error) for c in h.calls.calls] == [("error", SHUTDOWN)]
 
 
 async def test_trace_failure_does_not_lose_the_label(h: Harness) -> None:

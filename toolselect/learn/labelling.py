@@ -35,7 +35,7 @@ from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.names import bare_name, normalise_query
 from toolselect.oracle.base import Candidate, within_budget
-from toolselect.oracle.oracle import InFlight, Oracle
+from toolselect.oracle.oracle import SHUTDOWN, InFlight, Oracle
 from toolselect.oracle.tiers import plan
 from toolselect.ranker import CentroidRanker, Ranking, Snapshot
 from toolselect.records import Exemplar, SaveResult, Tier, Turn
@@ -299,6 +299,10 @@ class Labeller:
             await self._finish(done, answer.reason or answer.error)
         except ToolselectError as exc:
             await self._finish(replace(turn, result="error"), str(exc))
+        except asyncio.CancelledError:
+            # Shutdown: the turn ends `error` in the store rather than stay undecided for good.
+            await self._finish(replace(turn, result="error"), SHUTDOWN)
+            raise
         finally:
             self._in_flight.release(key)
 

@@ -66,6 +66,8 @@ DEFAULT_PRICES: Mapping[str, tuple[float, float]] = {
 }
 
 RecordCall = Callable[[OracleCall], Awaitable[None]]
+# Why a teacher call, or a turn waiting for one, ended when the service stopped.
+SHUTDOWN = "cancelled: the service is shutting down"
 # How often a call waiting for a budget slot held in flight looks again (real time: the calls
 # it waits for take seconds).
 _IN_FLIGHT_POLL_S = 0.05
@@ -230,6 +232,11 @@ class Oracle:
             try:
                 async with asyncio.timeout(self._timeout_s):
                     raw = await teacher.ask(request, used_tool, candidates)
+            except asyncio.CancelledError:
+                # Shutdown: the attempt may have been billed, so it is traced like any other.
+                latency_ms = (self._monotonic() - started) * 1000.0
+                await self._trace(teacher, turn_id, at, latency_ms, "error", error=SHUTDOWN)
+                raise
             except TimeoutError:
                 error, transient = f"timed out after {self._timeout_s:g} s", True
             except TeacherUnavailable as exc:
