@@ -197,7 +197,8 @@ class Metrics:
             "toolselect_teacher_budget_spent",
             "Teacher calls not made because an hourly budget was spent, by budget: `tenant`"
             " (TOOLSELECT_TEACHER_BUDGET_PER_HOUR) or `global`"
-            " (TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR)",
+            " (TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR); or because TOOLSELECT_QUEUE_SIZE"
+            " turns already waited for the teacher (`backlog`)",
             "scope",
         )
         self.teacher_latency = histogram(

@@ -348,6 +348,39 @@ async def test_turns_never_taken_are_counted_dropped_at_close(
     assert h.counter("observe_dropped", reason="shutdown") == 2
 
 
+async def test_turns_waiting_for_the_teacher_are_bounded(
+    sqlite_store: SqliteStore, anthropic_stub: Stub
+) -> None:
+    """While the teacher hangs, at most a queue's worth of escalations wait for it; the turns
+    beyond end `limit_reached` at once (counted as the `backlog` budget) instead of piling up
+    as tasks without end."""
+    anthropic_stub.reply(Reply(hang=True))
+    h = Harness(sqlite_store, anthropic_stub, queue_size=2)
+    await h.load_catalog()
+    h.learner.start()
+    try:
+        for i, city in enumerate(("Rome", "Oslo", "Lima", "Kyiv", "Pune")):
+            assert h.learner.observe(f"run the backup script for {city}", "shell_exec",
+                                     turn_id=f"b{i}")  # fmt: skip
+            await asyncio.sleep(0.05)
+        for _ in range(100):
+            if h.counter("teacher_budget_spent", scope="backlog") == 3:
+                break
+            await asyncio.sleep(0.05)
+        for _ in range(100):
+            if len(anthropic_stub.received) == 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
+        assert len(anthropic_stub.received) == 2  # the two waiting, and no more, reach it
+        assert h.counter("teacher_budget_spent", scope="backlog") == 3
+        refused = [await h.store.get_turn(f"b{i}") for i in range(2, 5)]
+        assert [t.result if t else None for t in refused] == ["limit_reached"] * 3
+    finally:
+        await h.learner.close(0.1)
+        await h.teacher.aclose()
+
+
 async def test_disagreement_on_a_turn_that_worked_escalates(harness: Harness) -> None:
     """The agent disagreed with a confident ranker but the turn worked: ask the teacher."""
     harness.stub.reply(teacher_answers("web_search"))

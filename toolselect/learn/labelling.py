@@ -144,10 +144,16 @@ class Labeller:
                 shown=obs.shown if obs.search_status == "not_shown" else (),
             )
             teach = decision.escalate and self._oracle.active
+            # Escalations wait for a teacher slot as tasks; while the teacher is slow or down
+            # they would pile up without end (memory), so past a queue's worth they are refused.
+            backlog = teach and len(self.teaching) + len(escalations) >= self._config.queue_size
+            teach = teach and not backlog
             labelled = not decision.escalate and decision.label is not None
             # An escalation no paid call can answer (kill switch, or no teacher) is declined
             # now, so its turn is recorded once, finished, with its batch.
-            result = None if teach else "labeled" if labelled else "declined"
+            result: str | None = None
+            if not teach:
+                result = "limit_reached" if backlog else "labeled" if labelled else "declined"
             label = decision.label if labelled else None
             # One copy of the turn with every decision field (dataclasses.replace per field
             # was a visible share of a flagged batch's CPU).
@@ -168,7 +174,10 @@ class Labeller:
                 escalations.append((turn, vector, passed))
             else:
                 self._decided(turn)
-                if decision.escalate:
+                if backlog:
+                    self._metrics.teacher_budget_spent.labels("backlog").inc()
+                    self._log_finished(turn, f"{len(self.teaching)} turns wait for the teacher")
+                elif decision.escalate:
                     self._log_finished(turn, "teacher off")
                 elif label is not None and decision.tier == "ranker":
                     saves.append((turn, vector, label, "ranker", probability))
