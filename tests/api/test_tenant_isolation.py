@@ -354,6 +354,24 @@ async def test_every_tenant_shares_the_global_teacher_budget(
         assert (budget.per_hour, budget.cap) == (3, cap)
 
 
+async def test_a_tenants_teacher_budget_outlives_its_service(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """A tenant whose service is closed (idle, evicted) and started again keeps the paid calls
+    of its hour: a restart is no way around `TOOLSELECT_TEACHER_BUDGET_PER_HOUR`."""
+    client, _ = await two_tenants(services, aiohttp_client, teacher_budget_per_hour=2)
+    tenants = client.app[TENANTS]
+    budget = (await tenants.get(A)).oracle.budget
+    for _ in range(2):
+        slot = budget.reserve()
+        assert slot is not None
+        budget.settle(slot)
+    await tenants.close_tenant(A)
+    again = (await tenants.get(A)).oracle.budget
+    assert again is budget and again.remaining() == 0
+    assert (await tenants.get(B)).oracle.budget.remaining() == 2  # each tenant its own
+
+
 async def test_each_tenant_keeps_its_own_bounded_search_log(
     services: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:

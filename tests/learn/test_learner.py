@@ -381,6 +381,17 @@ async def test_turns_waiting_for_the_teacher_are_bounded(
         await h.teacher.aclose()
 
 
+async def test_turns_drained_at_close_are_not_sent_to_the_teacher(harness: Harness) -> None:
+    """Turns still queued when the learner closes are recorded (declined) without a paid call:
+    a stopping service does not start calls it would cut short."""
+    harness.stub.reply(teacher_answers("crypto_price"))
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="s1")
+    await harness.learner.close(5.0)
+    turn = await harness.store.get_turn("s1")
+    assert turn is not None and (turn.tier, turn.result) == ("teacher", "declined")
+    assert harness.stub.received == []
+
+
 async def test_disagreement_on_a_turn_that_worked_escalates(harness: Harness) -> None:
     """The agent disagreed with a confident ranker but the turn worked: ask the teacher."""
     harness.stub.reply(teacher_answers("web_search"))

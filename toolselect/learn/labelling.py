@@ -77,6 +77,8 @@ class Labeller:
         self._stats = stats
         self._clock = clock
         self.teaching: set[asyncio.Task[None]] = set()
+        # Set by the learner's close: turns still drained are not escalated to the teacher.
+        self.stopping = False
         self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
         self._in_flight = InFlight()
         # Turns the teacher tier finished, waiting for the write in flight to end.
@@ -143,7 +145,8 @@ class Labeller:
                 teacher_worth=tuner is None or not rationed or tuner.worth_teaching(probability),
                 shown=obs.shown if obs.search_status == "not_shown" else (),
             )
-            teach = decision.escalate and self._oracle.active
+            # A stopping service drains its queue without paying for calls it would cut short.
+            teach = decision.escalate and self._oracle.active and not self.stopping
             # Escalations wait for a teacher slot as tasks; while the teacher is slow or down
             # they would pile up without end (memory), so past a queue's worth they are refused.
             backlog = teach and len(self.teaching) + len(escalations) >= self._config.queue_size
@@ -178,7 +181,7 @@ class Labeller:
                     self._metrics.teacher_budget_spent.labels("backlog").inc()
                     self._log_finished(turn, f"{len(self.teaching)} turns wait for the teacher")
                 elif decision.escalate:
-                    self._log_finished(turn, "teacher off")
+                    self._log_finished(turn, SHUTDOWN if self.stopping else "teacher off")
                 elif label is not None and decision.tier == "ranker":
                     saves.append((turn, vector, label, "ranker", probability))
             turns.append(turn)

@@ -156,11 +156,13 @@ def compose(
     clock: Clock = utc_now,
     load_progress: Progress | None = None,
     teacher_cap: Budget | None = None,
+    teacher_budget: Budget | None = None,
     vectors: VectorCache | None = None,
 ) -> Parts:
     """Build every part of a service from settings and the opened adapters; no I/O.
 
-    `teacher_cap` is the global teacher budget of the process and `vectors` its vector cache
+    `teacher_cap` is the global teacher budget of the process, `teacher_budget` a tenant's own
+    from an earlier start of its service, and `vectors` the process's vector cache
     (`TenantServices` hands the `default` service's to every other tenant's); without them they
     are made from the settings (`TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR`,
     `TOOLSELECT_VECTOR_CACHE`)."""
@@ -197,7 +199,8 @@ def compose(
     oracle = Oracle(
         teacher,
         enabled=settings.oracle == "on",
-        budget=Budget(
+        budget=teacher_budget
+        or Budget(
             settings.teacher_budget_per_hour,
             clock=window_seconds(clock),
             cap=teacher_cap or _global_teacher_budget(settings, clock),

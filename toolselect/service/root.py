@@ -23,6 +23,7 @@ from toolselect.embed import embedder_for
 from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
 from toolselect.keys import DEFAULT_TENANT, tenant_file
 from toolselect.metrics import Metrics
+from toolselect.oracle.budget import Budget
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
 from toolselect.store.factory import open_store
@@ -55,6 +56,9 @@ class Service:
         self.keys = parts.keys
         self._maintenance: asyncio.Task[None] | None = None
         self._owns_models = True
+        # Every other tenant's teacher budget (on the `default` service), kept when a tenant's
+        # service is closed and started again: its hour of paid calls is not reset by a restart.
+        self.teacher_budgets: dict[str, Budget] = {}
 
     @classmethod
     async def start(
@@ -117,8 +121,11 @@ class Service:
             clock=clock,
             load_progress=load_progress,
             teacher_cap=beside.oracle.budget.cap if beside is not None else None,
+            teacher_budget=beside.teacher_budgets.get(tenant) if beside is not None else None,
             vectors=beside.parts.vectors if beside is not None else None,
         )
+        if beside is not None:
+            beside.teacher_budgets.setdefault(tenant, parts.oracle.budget)
         service = cls(parts)
         service._owns_models = beside is None
         try:
