@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -76,9 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     from toolselect.logs import configure_logging
 
     configure_logging("warning", "console")
-    # Counting a run's turns reads the oracle_usage analysis, which names OracleCall properties
-    # a run without a teacher never writes: Neo4j would warn about each one on every count.
-    logging.getLogger("neo4j.notifications").setLevel(logging.ERROR)
     stores = ["sqlite", *(["neo4j"] if os.environ.get("NEO4J_URI") else [])]
     path = results_dir / "perf.json"
     # A partial run (--only) updates its sections and keeps the others.

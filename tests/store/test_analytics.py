@@ -313,8 +313,8 @@ EXPECTED_SINCE_DAY2: dict[str, list[tuple[Any, ...]]] = {
         (None, "declined", 2, 0, 0, 0, 0.0, None, None),
     ],
     "exemplar_growth": EXPECTED["exemplar_growth"][3:],
-    # maps__route's only pointer is a day-1 exemplar.
-    "cold_tools": [("maps__route",), ("notes__archive",), ("pdf__extract",), ("zz_unused",)],
+    # maps__route's day-1 exemplar is out of the window, but t16 used it beside search_web.
+    "cold_tools": [("notes__archive",), ("pdf__extract",), ("zz_unused",)],
     "label_conflicts": [
         ("file an issue", ("calendar__add_event", "github__create_issue"), ("teacher",), 2),
     ],
@@ -403,6 +403,31 @@ async def test_catalog_without_activity_is_all_cold(store_factory: StoreFactory)
     await store.upsert_tools([Tool(name) for name in reversed(TOOLS)])
     assert rows(await store.analytics("cold_tools")) == [(t,) for t in TOOLS]
     assert rows(await store.analytics("misroute_rate")) == []
+
+
+async def test_a_tool_used_beside_another_is_not_cold(store_factory: StoreFactory) -> None:
+    """A turn that used several tools warms every one of them, not only its first; one before
+    `since` warms none."""
+    store = await store_factory.make()
+    await store.upsert_tools([Tool(name) for name in ("alpha", "beta", "delta", "omega")])
+    now = datetime(2026, 3, 2, 12, tzinfo=UTC)
+    await store.record_turns(
+        [
+            Turn(
+                id="p1", request="plan it", used_tool="alpha", at=now, used_tools=("alpha", "delta")
+            ),
+            Turn(
+                id="p0",
+                request="earlier",
+                used_tool="beta",
+                at=now - timedelta(days=2),
+                used_tools=("beta", "omega"),
+            ),
+        ]
+    )
+    assert rows(await store.analytics("cold_tools")) == []
+    since = now - timedelta(days=1)
+    assert rows(await store.analytics("cold_tools", since)) == [("beta",), ("omega",)]
 
 
 async def test_unknown_analysis_is_not_found(store_factory: StoreFactory) -> None:

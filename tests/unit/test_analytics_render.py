@@ -302,9 +302,20 @@ def test_parse_since_reads_iso_8601(text: str | None, expected: datetime | None)
         assert got.tzinfo is UTC
 
 
-@pytest.mark.parametrize("text", ["yesterday", "2025-13-01", "1700000000", "2025-03-02T25:00"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "yesterday",
+        "2025-13-01",
+        "1700000000",
+        "2025-03-02T25:00",
+        "0001-01-01T00:00:00+05:00",
+        "9999-12-31T23:59:59-05:00",
+    ],
+)
 def test_parse_since_refuses_other_text(text: str) -> None:
-    """Anything else is InvalidInput on field `since`, quoting the value."""
+    """Anything else is InvalidInput on field `since`, quoting the value; so is a time whose
+    offset puts it before year 1 or after 9999 in UTC."""
     with pytest.raises(InvalidInput) as caught:
         surfaces.parse_since(text)
     assert caught.value.field == "since"

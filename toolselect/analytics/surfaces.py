@@ -31,11 +31,11 @@ def parse_since(text: str | None) -> datetime | None:
     cleaned = _SPACED_OFFSET.sub(r"+\1", text.strip())
     try:
         value = datetime.fromisoformat(cleaned)
-    except ValueError:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: an offset past year 1 or 9999 in UTC
         raise InvalidInput(
             f"expected since as an ISO-8601 date or datetime, got {text!r}", "since"
         ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def analyses_payload() -> dict[str, Any]:

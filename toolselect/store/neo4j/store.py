@@ -63,6 +63,7 @@ from toolselect.store.rules import (
     tool_row,
     turn_from_row,
     turn_row,
+    turn_tools,
 )
 
 log = structlog.get_logger(__name__)
@@ -258,7 +259,12 @@ class Neo4jStore:
         created = 0
         for start in range(0, len(batch), _TURN_CHUNK):
             chunk = batch[start : start + _TURN_CHUNK]
-            rows = [turn_row(turn, to_db_text) for turn in chunk]
+            # `used_names`: the tools a turn used as a list, which Cypher can read (the
+            # `used_tools` property is the stores' shared JSON text).
+            rows = [
+                {**turn_row(turn, to_db_text), "used_names": list(turn_tools(turn))}
+                for turn in chunk
+            ]
             with translated(self._uri):
                 try:
                     created += await self._write_once(
@@ -433,6 +439,9 @@ async def connect_neo4j(
             # and the driver's default retries a transaction for 30 s.
             connection_timeout=_CONNECT_TIMEOUT_S,
             max_transaction_retry_time=_RETRY_TIME_S,
+            # The analyses name properties a store without teacher calls has never written;
+            # the server's notice of each one, on every run, would bury the CLI's output.
+            notifications_min_severity="OFF",
         )
     except (DriverError, Neo4jError, ValueError) as exc:  # a malformed URI or unknown scheme
         raise unavailable(exc) from exc

@@ -57,6 +57,8 @@ _COLD_TOOLS = """
     WHERE name NOT IN (
         SELECT top1 FROM turns WHERE top1 IS NOT NULL AND (:since IS NULL OR at >= :since)
         UNION SELECT used_tool FROM turns WHERE :since IS NULL OR at >= :since
+        UNION SELECT value FROM turns, json_each(turns.used_tools)
+            WHERE used_tools IS NOT NULL AND (:since IS NULL OR at >= :since)
         UNION SELECT tool FROM exemplars WHERE :since IS NULL OR created_at >= :since)"""
 
 _LABELLED_TURNS = """
