@@ -78,6 +78,16 @@ async def test_the_session_prior_ranks_the_candidates(client: Client, service: S
     by_session = await select(client, payload(VAGUE, 2, session_id="s-1"))
     assert by_session["selected"] == given["selected"]
 
+    # "" is no session (the zero value of a Go or JS client): a stranger's turn sent with it
+    # gives nobody else's request a prior, and no two such turns are chained.
+    stray = {"request": "mail Bob the plan", "used_tool": "send_email", "session_id": "",
+             "turn_id": "stray"}  # fmt: skip
+    assert (await client.post("/v1/observe", json=stray)).status == 202
+    assert await service.learning.turn_when_done("stray", 15.0) is not None
+    assert (await service.store.get_turn("stray")).session_id is None  # type: ignore[union-attr]
+    no_session = await select(client, payload(VAGUE, 2, session_id=""))
+    assert no_session["selected"] == alone["selected"]
+
     await pin(
         service, SessionWeights(prior=1.0), Relations({}, {("send_email", "fax_document"): 3})
     )

@@ -124,6 +124,18 @@ def test_select_thin_client_round_trip(server: str, catalog_env: dict[str, str])
     assert json.loads(remote.stdout)["selected"] == json.loads(local.stdout)["selected"]
 
 
+def test_thin_client_presents_its_key(catalog_env: dict[str, str]) -> None:
+    """Against a server with keys, `select --url` sends TOOLSELECT_SELECT_API_KEY as a bearer
+    key; without it the refusal is the server's (exit 1, not the exit 2 of bad stdin)."""
+    with serving({**catalog_env, "TOOLSELECT_API_KEYS": "k-select-test"}) as url:
+        refused = run(["select", "--url", url], catalog_env, stdin=json.dumps(SELECT))
+        keyed = {**catalog_env, "TOOLSELECT_SELECT_API_KEY": "k-select-test"}
+        done = run(["select", "--url", url], keyed, stdin=json.dumps(SELECT))
+    assert refused.returncode == 1 and "unauthorized" in refused.stderr, refused.stderr
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["selected"][0] == "send_email"
+
+
 def test_select_in_process_ignores_the_conversation_fields(catalog_env: dict[str, str]) -> None:
     """`/v1/select`'s conversation fields reach the in-process selector, which has no sessions:
     it answers exactly as without them, on the plain path and on the validating one (a float

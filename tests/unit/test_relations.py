@@ -50,6 +50,14 @@ def test_successors_of_the_previous_tools_are_companions_too() -> None:
     ]
 
 
+def test_a_tool_used_again_is_no_companion_of_itself() -> None:
+    """c was followed by c in half of its steps: that weighs in the prior, but c is never
+    offered as c's own companion; its other successor a is."""
+    rel = Relations({}, STEPS)
+    assert rel.companions(["b"], 3, 0.25, previous=["c"]) == [Companion("a", 0.5, "c")]
+    assert rel.prior(["c"]) == {"c": 0.5, "a": 0.5}
+
+
 def test_prior_is_the_mean_successor_share_of_the_previous_tools() -> None:
     rel = Relations(PAIRS, STEPS)
     assert rel.prior(["a"]) == {"b": 0.75, "c": 0.25}

@@ -67,7 +67,7 @@ class RankRequest(_Strict):
     previous_tools: list[Name] | None = Field(
         default=None,
         description="The tools used earlier in the conversation (most recent turn's); "
-        "overrides what `session_id` would give. At most 64.",
+        "when not empty, overrides what `session_id` would give. At most 64.",
         json_schema_extra={"maxItems": 64},
     )
     context: list[str] | None = Field(

@@ -31,16 +31,27 @@ def read_select_request() -> dict[str, Any]:
     return data
 
 
+# The key `select --url` presents (a server with keys refuses a request without one). From the
+# environment, not a flag: a flag would show the key to anyone who lists the processes.
+API_KEY_VARIABLE = "TOOLSELECT_SELECT_API_KEY"
+
+
 def select_remote(url: str, data: dict[str, Any], timeout: float) -> int:
-    """Thin client: POST to a running server with the standard library only."""
+    """Thin client: POST to a running server with the standard library only. A refusal of the
+    request (400, 413, 422) exits 2, as bad stdin does; any other error status (a key missing
+    or refused, a server not ready) exits 1, as an unreachable server does."""
+    import os
     import urllib.error
     import urllib.request
 
+    headers = {"Content-Type": "application/json"}
+    if key := os.environ.get(API_KEY_VARIABLE, "").strip():
+        headers["Authorization"] = f"Bearer {key}"
     try:
         req = urllib.request.Request(
             url.rstrip("/") + "/v1/select",
             data=json.dumps(data).encode(),
-            headers={"Content-Type": "application/json"},
+            headers=headers,
             method="POST",
         )
     except ValueError as exc:  # no scheme or host
@@ -55,7 +66,10 @@ def select_remote(url: str, data: dict[str, Any], timeout: float) -> int:
             message = f"{err['code']}: {err['message']}"
         except (ValueError, KeyError, TypeError):
             message = f"HTTP {exc.code}"
-        raise UsageError(f"selector server refused the request: {message}") from None
+        if exc.code in (400, 413, 422):
+            raise UsageError(f"selector server refused the request: {message}") from None
+        print(f"toolselect select: {url} answered {message}", file=sys.stderr)
+        return 1
     except (urllib.error.URLError, OSError) as exc:
         print(f"toolselect select: cannot reach {url}: {exc}", file=sys.stderr)
         return 1

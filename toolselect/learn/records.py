@@ -59,7 +59,8 @@ class Observation:
             agent_id=turn.get("agent_id"),
             pack=turn.get("pack"),
             outcome=turn.get("outcome"),
-            session_id=turn.get("session_id"),
+            # "" is no session (a Go or JS client's zero value), as "" is no turn id above.
+            session_id=turn.get("session_id") or None,
             used_tools=tools if len(tools) > 1 else (),
             search_id=turn.get("search_id"),
             search_status=search_status,

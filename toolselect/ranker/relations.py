@@ -102,7 +102,9 @@ class Relations:
                 offer(other, share, place, tool)
         for back, tool in enumerate(reversed(previous)):
             for other, share in self._successors.get(tool, {}).items():
-                if share >= min_share:
+                # A tool used again in the next turn weighs in the prior, but is no companion
+                # of itself.
+                if share >= min_share and other != tool:
                     offer(other, share, len(ranked) + back, tool)
         chosen = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1], item[0]))[:n]
         return [Companion(other, share, tool) for other, (share, _, tool) in chosen]

@@ -90,7 +90,7 @@ class SessionSignals:
     def note(self, session_id: str | None, tools: Sequence[str]) -> None:
         """A turn of `session_id` used `tools`: its session's previous tools from now on."""
         kept = self._settings.sessions_kept
-        if session_id is None or kept <= 0:
+        if not session_id or kept <= 0:  # "" is no session
             return
         with self._lock:
             self._recent[session_id] = tuple(tools)
@@ -101,7 +101,7 @@ class SessionSignals:
 
     def previous(self, session_id: str | None) -> tuple[str, ...]:
         """The tools of the session's last turn noted here (none when unknown)."""
-        if session_id is None:
+        if not session_id:
             return ()
         with self._lock:
             return self._recent.get(session_id, ())

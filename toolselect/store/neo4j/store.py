@@ -251,20 +251,14 @@ class Neo4jStore:
         CREATEd (`create_turns`, about half the server time of MERGE); when the uniqueness
         constraint refuses it (a resent id, or another replica racing), the chunk is MERGEd
         instead (`record_turns`), which updates stored turns in place."""
-        # An id sent twice in one batch is one turn; its last version wins.
-        # Turns new to the store link to their sessions and count their tools in the same
-        # transaction (`neo4j_tx.record_sessions`); a resent id counts nothing again.
-        by_id = {turn.id: turn for turn in turns}
-        batch = list(by_id.values())
+        # An id sent twice in one batch is one turn, its last version. New turns link to their
+        # sessions and count their tools in the same transaction (`neo4j_tx.record_sessions`).
+        batch = list({turn.id: turn for turn in turns}.values())
         created = 0
         for start in range(0, len(batch), _TURN_CHUNK):
             chunk = batch[start : start + _TURN_CHUNK]
-            # `used_names`: the tools a turn used as a list, which Cypher can read (the
-            # `used_tools` property is the stores' shared JSON text).
-            rows = [
-                {**turn_row(turn, to_db_text), "used_names": list(turn_tools(turn))}
-                for turn in chunk
-            ]
+            # `used_names`: the turn's tools as a list Cypher reads (`used_tools` is JSON text).
+            rows = [{**turn_row(t, to_db_text), "used_names": list(turn_tools(t))} for t in chunk]
             with translated(self._uri):
                 try:
                     created += await self._write_once(
@@ -273,9 +267,8 @@ class Neo4jStore:
                     continue
                 except ConstraintError:
                     pass  # an id of the chunk is stored already
-            created += await self._write(
-                neo4j_tx.record_turns, rows, chunk, self._retention.relations_per_tool
-            )
+            keep = self._retention.relations_per_tool
+            created += await self._write(neo4j_tx.record_turns, rows, chunk, keep)
         return created
 
     async def get_turn(self, turn_id: str) -> Turn | None:
@@ -439,8 +432,7 @@ async def connect_neo4j(
             # and the driver's default retries a transaction for 30 s.
             connection_timeout=_CONNECT_TIMEOUT_S,
             max_transaction_retry_time=_RETRY_TIME_S,
-            # The analyses name properties a store without teacher calls has never written;
-            # the server's notice of each one, on every run, would bury the CLI's output.
+            # No notices of properties never written (a store without teacher calls, say).
             notifications_min_severity="OFF",
         )
     except (DriverError, Neo4jError, ValueError) as exc:  # a malformed URI or unknown scheme
