@@ -9,11 +9,13 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -147,6 +149,40 @@ async def test_a_worker_that_dies_stops_the_group_with_exit_1(workers: Workers) 
     assert not alive(other)
     died = [json.loads(line) for line in workers.log if '"worker_died"' in line]
     assert [(e["pid"], e["exitcode"]) for e in died] == [(dead, -signal.SIGKILL)]
+
+
+async def test_workers_of_a_killed_supervisor_stop_and_free_the_port(workers: Workers) -> None:
+    """A supervisor killed outright (SIGKILL: it forwards nothing) leaves no workers serving
+    the port on their own: each notices it is orphaned and drains."""
+    os.kill(workers.proc.pid, signal.SIGKILL)
+    url = urlsplit(workers.url)
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:
+        try:
+            _, writer = await asyncio.open_connection(url.hostname, url.port)
+        except OSError:
+            break  # refused: nobody listens any more
+        writer.close()
+        assert asyncio.get_running_loop().time() < deadline, "the workers still serve"
+        await asyncio.sleep(0.2)
+    assert any('"supervisor_gone"' in line for line in workers.log)
+
+
+def test_a_port_in_use_is_refused_before_any_worker_starts(tmp_path: Path) -> None:
+    """Something already listening on the port stops `serve --workers` with one line, exit 2:
+    the workers' SO_REUSEPORT would otherwise share the port with it without a word."""
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*EXE, "serve", "--workers", "2", "--port", str(port)],
+            env=cli_env(tmp_path / "s.db"), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "workers_started" not in done.stderr
 
 
 def test_workers_need_a_fixed_port(tmp_path: Path) -> None:

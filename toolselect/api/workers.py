@@ -12,7 +12,9 @@ switching a new SQLite file to WAL at once may find it locked), starts the worke
 SIGTERM and SIGINT to them and waits while each drains as a single server does; it exits 0 when
 every worker did. A worker that exits on its own (a crash, the OOM killer) is not restarted: the
 supervisor stops the others and exits 1, so the failure is visible and the process manager
-(systemd, Kubernetes) restarts the whole group.
+(systemd, Kubernetes) restarts the whole group. A supervisor killed outright leaves no group:
+each worker notices it is orphaned and drains. A port something else listens on is refused
+before any worker starts.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import socket
 import tempfile
 import threading
 from multiprocessing.connection import wait
@@ -53,6 +56,7 @@ def _worker(settings: Settings, index: int, metrics_dir: str, ready: SimpleQueue
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        watch = asyncio.create_task(_stop_when_orphaned(stop), name="toolselect-parent-watch")
         await run_server(
             settings,
             stop,
@@ -60,8 +64,34 @@ def _worker(settings: Settings, index: int, metrics_dir: str, ready: SimpleQueue
             reuse_port=True,
             on_serving=lambda: ready.put(index),
         )
+        watch.cancel()
 
     asyncio.run(main())
+
+
+async def _stop_when_orphaned(stop: asyncio.Event) -> None:
+    """Stop (draining as on SIGTERM) once the supervisor is gone: killed with SIGKILL it could
+    not forward a signal, and its workers would go on serving the port unsupervised."""
+    parent = os.getppid()
+    while os.getppid() == parent:  # noqa: ASYNC110 - a parent's death sets no event
+        await asyncio.sleep(_POLL_S * 5)
+    log.warning("supervisor_gone", supervisor=parent)
+    stop.set()
+
+
+def _check_port_free(settings: Settings) -> None:
+    """`ConfigError` when something already listens on the address: the workers bind with
+    `SO_REUSEPORT`, which would let them share the port with another group without a word."""
+    from toolselect.errors import ConfigError
+
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((settings.host, settings.port))
+        except OSError as exc:
+            where = f"{settings.host}:{settings.port}"
+            raise ConfigError(f"cannot listen on {where}: {exc.strerror or exc}") from None
 
 
 def _migrate_embedded(settings: Settings) -> None:
@@ -173,6 +203,7 @@ def serve_workers(settings: Settings, *, insecure: bool = False) -> int:
     from toolselect.api.server import check_bind
 
     check_bind(settings, insecure)
+    _check_port_free(settings)
     count = settings.worker_count
     _migrate_embedded(settings)
     with tempfile.TemporaryDirectory(prefix="toolselect-metrics-") as metrics_dir:
