@@ -114,7 +114,8 @@ def _tool_error(exc: ToolselectError) -> ToolError:
 async def search_tools(
     query: Annotated[str, Field(description="The user's request, as they wrote it.")],
     ctx: ToolContext,
-    k: Annotated[int, Field(description="How many tools to return (1..100).")] = 5,
+    # Strict, as `POST /v1/rank` takes k: "5" or true is a mistake, not a 5 or a 1.
+    k: Annotated[int, Field(strict=True, description="How many tools to return (1..100).")] = 5,
     pack: Annotated[
         str | None, Field(description="Only tools of this pack (a catalog subset).")
     ] = None,

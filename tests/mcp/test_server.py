@@ -225,6 +225,8 @@ async def test_label_turn_stores_a_feedback_exemplar(connect: Connect, store_db:
 BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("search_tools", {"query": "weather", "k": 0}, "expected k in 1..100, got 0"),
     ("search_tools", {"query": "weather", "k": "many"}, "expected k: input should be a valid integer"),
+    ("search_tools", {"query": "weather", "k": "5"}, "expected k: input should be a valid integer"),
+    ("search_tools", {"query": "weather", "k": True}, "expected k: input should be a valid integer"),
     ("search_tools", {"k": 3}, "expected query, got nothing"),
     ("search_tools", {"query": "   "}, "query"),
     ("report_turn", {"request": "hi", "used_tool": "x", "outcome": "fine"}, "expected outcome: input should be 'ok', 'error' or 'corrected', got 'fine'"),
