@@ -143,7 +143,9 @@ _ALL = (
     Analysis(
         "drift",
         ("day", "turns", "flagged_rate", "escalation_rate"),
-        "per UTC day: turns, share flagged, share of flagged turns sent to the teacher",
+        "per UTC day: turns, share flagged, share of flagged turns escalated to the teacher "
+        "tier (called or not: with the teacher off or its budget spent they end declined or "
+        "limit_reached, as oracle_usage shows)",
         "rate_lines",
         order=lambda r: r[0],
         rounding={"flagged_rate": 4, "escalation_rate": 4},
