@@ -268,10 +268,9 @@ class ToolselectMCP(MCPServer[Service]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: ToolContext | None = None
     ) -> Any:
+        refused = refusal("tool", name)
         # A name no tool has is the SDK's "Unknown tool", not a role the caller lacks.
-        known = name in {tool.name for tool in await self.list_tools()}
-        refused = refusal("tool", name) if known else None
-        if refused is not None:
+        if refused is not None and name in {tool.name for tool in await self.list_tools()}:
             raise ToolError(refused)
         try:
             return await super().call_tool(name, arguments, context)

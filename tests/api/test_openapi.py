@@ -109,8 +109,7 @@ async def test_served_document_lists_the_key_routes(
     resp = await client.get("/openapi.json")
     assert resp.status == 200
     doc = await resp.json()
-    assert doc == served_document(frozenset(doc["paths"]), Settings())
-    assert doc["paths"] == openapi_document()["paths"]
+    assert doc == served_document(frozenset(openapi_document()["paths"]), Settings())
     assert set(doc["paths"]["/v1/keys"]) == {"post", "get"}
     assert set(doc["paths"]["/v1/keys/{id}"]) == {"delete"}
 

@@ -93,9 +93,8 @@ async def run_server(
         )
         try:
             await site.start()
-        except OSError as exc:  # the port is taken, or the address is not this machine's
-            where = f"{settings.host}:{settings.port}"
-            raise ConfigError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+        except OSError as exc:
+            raise cannot_listen(settings, exc) from None
         if on_serving is not None:
             on_serving()
         service = app[SERVICE]
@@ -112,6 +111,13 @@ async def run_server(
     finally:
         await runner.cleanup()  # in-flight requests, then the service (the app's cleanup_ctx)
     log.info("stopped")
+
+
+def cannot_listen(settings: Settings, exc: OSError) -> ConfigError:
+    """The one line for an address that cannot be bound: the port is taken, or the address is
+    not this machine's."""
+    where = f"{settings.host}:{settings.port}"
+    return ConfigError(f"cannot listen on {where}: {exc.strerror or exc}")
 
 
 def serve(settings: Settings, *, insecure: bool = False) -> int:

@@ -82,7 +82,7 @@ async def _stop_when_orphaned(stop: asyncio.Event) -> None:
 def _check_port_free(settings: Settings) -> None:
     """`ConfigError` when something already listens on the address: the workers bind with
     `SO_REUSEPORT`, which would let them share the port with another group without a word."""
-    from toolselect.errors import ConfigError
+    from toolselect.api.server import cannot_listen
 
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
@@ -90,8 +90,7 @@ def _check_port_free(settings: Settings) -> None:
         try:
             probe.bind((settings.host, settings.port))
         except OSError as exc:
-            where = f"{settings.host}:{settings.port}"
-            raise ConfigError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+            raise cannot_listen(settings, exc) from None
 
 
 def _migrate_embedded(settings: Settings) -> None:

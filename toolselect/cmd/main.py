@@ -317,8 +317,11 @@ def _setting_arg(name: str) -> Callable[[str], Any]:
 
 
 def _seconds_arg(text: str) -> float:
-    seconds = float(text) if text.replace(".", "", 1).isdigit() else 0.0
-    if not seconds > 0:
+    try:
+        seconds = float(text)  # "1e3" too; "nan" and "inf" are refused below
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
     return seconds
 

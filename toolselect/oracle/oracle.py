@@ -14,12 +14,13 @@ so a retry most likely pays again for the same unusable answer.
 
 Budget: one slot is reserved per `teach` before the first attempt and refunded when no attempt
 was paid for, so failures never consume it; a call that finds the last slots held by calls in
-flight waits for them rather than answer `limit_reached` for a budget they may not spend. A successful call that picks `none` or a tool
-outside the candidates keeps its slot (it was paid for) and answers `declined`; so does an
-answer the provider billed (it reported tokens) with nothing usable in it, which answers `error`
-with its tokens and cost traced.
+flight waits for them rather than answer `limit_reached` for a budget they may not spend. A
+successful call that picks `none` or a tool outside the candidates keeps its slot (it was paid
+for) and answers `declined`; so does an answer the provider billed (it reported tokens) with
+nothing usable in it, which answers `error` with its tokens and cost traced.
 
-Cancellation (service shutdown) propagates out of `teach`, refunding the slot on the way.
+Cancellation (service shutdown) propagates out of `teach`, tracing the attempt it cut and
+refunding the slot on the way.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class LearningFacade:
         `search_id` the turn is linked to what that search showed."""
         search_id = turn.get("search_id")
         session_id = turn.get("session_id")
-        if session_id:  # "" is no session
+        if session_id is not None:
             used = turn.get("used_tools") or ((used_tool,) if used_tool else ())
             self._sessions.note(session_id, used)
         if not search_id:

@@ -268,14 +268,16 @@ class RankingFacade:
         candidates than the cache holds, and another request may trim it while this one embeds.
         """
         cache = self._candidate_vectors
-        found = {t.content_hash: cache[t.content_hash] for t in tools if t.content_hash in cache}
-        missing = [t for t in tools if t.content_hash not in found]
+        # Each hash once: a hash is canonical JSON and SHA-256, on the selection's path.
+        digests = [t.content_hash for t in tools]
+        found = {d: cache[d] for d in digests if d in cache}
+        missing = [(d, t) for d, t in zip(digests, tools, strict=True) if d not in found]
         if missing:
-            vectors = await self._embedder.embed([tool_text(t) for t in missing])
-            found.update(zip((t.content_hash for t in missing), vectors, strict=True))
+            vectors = await self._embedder.embed([tool_text(t) for _, t in missing])
+            found.update(zip((d for d, _ in missing), vectors, strict=True))
         for digest, vector in found.items():
             cache[digest] = vector
             cache.move_to_end(digest)
         while len(cache) > CANDIDATE_CACHE_SIZE:
             cache.popitem(last=False)
-        return np.vstack([found[t.content_hash] for t in tools])
+        return np.vstack([found[d] for d in digests])

@@ -211,9 +211,7 @@ def supersedes(new: Exemplar, stored: StoredLabel | None) -> bool:
     if TIER_STRENGTH.get(stored.tier, 0) > TIER_STRENGTH[new.tier]:
         return False
     if new.tier == "usage" and stored.tier == "usage":
-        if stored.tool == new.tool:
-            return not _same_turn(new, stored)
-        return new.count >= stored.count
+        return recounts(new, stored) if stored.tool == new.tool else new.count >= stored.count
     return not (stored.tool == new.tool and stored.tier == new.tier)
 
 
