@@ -23,6 +23,7 @@ from tests.neo4j_server import start_local, stop_local
 from tests.services import service_of
 from toolselect.api.app import create_app_from_settings
 from toolselect.config import Settings
+from toolselect.errors import StoreUnavailable
 from toolselect.records import Turn
 from toolselect.service.root import READY_PING_S
 from toolselect.store.neo4j.store import Neo4jStore
@@ -236,7 +237,7 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
     and every turn is in the store."""
     if not private_neo4j.running:
         await asyncio.to_thread(private_neo4j.start)
-    settings = replace(settings_for(private_neo4j, tmp_path), store_write_timeout_s=1.0)
+    settings = replace(settings_for(private_neo4j, tmp_path), store_write_timeout_s=3.0)
     client = await aiohttp_client(create_app_from_settings(settings))
     service = service_of(client)
 
@@ -268,10 +269,12 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
     await eventually(is_ready, within=60)
 
     async def all_stored() -> bool:
-        # A Neo4j just resumed may miss the 1 s deadline once more: the store is then down
-        # again until a flush gets through, and reads fail fast meanwhile.
-        if await service.store.flush() == 0 and service.store.down:
+        # A Neo4j just resumed (on a loaded machine) may miss the deadline once more: the store
+        # is then down again until a flush gets through, and reads fail fast meanwhile.
+        try:
+            await service.store.flush()
+            return all([await service.store.get_turn(t["turn_id"]) is not None for t in turns])
+        except StoreUnavailable:
             return False
-        return all([await service.store.get_turn(t["turn_id"]) is not None for t in turns])
 
     await eventually(all_stored, within=60)
