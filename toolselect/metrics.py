@@ -185,6 +185,10 @@ class Metrics:
         self.dropped = counter(
             "toolselect_observe_dropped", "Turns dropped before processing", "reason"
         )
+        self.resent = counter(
+            "toolselect_observe_resent",
+            "Turns sent again under a turn id already stored: not recorded or labelled again",
+        )
         self.intake_failed_turns = counter(
             "toolselect_intake_failed_turns",
             "Turns the intake worker could not process even alone (logged with their id)",

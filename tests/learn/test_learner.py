@@ -164,6 +164,23 @@ async def test_low_margin_fallback_turn_is_escalated_to_the_teacher(harness: Har
     assert exemplar is not None and exemplar.tier == "teacher" and exemplar.tool == "crypto_price"
 
 
+async def test_a_taught_turn_sent_again_is_left_as_the_teacher_decided(
+    harness: Harness,
+) -> None:
+    """The resend of a turn the teacher labelled is neither decided again (by the ratchet its
+    label now feeds) nor recorded over the teacher's decision."""
+    harness.stub.reply(teacher_answers("crypto_price"))
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="taught")
+    assert await harness.learner.drain(30.0)
+    taught = await harness.store.get_turn("taught")
+    assert taught is not None and (taught.tier, taught.label) == ("teacher", "crypto_price")
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="taught")
+    assert await harness.learner.drain(30.0)
+    assert await harness.store.get_turn("taught") == taught
+    assert len(harness.stub.received) == 1
+    assert harness.counter("oracle_decisions", tier="ratchet", result="labeled") == 0
+
+
 async def test_ratchet_reuses_a_label_without_a_teacher_call(harness: Harness) -> None:
     """A query that already has a label reuses it: no second teacher call."""
     harness.stub.reply(teacher_answers("crypto_price"))

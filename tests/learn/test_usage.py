@@ -47,6 +47,31 @@ async def test_a_turn_that_worked_labels_its_request_with_the_used_tool(harness:
     assert [e.count for e in harness.saved] == [1, 2]
 
 
+async def test_a_turn_sent_again_counts_once_whatever_came_between(harness: Harness) -> None:
+    """A, B, A: the second A is the same turn (a retry after a lost answer), not a third
+    sighting, and its stored record keeps the time it first came; a repeat inside one batch
+    is the same. Both resends are counted in `toolselect_observe_resent_total`."""
+    query = "mail the invoice to Anna"
+    harness.learner.observe(query, "send_email", turn_id="a", outcome="ok")
+    assert await harness.learner.drain(30.0)
+    first = await harness.store.get_turn("a")
+    harness.learner.observe(query, "send_email", turn_id="b", outcome="ok")
+    assert await harness.learner.drain(30.0)
+    harness.learner.observe(query, "send_email", turn_id="a", outcome="ok")
+    assert await harness.learner.drain(30.0)
+    stored = await lookup_one(harness.store, query)
+    assert stored is not None and stored.count == 2
+    assert await harness.store.get_turn("a") == first
+    assert harness.counter("observe_resent") == 1
+    for _ in range(2):  # one batch: the first is new, the second the same turn
+        harness.learner.observe(query, "send_email", turn_id="c", outcome="ok")
+    assert await harness.learner.drain(30.0)
+    stored = await lookup_one(harness.store, query)
+    assert stored is not None and stored.count == 3
+    assert harness.counter("observe_resent") == 2
+    assert [e.count for e in harness.saved] == [1, 2, 3]
+
+
 async def test_failed_turns_never_label_the_tool_that_failed(harness: Harness) -> None:
     """`error` and `corrected` are flagged `failed` and go to the teacher; the used tool is
     never saved as the label."""

@@ -370,6 +370,13 @@ async def test_turn_repeated_inside_one_batch_counts_once(store: Store) -> None:
     assert await store.get_turn("t-dup") == last
 
 
+async def test_recorded_turn_ids_are_the_stored_ones(store: Store) -> None:
+    """Of the ids asked, the stored turns' (each once); none for none asked."""
+    await store.record_turns([turn("t-1"), turn("t-2")])
+    assert await store.recorded_turn_ids(["t-2", "t-9", "t-2", "t-1"]) == {"t-1", "t-2"}
+    assert await store.recorded_turn_ids([]) == set()
+
+
 async def test_ten_thousand_turns_in_one_batch(store: Store) -> None:
     """A 10,000-turn batch is stored in one call, and resending it adds nothing."""
     batch = [turn(f"bulk-{i}", margin=i / 10_000) for i in range(10_000)]

@@ -90,16 +90,19 @@ class Labeller:
     async def commit(self, prepared: Prepared) -> None:
         """Label the flagged turns of a prepared batch, record every turn, save and fold."""
         batch, floor, tuner = prepared.batch, prepared.floor, self._tuner
-        flags = prepared.flags
+        fresh = await self._fresh(batch)
+        flags = [flag if new else None for flag, new in zip(prepared.flags, fresh, strict=True)]
         # The ratchet: one lookup for every flagged turn of the batch.
         flagged = [obs.request for obs, flag in zip(batch, flags, strict=True) if flag is not None]
         labels = await self._store.exemplars_for_queries(flagged) if flagged else {}
         turns: list[Turn] = []
         escalations: list[tuple[Turn, np.ndarray, tuple[str, ...]]] = []
         saves: list[tuple[Turn, np.ndarray, str, Tier, float]] = []
-        for obs, vector, ranking, signal, flag in zip(
-            batch, prepared.vectors, prepared.rankings, prepared.signals, flags, strict=True
+        for obs, vector, ranking, signal, flag, new in zip(
+            batch, prepared.vectors, prepared.rankings, prepared.signals, flags, fresh, strict=True
         ):
+            if not new:
+                continue
             turn = Turn(
                 id=obs.turn_id,
                 request=obs.request,
@@ -191,6 +194,19 @@ class Labeller:
             await self._on_saved(saved)
         for turn, vector, passed in escalations:
             self._escalate(turn, vector, passed)
+
+    async def _fresh(self, batch: Sequence[Observation]) -> list[bool]:
+        """Per turn, whether it is new: a turn id already stored, or met earlier in the batch,
+        is the same turn sent again (a retry after a lost answer), whatever came between. It
+        was recorded, labelled and taught when it first came, so it is none of these again."""
+        seen = await self._store.recorded_turn_ids([obs.turn_id for obs in batch])
+        fresh: list[bool] = []
+        for obs in batch:
+            fresh.append(obs.turn_id not in seen)
+            seen.add(obs.turn_id)
+        if resent := fresh.count(False):
+            self._metrics.resent.inc(resent)
+        return fresh
 
     def _usage_label(self, obs: Observation, snapshot: Snapshot) -> str | None:
         """The catalog tool the agent's turn labels (tier `usage`), or None.

@@ -249,6 +249,17 @@ class BufferedStore:
             return pending
         return stored | pending
 
+    async def recorded_turn_ids(self, turn_ids: Sequence[str]) -> set[str]:
+        """The stored ones among `turn_ids`; none while the store is down (the spool is not
+        searched: a label's own turn id still keeps a plain resend from counting twice)."""
+        try:
+            return await self._through(
+                "recorded_turn_ids",
+                lambda: self._bounded("recorded_turn_ids", self.inner.recorded_turn_ids(turn_ids)),
+            )
+        except StoreUnavailable:
+            return set()
+
     # -- everything else passes through ------------------------------------------------------
 
     @property

@@ -175,6 +175,11 @@ class TurnStore(Protocol):
         """One turn by id."""
         ...
 
+    async def recorded_turn_ids(self, turn_ids: Sequence[str]) -> set[str]:
+        """Which of `turn_ids` are stored turns; one round trip (the learner skips a turn sent
+        again, whatever came between)."""
+        ...
+
     async def session_turns(self, limit: int) -> list[Turn]:
         """The `limit` most recently recorded turns that have a session, newest first (by
         `at`, then id): what the session fit learns the conversation signals from."""

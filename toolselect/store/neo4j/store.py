@@ -81,10 +81,6 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _tool(props: Mapping[str, Any], packs: Sequence[str]) -> Tool:
-    return tool_from_row(props, packs)
-
-
 def _exemplar(props: Mapping[str, Any], tool: str) -> Exemplar:
     return exemplar_from_row({**props, "tool": tool}, from_db)
 
@@ -225,11 +221,11 @@ class Neo4jStore:
     async def list_tools(self, pack: str | None = None) -> list[Tool]:
         rows = await self._read("list_tools", {"pack": pack})
         # Sorted here: Cypher orders strings by UTF-16 units, Python (and SQLite) by code points.
-        return sorted((_tool(r["tool"], r["packs"]) for r in rows), key=lambda t: t.name)
+        return sorted((tool_from_row(r["tool"], r["packs"]) for r in rows), key=lambda t: t.name)
 
     async def get_tool(self, name: str) -> Tool | None:
         rows = await self._read("get_tool", {"name": name})
-        return _tool(rows[0]["tool"], rows[0]["packs"]) if rows else None
+        return tool_from_row(rows[0]["tool"], rows[0]["packs"]) if rows else None
 
     async def delete_tool(self, name: str) -> bool:
         async def work(tx: Scoped) -> bool:
@@ -274,6 +270,10 @@ class Neo4jStore:
     async def get_turn(self, turn_id: str) -> Turn | None:
         rows = await self._read("get_turn", {"id": turn_id})
         return turn_from_row(rows[0]["turn"], from_db) if rows else None
+
+    async def recorded_turn_ids(self, turn_ids: Sequence[str]) -> set[str]:
+        rows = await self._read("recorded_turn_ids", {"ids": sorted(set(turn_ids))})
+        return {r["id"] for r in rows}
 
     async def session_turns(self, limit: int) -> list[Turn]:
         rows = await self._read("session_turns", {"limit": max(limit, 0)})

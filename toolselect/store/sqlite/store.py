@@ -327,6 +327,10 @@ class SqliteStore:
 
         return await self._run(work)
 
+    async def recorded_turn_ids(self, turn_ids: Sequence[str]) -> set[str]:
+        ids = list(turn_ids)
+        return await self._run(lambda conn: sqlite_sessions.stored_ids(conn, ids)) if ids else set()
+
     async def get_turn(self, turn_id: str) -> Turn | None:
         def work(conn: sqlite3.Connection) -> Turn | None:
             row = conn.execute("SELECT * FROM turns WHERE id = ?", (turn_id,)).fetchone()
