@@ -221,6 +221,21 @@ async def test_migrate_backfills_query_keys(store: Neo4jStore, driver: neo4j.Asy
     assert missing == [{"c": 0}]
 
 
+async def test_migrate_backfills_used_names(store: Neo4jStore, driver: neo4j.AsyncDriver) -> None:
+    """A turn that used several tools, stored before `used_names`, gets them at migrate(), so
+    `cold_tools` counts its every tool again."""
+    await store.upsert_tools([Tool("a"), Tool("b"), Tool("c")])
+    await store.record_turns([Turn("old", "q", "a", T0, used_tools=("a", "b"), top1="a")])
+    await driver.execute_query("MATCH (t:Turn) REMOVE t.used_names", database_="neo4j")
+    cold = await store.analytics("cold_tools")
+    assert cold.rows == (("b",), ("c",))
+    await store.migrate()
+    cold = await store.analytics("cold_tools")
+    assert cold.rows == (("c",),)
+    names = await rows(driver, "neo4j", "MATCH (t:Turn {id: 'old'}) RETURN t.used_names AS n")
+    assert names == [{"n": ["a", "b"]}]
+
+
 async def test_state_is_zero_on_an_empty_database(driver: neo4j.AsyncDriver) -> None:
     """state() answers 0/0 before migrate() has created the Meta node."""
     assert await Neo4jStore(driver).state() == StoreState(0, 0)

@@ -4,13 +4,15 @@ runs at `Neo4jStore.migrate()` and is idempotent.
 Order matters: nodes stored before tenants existed first get tenant `default`
 (`queries/backfill_tenant`, in transactions of 10000 nodes), so that every node of a tenant's
 data is covered by the per-tenant constraints `schema/constraints.cypher` then puts in place of
-the single-property ones; exemplars and tombstones stored before `query_key` get theirs last.
+the single-property ones; exemplars and tombstones stored before `query_key` get theirs last,
+and turns stored before `used_names` (the list `cold_tools` reads) theirs.
 Driver errors are translated by the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 from neo4j import AsyncDriver
 
@@ -49,6 +51,7 @@ async def migrate(driver: AsyncDriver, database: str) -> int:
             count += 1
     await driver.execute_query(q("await_indexes"), {"timeout_s": 300}, database_=database)
     await backfill_query_keys(driver, database)
+    await backfill_used_names(driver, database)
     return count
 
 
@@ -70,3 +73,14 @@ async def backfill_query_keys(driver: AsyncDriver, database: str) -> None:
             return
         rows = [{"node": r["node"], "key": query_key(r["query_norm"])} for r in records]
         await driver.execute_query(q("set_query_keys"), {"rows": rows}, database_=database)
+
+
+async def backfill_used_names(driver: AsyncDriver, database: str) -> None:
+    """Give turns of older stores that used several tools their `used_names` (parsed here from
+    the `used_tools` JSON text, since Cypher has no JSON reader)."""
+    while True:
+        records, _, _ = await driver.execute_query(q("missing_used_names"), database_=database)
+        if not records:
+            return
+        rows = [{"node": r["node"], "names": json.loads(r["used_tools"])} for r in records]
+        await driver.execute_query(q("set_used_names"), {"rows": rows}, database_=database)
