@@ -113,7 +113,8 @@ def turn_problem(turn: ReportedTurn, max_text_bytes: int | None = None) -> TurnP
     """What is wrong with a turn the model accepted, or None. One of `used_tool` and a
     non-empty `used_tools` is required, and with both `used_tool` must be one of `used_tools`
     (the JSON schema cannot say either); with `max_text_bytes`, the request and the used tool
-    are at most that many bytes of UTF-8. An empty request or used tool is allowed."""
+    are at most that many bytes of UTF-8. An empty request or used tool is allowed (it is
+    recorded; a blank request teaches the learner nothing)."""
     if turn.used_tool is None and not turn.used_tools:
         return TurnProblem("used_tool", "used_tool or a non-empty used_tools")
     if turn.used_tool is not None and turn.used_tools and turn.used_tool not in turn.used_tools:

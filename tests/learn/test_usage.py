@@ -72,6 +72,19 @@ async def test_a_turn_sent_again_counts_once_whatever_came_between(harness: Harn
     assert [e.count for e in harness.saved] == [1, 2, 3]
 
 
+async def test_a_blank_request_is_recorded_and_teaches_nothing(harness: Harness) -> None:
+    """A turn with a blank request is recorded (analytics count it) but labels nothing, and a
+    fallback on it is no reason to pay the teacher."""
+    harness.learner.observe("", "send_email", turn_id="empty", outcome="ok")
+    harness.learner.observe(" \t\n", "shell_exec", turn_id="blank", outcome="error")
+    assert await harness.learner.drain(30.0)
+    for turn_id in ("empty", "blank"):
+        turn = await harness.store.get_turn(turn_id)
+        assert turn is not None and (turn.flagged, turn.tier, turn.label) == (False, None, None)
+    assert harness.saved == []
+    assert harness.stub.received == []
+
+
 async def test_failed_turns_never_label_the_tool_that_failed(harness: Harness) -> None:
     """`error` and `corrected` are flagged `failed` and go to the teacher; the used tool is
     never saved as the label."""

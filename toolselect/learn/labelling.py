@@ -91,7 +91,11 @@ class Labeller:
         """Label the flagged turns of a prepared batch, record every turn, save and fold."""
         batch, floor, tuner = prepared.batch, prepared.floor, self._tuner
         fresh = await self._fresh(batch)
-        flags = [flag if new else None for flag, new in zip(prepared.flags, fresh, strict=True)]
+        # A blank request is recorded but teaches nothing: no label, no teacher call.
+        flags = [
+            flag if new and obs.request.strip() else None
+            for obs, flag, new in zip(batch, prepared.flags, fresh, strict=True)
+        ]
         # The ratchet: one lookup for every flagged turn of the batch.
         flagged = [obs.request for obs, flag in zip(batch, flags, strict=True) if flag is not None]
         labels = await self._store.exemplars_for_queries(flagged) if flagged else {}
@@ -212,7 +216,10 @@ class Labeller:
         """The catalog tool the agent's turn labels (tier `usage`), or None.
 
         Only a turn that worked labels: `ok`, or no outcome as `usage_without_outcome` says
-        (`shown`: only when its search showed the tool). `error` and `corrected` never do."""
+        (`shown`: only when its search showed the tool). `error` and `corrected` never do, nor
+        a blank request."""
+        if not obs.request.strip():
+            return None
         outcome = (obs.outcome or "").strip().lower()
         if outcome != "ok":
             rule = self._config.usage_without_outcome
