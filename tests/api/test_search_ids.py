@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from toolselect.service import Service
+from toolselect.service.searches import decode
 from toolselect.store.port import lookup_one
 
 Client = TestClient[Any, Any]
@@ -72,7 +73,9 @@ async def test_select_answers_a_search_id_too(client: Client) -> None:
         "candidates": [{"ID": "send_email"}, {"ID": "web_search"}],
     }
     answer = await (await client.post("/v1/select", json=body)).json()
-    assert answer["selected"] == ["send_email"] and len(answer["search_id"]) == 24
+    assert answer["selected"] == ["send_email"]
+    carried = decode(answer["search_id"])
+    assert carried is not None and (carried.count, len(carried.tags)) == (1, 1)
 
 
 async def test_a_turn_that_worked_becomes_a_usage_label(client: Client, service: Service) -> None:

@@ -102,7 +102,8 @@ def alive(pid: int) -> bool:
 async def test_two_workers_share_the_port_and_the_metrics(workers: Workers, tmp_path: Path) -> None:
     """Requests on fresh connections are answered by both workers; /metrics from either one
     counts every request of both; every turn either worker queued is in the shared SQLite
-    file after SIGTERM, which stops all of them with exit 0."""
+    file after SIGTERM, which stops all of them with exit 0, placed in the search it reports
+    whichever worker ranked it."""
     assert len(workers.pids) == 2 and all(alive(pid) for pid in workers.pids)
     acknowledged: list[str] = []
     # force_close: one connection per request, so the kernel spreads them over both sockets.
@@ -112,8 +113,9 @@ async def test_two_workers_share_the_port_and_the_metrics(workers: Workers, tmp_
             body = {"query": f"weather in city {i}", "k": 2}
             async with session.post(workers.url + "/v1/rank", json=body) as resp:
                 assert resp.status == 200
-            turn = {"request": f"mail the report {i}", "used_tool": "shell_exec",
-                    "turn_id": f"t{i}"}  # fmt: skip
+                ranked = await resp.json()
+            turn = {"request": f"mail the report {i}", "used_tool": ranked["results"][1]["tool"],
+                    "turn_id": f"t{i}", "search_id": ranked["search_id"]}  # fmt: skip
             async with session.post(workers.url + "/v1/observe", json=turn) as resp:
                 assert resp.status == 202
                 if (await resp.json())["queued"]:
@@ -134,8 +136,11 @@ async def test_two_workers_share_the_port_and_the_metrics(workers: Workers, tmp_
     assert len(acknowledged) == 40
     store = SqliteStore(tmp_path / "serve.db")
     try:
-        missing = [t for t in acknowledged if await store.get_turn(t) is None]
-        assert missing == []
+        stored = [await store.get_turn(t) for t in acknowledged]
+        assert None not in stored
+        # Half of them reach the worker that did not rank them: the id itself says what it showed.
+        placed = {(t.search_status, t.shown_position, t.shown_k) for t in stored if t is not None}
+        assert placed == {("shown", 2, 2)}
     finally:
         await store.close()
 

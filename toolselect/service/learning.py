@@ -72,7 +72,8 @@ class LearningFacade:
         if not search_id:
             return self._learner.offer(Observation.of(request, used_tool, turn, at=self._clock()))
         used = labelled_tool(used_tool, turn.get("used_tools"))
-        placement = self._searches.place(search_id, used, turn.get("pack"))
+        catalog = self._index.ranker.snapshot.names
+        placement = self._searches.place(search_id, used, turn.get("pack"), catalog)
         self._metrics.searched_turns.labels(placement.status).inc()
         return self._learner.offer(
             Observation.of(

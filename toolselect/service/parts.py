@@ -231,7 +231,7 @@ def compose(
         metrics=metrics,
         clock=clock,
     )
-    searches = SearchLog(settings.searches_kept, settings.search_ttl_s)
+    searches = SearchLog(settings.searches_kept, settings.search_ttl_s, tenant=buffered.tenant)
     sessions = SessionSignals(buffered, queries, ranker, settings, metrics)
     ranking = RankingFacade(settings, index, queries, metrics, searches, sessions)
     return Parts(
