@@ -195,16 +195,16 @@ def _description(value: object, field: str) -> str:
     return value
 
 
-def check_pack(value: object) -> str | None:
+def check_pack(value: object, field: str = "pack") -> str | None:
     """A pack name from a body or a query string: None, or non-blank and at most 256 chars."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(f"expected a non-empty pack name, got {value!r}", field="pack")
+        raise InvalidInput(f"expected a non-empty pack name, got {value!r}", field=field)
     if len(value) > MAX_PACK_CHARS:
         raise InvalidInput(
             f"expected a pack name of at most {MAX_PACK_CHARS} characters, got {len(value)}",
-            field="pack",
+            field=field,
         )
     return value
 

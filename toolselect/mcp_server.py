@@ -28,7 +28,7 @@ from mcp.types import INVALID_REQUEST, ToolAnnotations
 from pydantic import AnyUrl, BaseModel, Field, ValidationError
 
 from toolselect.api.models import Companions, CompanionTool
-from toolselect.config import Settings
+from toolselect.config import DEFAULT_K, Settings
 from toolselect.errors import InvalidInput, ToolselectError
 from toolselect.mcp_auth import KeyGate, refusal
 from toolselect.mcp_resources import Running, add_resources
@@ -115,7 +115,13 @@ async def search_tools(
     query: Annotated[str, Field(description="The user's request, as they wrote it.")],
     ctx: ToolContext,
     # Strict, as `POST /v1/rank` takes k: "5" or true is a mistake, not a 5 or a 1.
-    k: Annotated[int, Field(strict=True, description="How many tools to return (1..100).")] = 5,
+    k: Annotated[
+        int | None,
+        Field(
+            strict=True,
+            description=f"How many tools to return (1..100; {DEFAULT_K} or less when absent).",
+        ),
+    ] = None,
     pack: Annotated[
         str | None, Field(description="Only tools of this pack (a catalog subset).")
     ] = None,

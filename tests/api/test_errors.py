@@ -35,6 +35,35 @@ async def test_body_that_is_not_json_is_400(client: Client) -> None:
     assert err["field"] == "body"
 
 
+async def test_a_body_in_utf_8_only_on_every_route(client: Client) -> None:
+    """JSON in UTF-8 (API.md): a byte order mark or UTF-16 is refused alike by a route that
+    reads its body whole (`PUT /v1/tools`) and by one that parses with its model."""
+    tools = json.dumps({"tools": [{"name": "bom_tool", "description": "A tool."}]})
+    rank = json.dumps({"query": "weather"})
+    for path, text in (("/v1/tools", tools), ("/v1/rank", rank)):
+        for data in (b"\xef\xbb\xbf" + text.encode(), text.encode("utf-16")):
+            method = client.put if path == "/v1/tools" else client.post
+            resp = await method(path, data=data, headers={"Content-Type": "application/json"})
+            err = await error_of(resp, 400, "invalid_json")
+            assert err["field"] == "body", (path, data[:4])
+    assert (await client.get("/v1/tools/bom_tool")).status == 404
+
+
+async def test_a_pack_is_checked_wherever_it_is_named(client: Client) -> None:
+    """Blank or over 256 characters, a pack is refused on `/v1/select` (`query.PackID`; ""
+    is no pack) and on `GET /v1/tools?pack=` as on `/v1/rank`."""
+    candidates = [{"ID": "get_weather"}]
+    for pack in ("   ", "p" * 257):
+        body = {"query": {"Text": "weather", "PackID": pack, "K": 1}, "candidates": candidates}
+        err = await error_of(await client.post("/v1/select", json=body), 422, "invalid_request")
+        assert err["field"] == "query.PackID"
+        listed = await client.get("/v1/tools", params={"pack": pack})
+        assert (await error_of(listed, 422, "invalid_request"))["field"] == "pack"
+    body = {"query": {"Text": "weather", "PackID": "", "K": 1}, "candidates": candidates}
+    assert (await client.post("/v1/select", json=body)).status == 200
+    assert (await client.get("/v1/tools", params={"pack": ""})).status == 200
+
+
 async def test_wrong_content_type_is_415(client: Client) -> None:
     """A body sent as text/plain answers 415 naming the Content-Type."""
     resp = await client.post(

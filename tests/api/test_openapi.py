@@ -13,6 +13,7 @@ from tests.services import ClientFactory, ServiceFactory
 from toolselect.api.app import _app
 from toolselect.api.openapi import openapi_document, served_document
 from toolselect.config import Settings
+from toolselect.records import Tool
 
 # Served but not API operations: the document itself, Prometheus text and the dashboard's files.
 UNDOCUMENTED = {"/openapi.json", "/metrics", "/ui", "/ui/", "/ui/{name}"}
@@ -122,9 +123,27 @@ async def test_served_document_states_the_configured_limits(
     client, _ = await sqlite.serve(aiohttp_client, max_k=10, max_query_bytes=100, max_batch=5)
     schemas = (await (await client.get("/openapi.json")).json())["components"]["schemas"]
     k = schemas["RankRequest"]["properties"]["k"]
-    assert (k["maximum"], k["description"]) == (10, "How many tools to return (1..max_k, 10 here).")
+    assert (k["maximum"], k["default"]) == (10, 5)
+    assert k["description"] == (
+        "How many tools to return (1..max_k, 10 here; 5, or max_k when lower, when absent)."
+    )
     assert schemas["ObserveBatchRequest"]["properties"]["turns"]["maxItems"] == 5
     query = schemas["RankRequest"]["properties"]["query"]["description"]
     assert query == "The request to rank tools for (1 byte .. 100 bytes UTF-8)."
     rank = await client.post("/v1/rank", json={"query": "weather", "k": 11})
     assert rank.status == 422  # the limit the document states is the one enforced
+
+
+async def test_a_max_k_below_the_default_k_is_the_default(
+    sqlite: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """With `TOOLSELECT_MAX_K=3` a rank that names no k answers 3 tools (the document says
+    so), while a k of 4 named is still the caller's mistake."""
+    client, service = await sqlite.serve(aiohttp_client, max_k=3)
+    await service.catalog.upsert_tools([Tool(f"tool_{i}", f"Tool number {i}.") for i in range(6)])
+    k = (await (await client.get("/openapi.json")).json())["components"]["schemas"]
+    assert (k["RankRequest"]["properties"]["k"]["default"]) == 3
+    resp = await client.post("/v1/rank", json={"query": "tool number"})
+    assert resp.status == 200, await resp.text()
+    assert len((await resp.json())["results"]) == 3
+    assert (await client.post("/v1/rank", json={"query": "tool", "k": 4})).status == 422

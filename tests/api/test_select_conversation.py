@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from tests.api.conftest import HAND_CATALOG
 from tests.api.conversation import WEATHER, WEATHER_COMPANION, pin
+from tests.services import ClientFactory, ServiceFactory
 from toolselect.learn.session_fit import SessionWeights
 from toolselect.ranker.relations import Relations
 from toolselect.service import Service
@@ -157,3 +159,20 @@ async def test_without_fitted_weights_the_fields_change_nothing(
         await client.post("/v1/rank", json={"query": VAGUE, "k": 3, **conversation})
     ).json()
     assert (asked["results"], asked["margin"]) == (ranked["results"], ranked["margin"])
+
+
+async def test_a_turn_the_full_queue_dropped_gives_its_session_nothing(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """A turn answered `dropped` is no part of its conversation: it moves no later ranking of
+    its session (the queue holds one turn; a batch of fifty fills it at the first)."""
+    client, service = await services.serve(aiohttp_client, queue_size=1)
+    await service.catalog.upsert_tools(HAND_CATALOG, pack="assistant")
+    await pin(service, SessionWeights(prior=1.0))
+    alone = await select(client, payload(VAGUE, 2, session_id="dropped"))
+    fillers = [{"request": f"filler {i}", "used_tool": "web_search"} for i in range(49)]
+    last = {"request": "mail Marco the agenda", "used_tool": "send_email", "session_id": "dropped"}
+    resp = await client.post("/v1/observe/batch", json={"turns": [*fillers, last]})
+    assert (await resp.json()) == {"queued": 1, "dropped": 49}
+    after = await select(client, payload(VAGUE, 2, session_id="dropped"))
+    assert after["selected"] == alone["selected"]

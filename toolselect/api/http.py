@@ -64,10 +64,12 @@ async def _read_raw(request: web.Request) -> bytes:
 
 
 async def read_body(request: web.Request) -> Any:
-    """The JSON body: 400 when it is not JSON (`toolselect.json_text`)."""
+    """The JSON body: 400 when it is not JSON in UTF-8 (`toolselect.json_text`)."""
     raw = await _read_raw(request)
     try:
-        data = parse_json(raw)
+        # Decoded as UTF-8 here: `json.loads` on bytes would also take UTF-16 and a byte order
+        # mark, which the routes that parse with their model refuse.
+        data = parse_json(raw.decode("utf-8"))
     except ValueError as exc:
         raise HttpError(400, "invalid_json", f"body is not JSON: {exc}", "body") from None
     if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(data):

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel, WithJsonSchema
 
+from toolselect.config import DEFAULT_K
 from toolselect.turns import MAX_USED_TOOLS as MAX_USED_TOOLS
 from toolselect.turns import Name, ReportedTurn, turn_problem
 
@@ -53,8 +54,9 @@ class RankRequest(_Strict):
         json_schema_extra=_NON_BLANK,
     )
     k: Integer = Field(
-        default=5,
-        description="How many tools to return (1..max_k, 100 by default).",
+        default=DEFAULT_K,
+        description=f"How many tools to return (1..max_k, 100 by default; {DEFAULT_K}, or max_k"
+        " when lower, when absent).",
         json_schema_extra={"minimum": 1, "maximum": 100},
     )
     tools: list[str] | None = Field(default=None, description="Rank only these tool names.")

@@ -16,7 +16,7 @@ from pydantic.json_schema import models_json_schema
 from toolselect import __version__
 from toolselect.api import key_models as km
 from toolselect.api import models as m
-from toolselect.config import Settings
+from toolselect.config import DEFAULT_K, Settings
 
 _REF = "#/components/schemas/{model}"
 
@@ -145,6 +145,7 @@ def served_document(routes: frozenset[str], settings: Settings) -> dict[str, Any
     document = openapi_document(routes)
     schemas = copy.deepcopy(document["components"]["schemas"])
     schemas["RankRequest"]["properties"]["k"]["maximum"] = settings.max_k
+    schemas["RankRequest"]["properties"]["k"]["default"] = min(DEFAULT_K, settings.max_k)
     schemas["ObserveBatchRequest"]["properties"]["turns"]["maxItems"] = settings.max_batch
     kib, odd = divmod(settings.max_query_bytes, 1024)
     size = f"{settings.max_query_bytes} bytes" if odd else f"{kib} KiB"

@@ -61,8 +61,9 @@ async def rank(request: web.Request) -> web.Response:
     service = await tenant_service(request)
     body = await read_model(request, m.RankRequest)
     started = time.perf_counter()
+    k = body.k if "k" in body.model_fields_set else None  # the default within TOOLSELECT_MAX_K
     search = await service.ranking.search(
-        body.query, body.k, tools=body.tools, pack=body.pack, conversation=conversation_of(body)
+        body.query, k, tools=body.tools, pack=body.pack, conversation=conversation_of(body)
     )
     ranking = search.ranking
     return json_response(
@@ -153,7 +154,7 @@ async def put_tools(request: web.Request) -> web.Response:
 
 async def list_tools(request: web.Request) -> web.Response:
     service = await tenant_service(request)
-    tools = await service.catalog.list_tools(request.query.get("pack") or None)
+    tools = await service.catalog.list_tools(check_pack(request.query.get("pack") or None))
     return json_response(m.ToolList(tools=[_tool_out(t) for t in tools]))
 
 

@@ -13,7 +13,7 @@ from toolselect.learn.learner import Learner
 from toolselect.learn.records import Observation, labelled_tool
 from toolselect.learn.tuning import Tuner, fit_payload
 from toolselect.metrics import Metrics
-from toolselect.records import Exemplar, Turn
+from toolselect.records import Exemplar, SearchStatus, Turn
 from toolselect.service.index import LiveIndex
 from toolselect.service.ranking import RankingFacade
 from toolselect.service.searches import SearchLog
@@ -64,28 +64,32 @@ class LearningFacade:
         validate a `ReportedTurn` and hand it to `report`. `used_tools` lists every tool of a
         turn that used several (`used_tool`, when absent, is the first of them); with
         `search_id` the turn is linked to what that search showed."""
-        search_id = turn.get("search_id")
-        session_id = turn.get("session_id")
-        if session_id is not None:
-            used = turn.get("used_tools") or ((used_tool,) if used_tool else ())
-            self._sessions.note(session_id, used)
-        if not search_id:
-            return self._learner.offer(Observation.of(request, used_tool, turn, at=self._clock()))
-        used = labelled_tool(used_tool, turn.get("used_tools"))
-        catalog = self._index.ranker.snapshot.names
-        placement = self._searches.place(search_id, used, turn.get("pack"), catalog)
-        self._metrics.searched_turns.labels(placement.status).inc()
-        return self._learner.offer(
+        status: SearchStatus | None = None
+        shown: tuple[str, ...] = ()
+        position: int | None = None
+        if search_id := turn.get("search_id"):
+            used = labelled_tool(used_tool, turn.get("used_tools"))
+            catalog = self._index.ranker.snapshot.names
+            placement = self._searches.place(search_id, used, turn.get("pack"), catalog)
+            self._metrics.searched_turns.labels(placement.status).inc()
+            status, shown, position = placement.status, placement.shown, placement.position
+        queued = self._learner.offer(
             Observation.of(
                 request,
                 used_tool,
                 turn,
                 at=self._clock(),
-                search_status=placement.status,
-                shown=placement.shown,
-                shown_position=placement.position,
+                search_status=status,
+                shown=shown,
+                shown_position=position,
             )
         )
+        # A turn the full queue dropped is no part of its conversation either.
+        if queued and (session_id := turn.get("session_id")) is not None:
+            self._sessions.note(
+                session_id, turn.get("used_tools") or ((used_tool,) if used_tool else ())
+            )
+        return queued
 
     def report(self, turn: ReportedTurn) -> bool:
         """`observe` for a turn validated at a boundary (`toolselect.turns.turn_problem`)."""

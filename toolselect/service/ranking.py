@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from toolselect.catalog import check_pack, tool_text
-from toolselect.config import Settings
+from toolselect.config import DEFAULT_K, Settings
 from toolselect.embed import Embedder
 from toolselect.errors import InvalidInput
 from toolselect.learn.session_fit import SessionWeights
@@ -183,14 +183,16 @@ class RankingFacade:
     async def search(
         self,
         query: str,
-        k: int = 5,
+        k: int | None = None,
         *,
         tools: Sequence[str] | None = None,
         pack: str | None = None,
         conversation: Conversation = ALONE,
     ) -> Search:
         """`rank` with the conversation signals, remembered under a new search id (what an
-        agent is shown: the ranked tools, then the companions)."""
+        agent is shown: the ranked tools, then the companions); `k` by default `DEFAULT_K`, or
+        `TOOLSELECT_MAX_K` when that is lower."""
+        k = min(DEFAULT_K, self._settings.max_k) if k is None else k
         ranking, companions = await self._rank(query, k, tools, pack, conversation)
         shown = (*ranking.tools, *(c.tool for c in companions))
         return Search(ranking, self._searches.record(shown, pack), companions)
@@ -208,6 +210,7 @@ class RankingFacade:
         with the conversation signals as `search` uses them (companions among the candidates);
         remembered under a new search id (what was shown: the chosen, then the companions)."""
         self.check_query(text, "query.Text")
+        check_pack(pack, "query.PackID")
         self.check_conversation(conversation)
         self._check_ready()
         weights = self._sessions.weights
