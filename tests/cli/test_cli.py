@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -157,7 +159,7 @@ def test_thin_client_imports_nothing_heavy(server: str, catalog_env: dict[str, s
     code = (
         "import sys, io, json\n"
         "from toolselect.cmd.main import main\n"
-        f"sys.stdin = io.StringIO({json.dumps(json.dumps(SELECT))})\n"
+        f"sys.stdin = io.TextIOWrapper(io.BytesIO({json.dumps(SELECT).encode()!r}))\n"
         f"rc = main(['select', '--url', {server!r}])\n"
         "heavy = [m for m in ('numpy', 'sklearn', 'neo4j', 'anthropic', 'aiohttp', 'pydantic')"
         " if m in sys.modules]\n"
@@ -187,6 +189,54 @@ def test_select_bad_input_fails_loudly(
         assert done.stdout == ""
         assert expected in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_select_stdin_not_utf_8_is_bad_input(
+    remote: bool, server: str, catalog_env: dict[str, str]
+) -> None:
+    """Bytes that are not UTF-8 on stdin exit 2 with one line, whatever the locale's error
+    handler (strict, or C.UTF-8's surrogateescape), and nothing on stdout."""
+    args = ["select", "--url", server] if remote else ["select"]
+    stdin = b'{"query": {"Text": "send \xff email", "K": 1}, "candidates": [{"ID": "a\xfe"}]}'
+    for handler in ("strict", "surrogateescape"):
+        done = subprocess.run(
+            [*EXE, *args], input=stdin, capture_output=True, timeout=120,
+            env={**catalog_env, "PYTHONIOENCODING": f"utf-8:{handler}"},
+        )  # fmt: skip
+        assert done.returncode == 2, (handler, done.stderr)
+        assert done.stdout == b""
+        assert b"stdin is not UTF-8" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_select_thin_client_trusts_only_a_selection(catalog_env: dict[str, str]) -> None:
+    """A 200 that is not a selection (a proxy's page, another service on the port) exits 1
+    with nothing on stdout: the runtime falls back instead of reading it as an answer."""
+    bodies = [b"not json", b'{"selected": "send_email"}', b"[]", b'{"other": 1}']
+
+    class Stray(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = bodies.pop(0)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    stray = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stray)
+    threading.Thread(target=stray.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{stray.server_address[1]}"
+        while bodies:
+            done = run(["select", "--url", url], catalog_env, stdin=json.dumps(SELECT))
+            assert (done.returncode, done.stdout) == (1, ""), done.stderr
+            assert "answered no selection" in done.stderr
+    finally:
+        stray.shutdown()
+        stray.server_close()
 
 
 def test_select_keeps_dense_vectors_between_spawns(env: dict[str, str], tmp_path: Path) -> None:
@@ -329,6 +379,8 @@ def test_bad_input_is_one_line_and_nothing_kept(
          "pack name of at most 256"),
         (["serve", "--port", "99999"], "", "--port: expected a number in 0..65535"),
         (["select", "--url", "notaurl"], json.dumps(SELECT), "--url: expected http://HOST:PORT"),
+        (["select", "--url", "localhost:8080"], json.dumps(SELECT),
+         "--url: expected http://HOST:PORT"),
         (["select", "--timeout", "-1", "--url", "http://x"], "{}", "seconds above 0"),
         (["select"], '{"query": {"Text": "x", "K": NaN}, "candidates": []}', "NaN is not"),
         (["analytics", "misroute_rate", "--plot", str(tmp_path / "afile" / "x.png")], "",

@@ -1,7 +1,7 @@
 """`toolselect select --url`: PromptKit's exec selector as a thin client of a running server.
 
 Spawned once per agent turn, so only the standard library is imported here: stdin read, one
-POST to `/v1/select`, the answer copied to stdout.
+POST to `/v1/select`, the answer copied to stdout once it is seen to be a selection.
 """
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ class UsageError(Exception):
 
 def read_select_request() -> dict[str, Any]:
     """The one JSON object PromptKit writes on stdin."""
-    raw = sys.stdin.read()
+    # Bytes, decoded here: text mode would raise (or, under C.UTF-8, smuggle surrogates past
+    # the check) for bytes that are not UTF-8, as a runtime may write by mistake.
+    try:
+        raw = sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"stdin is not UTF-8: {exc}") from None
     if not raw.strip():
         raise UsageError("expected one JSON object on stdin, got nothing")
     try:
@@ -42,24 +47,31 @@ def select_remote(url: str, data: dict[str, Any], timeout: float) -> int:
     or refused, a server not ready) exits 1, as an unreachable server does."""
     import os
     import urllib.error
+    import urllib.parse
     import urllib.request
 
+    # urllib reads "localhost:8080" as scheme "localhost": checked here, it is bad input.
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"--url: expected http://HOST:PORT, got {url!r}")
     headers = {"Content-Type": "application/json"}
     if key := os.environ.get(API_KEY_VARIABLE, "").strip():
         headers["Authorization"] = f"Bearer {key}"
-    try:
-        req = urllib.request.Request(
-            url.rstrip("/") + "/v1/select",
-            data=json.dumps(data).encode(),
-            headers=headers,
-            method="POST",
-        )
-    except ValueError as exc:  # no scheme or host
-        raise UsageError(f"--url: expected http://HOST:PORT, got {url!r} ({exc})") from None
+    req = urllib.request.Request(
+        url.rstrip("/") + "/v1/select",
+        data=json.dumps(data).encode(),
+        headers=headers,
+        method="POST",
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            sys.stdout.write(resp.read().decode() + "\n")
-            return 0
+            body = resp.read()
+        answer = _selection(body)
+        if answer is None:
+            print(f"toolselect select: {url} answered no selection: {body[:80]!r}", file=sys.stderr)
+            return 1
+        sys.stdout.write(answer + "\n")
+        return 0
     except urllib.error.HTTPError as exc:
         try:
             err = json.loads(exc.read())["error"]
@@ -73,3 +85,18 @@ def select_remote(url: str, data: dict[str, Any], timeout: float) -> int:
     except (urllib.error.URLError, OSError) as exc:
         print(f"toolselect select: cannot reach {url}: {exc}", file=sys.stderr)
         return 1
+
+
+def _selection(body: bytes) -> str | None:
+    """The answer's JSON text when it is a selection (an object whose `selected` is a list of
+    names), else None: stdout carries a selection or nothing, so the runtime falls back rather
+    than trust a proxy's page or a stray answer."""
+    try:
+        text = body.decode("utf-8")
+        answer = parse_json(text)
+    except ValueError:
+        return None
+    selected = answer.get("selected") if isinstance(answer, dict) else None
+    if not isinstance(selected, list) or not all(isinstance(n, str) for n in selected):
+        return None
+    return text.strip()
