@@ -103,6 +103,22 @@ def test_ratchet_reuses_existing_label_first() -> None:
     assert decided == Plan("ratchet", label="slack__send_message")
 
 
+def test_an_agents_own_usage_label_never_settles_the_turn_it_flags() -> None:
+    """A usage label for the tool the turn used is the agents' earlier claim the flag questions:
+    a confident disagreement that worked still goes to the teacher, a failed turn to the
+    ranker; a usage label for another tool, or a stronger label for the same, still answers."""
+    used = "calculator"
+
+    def with_ratchet(flag: Flag, outcome: str | None, label: str, tier: str) -> Plan:
+        return plan(flag, outcome, CONFIDENT, margin_floor=FLOOR, ratchet_label=label,
+                    ratchet_tier=tier, used_tool=used)  # fmt: skip
+
+    assert with_ratchet(DISAGREE, "ok", used, "usage").tier == "teacher"
+    assert with_ratchet(Flag("failed"), "error", used, "usage") == RANKER
+    assert with_ratchet(DISAGREE, "ok", "other_tool", "usage") == Plan("ratchet", "other_tool")
+    assert with_ratchet(DISAGREE, "ok", used, "teacher") == Plan("ratchet", used)
+
+
 def test_empty_ratchet_label_falls_through() -> None:
     """An empty ratchet label is no label: the next tier decides."""
     assert decide(FALLBACK, None, CONFIDENT, ratchet="").tier == "ranker"

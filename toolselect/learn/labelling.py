@@ -147,6 +147,7 @@ class Labeller:
                 signal,
                 margin_floor=floor,
                 ratchet_label=existing.tool if existing else None,
+                ratchet_tier=existing.tier if existing else None,
                 tiers=self._config.tiers,
                 used_tool=obs.used_tool,
                 teacher_worth=tuner is None or not rationed or tuner.worth_teaching(probability),

@@ -21,7 +21,9 @@ catch. Nor does it confirm a tool the agent was shown for this request and did n
 not among the most uncertain share the teacher budget is spent on) the teacher row declines;
 fallback and failed turns, where the agent could not find its tool, are always worth a call.
 The `ratchet` tier (a label that already exists for the normalised query) is free and runs
-wherever it sits in the tier order; by default first. Tiers are tried in the configured order and the first that applies wins; when
+wherever it sits in the tier order; by default first. It does not settle a turn with a `usage`
+label for the very tool the turn used: that label is the agents' own earlier claim, which the
+flag questions, and letting it answer would confirm (and count again) a mis-route for good. Tiers are tried in the configured order and the first that applies wins; when
 none applies the turn is `declined` with the reason.
 """
 
@@ -112,6 +114,7 @@ def plan(
     *,
     margin_floor: float,
     ratchet_label: str | None,
+    ratchet_tier: str | None = None,
     tiers: Sequence[str] = DEFAULT_TIERS,
     used_tool: str = "",
     teacher_worth: bool = True,
@@ -125,6 +128,8 @@ def plan(
         flag, outcome, signal, margin_floor=margin_floor, used_tool=used_tool, shown=shown
     )
     teacher_worth = teacher_worth or flag.reason != "disagreement"
+    if ratchet_tier == "usage" and used_tool and same_tool(ratchet_label or "", used_tool):
+        ratchet_label = None
     for tier in tiers:
         if tier == "ratchet" and ratchet_label:
             return Plan("ratchet", label=ratchet_label)
