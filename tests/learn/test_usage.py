@@ -85,6 +85,25 @@ async def test_a_blank_request_is_recorded_and_teaches_nothing(harness: Harness)
     assert harness.stub.received == []
 
 
+async def test_agents_that_use_the_right_tool_more_often_overturn_a_wrong_first_label(
+    harness: Harness,
+) -> None:
+    """Two turns that worked with a wrong tool, then six with the right one: the right tool
+    ends up the label (a running majority), where counting only the stored tool's sightings
+    kept the first claim for good."""
+    query = "mail the invoice to Anna"
+    for i in range(2):
+        harness.learner.observe(query, "get_weather", turn_id=f"wrong-{i}", outcome="ok")
+    assert await harness.learner.drain(30.0)
+    for i in range(6):
+        harness.learner.observe(query, "send_email", turn_id=f"right-{i}", outcome="ok")
+        assert await harness.learner.drain(30.0)
+    stored = await lookup_one(harness.store, query)
+    assert stored is not None and (stored.tool, stored.tier, stored.count) == (
+        "send_email", "usage", 5,
+    )  # fmt: skip
+
+
 async def test_failed_turns_never_label_the_tool_that_failed(harness: Harness) -> None:
     """`error` and `corrected` are flagged `failed` and go to the teacher; the used tool is
     never saved as the label."""

@@ -310,8 +310,9 @@ async def test_turn_keeps_its_search_session_and_used_tools(store: Store) -> Non
 
 async def test_a_usage_label_seen_again_is_counted_on_one_exemplar(store: Store) -> None:
     """The same query used with the same tool again: one exemplar whose count grows (and whose
-    time moves to the latest sighting); another tool replaces it only when seen as often;
-    teacher and human labels are never replaced by usage, and replace it."""
+    time moves to the latest sighting); a sighting of another tool takes one from it, and that
+    tool replaces it once seen as often (a running majority); teacher and human labels are
+    never replaced by usage, and replace it."""
     await seed_tools(store, "t", "u")
     first = exemplar("Book a Room", "t", "usage")
     assert [e.count for e in (await store.save_exemplars([first])).changed] == [1]
@@ -325,11 +326,14 @@ async def test_a_usage_label_seen_again_is_counted_on_one_exemplar(store: Store)
     assert (stored.id, stored.tool, stored.count, stored.created_at) == (first.id, "t", 3, later)
     assert len(await store.exemplars_for_tool("t")) == 1
     assert (await store.state()).exemplar_version == before.exemplar_version + 1
-    other = exemplar("book a room", "u", "usage")
-    assert (await store.save_exemplars([other])).changed == ()
-    assert (await store.save_exemplars([replace(other, count=3)])).changed != ()
+    against = await store.save_exemplars([exemplar("book a room", "u", "usage")])
+    assert [(e.id, e.tool, e.count) for e in against.changed] == [(first.id, "t", 2)]
+    others = [exemplar("book a room", "u", "usage") for _ in range(3)]
+    flipped = await store.save_exemplars(others)
+    assert [(e.tool, e.count) for e in flipped.changed] == [("t", 1), ("u", 1), ("u", 2)]
     stored = await lookup_one(store, "book a room")
-    assert stored is not None and (stored.tool, stored.count) == ("u", 3)
+    assert stored is not None and (stored.id, stored.tool, stored.count) == (others[1].id, "u", 2)
+    assert await store.exemplars_for_tool("t") == []
     teacher = exemplar("book a room", "t", "teacher")
     assert (await store.save_exemplars([teacher])).changed != ()
     assert (await store.save_exemplars([exemplar("book a room", "u", "usage")])).changed == ()

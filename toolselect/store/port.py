@@ -131,7 +131,7 @@ class LabelStore(Protocol):
 
         One transaction per call. A stored exemplar of a stronger tier (feedback > teacher >
         usage > ranker) is never replaced by a weaker one; the same tool and tier again is no
-        change, except that a usage label seen again counts on its exemplar (`supersedes`);
+        change, except that usage labels keep a running majority per query (`counted`);
         items are applied in order (`plan_saves`). An exemplar whose tool is not in the catalog
         is skipped and reported in `unknown_tool`. When anything changed, `exemplar_version`
         moves once and every change of the call (writes and retention evictions) carries the

@@ -202,28 +202,17 @@ def check_tiers(exemplars: Iterable[Exemplar]) -> None:
 
 
 def supersedes(new: Exemplar, stored: StoredLabel | None) -> bool:
-    """Whether `new` takes the place of the stored label of its query: never a downgrade
-    (feedback > teacher > usage > ranker), and the same tool and tier again is no change,
-    except for usage labels, which count sightings (`counted`). A usage label for another tool
-    replaces a stored usage label only when it has been seen at least as often."""
+    """Whether `new` changes the stored label of its query: never a downgrade (feedback >
+    teacher > usage > ranker), and the same tool and tier again is no change, except for usage
+    labels, where every other turn's sighting counts, for the stored tool or against it
+    (`counted`)."""
     if stored is None:
         return True
     if TIER_STRENGTH.get(stored.tier, 0) > TIER_STRENGTH[new.tier]:
         return False
     if new.tier == "usage" and stored.tier == "usage":
-        return recounts(new, stored) if stored.tool == new.tool else new.count >= stored.count
+        return not _same_turn(new, stored)
     return not (stored.tool == new.tool and stored.tier == new.tier)
-
-
-def recounts(new: Exemplar, stored: StoredLabel | None) -> bool:
-    """Whether `new` only counts another sighting of the stored label (same tool, both usage,
-    another turn)."""
-    return (
-        stored is not None
-        and new.tier == "usage" == stored.tier
-        and new.tool == stored.tool
-        and not _same_turn(new, stored)
-    )
 
 
 def _same_turn(new: Exemplar, stored: StoredLabel) -> bool:
@@ -231,11 +220,31 @@ def _same_turn(new: Exemplar, stored: StoredLabel) -> bool:
 
 
 def counted(new: Exemplar, stored: StoredLabel | None) -> Exemplar:
-    """`new` as written over `stored`: a usage label seen again keeps the stored label's id and
-    carries the sightings so far."""
-    if stored is not None and recounts(new, stored):
+    """`new` as written over `stored`, once `supersedes` allowed it. Usage labels of a query
+    keep a running majority, so agents that used the right tool more often than a wrong one win
+    however the wrong one came first: a sighting of the stored tool adds to its count, one of
+    another tool takes from it, and the other tool takes its place once seen at least as often
+    (its count its lead, plus one). A label that stays keeps the stored label's id."""
+    if stored is None or not new.tier == "usage" == stored.tier:
+        return new
+    if new.tool == stored.tool:
         return replace(new, id=stored.id or new.id, count=stored.count + new.count)
-    return new
+    if new.count < stored.count:
+        return replace(
+            new, id=stored.id or new.id, tool=stored.tool, count=stored.count - new.count
+        )
+    return replace(new, count=new.count - stored.count + 1)
+
+
+def recounts(written: Exemplar, stored: StoredLabel | None) -> bool:
+    """Whether `written` (as `counted` made it) only changes the count of the stored usage
+    label: the same row, its tool unchanged."""
+    return (
+        stored is not None
+        and written.tier == "usage" == stored.tier
+        and written.tool == stored.tool
+        and stored.id in (None, written.id)
+    )
 
 
 def last_per_query(exemplars: Sequence[Exemplar]) -> list[Exemplar]:
@@ -252,8 +261,8 @@ class SavePlan:
     """The items that change the store, in input order (a query may appear more than once)."""
     unknown_tool: tuple[Exemplar, ...]
     recounted: frozenset[str] = frozenset()
-    """Normalised queries whose stored row only counts more sightings (`recounts` against what
-    was stored before the batch): its count, time, version and turn change, nothing else."""
+    """Normalised queries whose stored row only changes its count (`recounts` against what was
+    stored before the batch): its count, time, version and turn change, nothing else."""
 
     @property
     def written(self) -> list[Exemplar]:
