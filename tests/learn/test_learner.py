@@ -181,6 +181,21 @@ async def test_a_taught_turn_sent_again_is_left_as_the_teacher_decided(
     assert harness.counter("oracle_decisions", tier="ratchet", result="labeled") == 0
 
 
+async def test_a_teacher_label_for_a_tool_gone_from_the_catalog_is_declined(
+    harness: Harness,
+) -> None:
+    """The teacher picks a tool that left the store's catalog while it answered (the ranker
+    still held it): nothing is saved, and the turn says so instead of `labeled`."""
+    assert await harness.store.delete_tool("crypto_price")
+    harness.stub.reply(teacher_answers("crypto_price"))
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="gone")
+    assert await harness.learner.drain(30.0)
+    turn = await harness.store.get_turn("gone")
+    assert turn is not None and (turn.tier, turn.result) == ("teacher", "declined")
+    assert harness.saved == []
+    assert harness.counter("oracle_decisions", tier="teacher", result="declined") == 1
+
+
 async def test_ratchet_reuses_a_label_without_a_teacher_call(harness: Harness) -> None:
     """A query that already has a label reuses it: no second teacher call."""
     harness.stub.reply(teacher_answers("crypto_price"))

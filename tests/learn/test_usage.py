@@ -203,11 +203,11 @@ async def test_a_fallback_the_agent_was_shown_the_top1_for_goes_to_the_teacher(
     assert len(harness.stub.received) == 1
 
 
-async def test_a_deep_teacher_listing_skips_the_tools_the_agent_passed_over(
+async def test_a_deep_teacher_listing_puts_the_tools_the_agent_passed_over_last(
     sqlite_store: SqliteStore, anthropic_stub: Stub
 ) -> None:
     """Past the full-catalog size the teacher sees the ranked top N; for a fallback whose
-    search showed tools the agent did not use, those are left out and deeper ones shown."""
+    search showed tools the agent did not use, deeper ones are shown first and those last."""
     h = Harness(sqlite_store, anthropic_stub, teacher_full_catalog=2, teacher_candidates=3)
     await h.load_catalog()
     h.learner.start()
@@ -224,6 +224,20 @@ async def test_a_deep_teacher_listing_skips_the_tools_the_agent_passed_over(
         tool = anthropic_stub.received[0].body["tools"][0]
         offered = [n for n in tool["input_schema"]["properties"]["tool"]["enum"] if n != "none"]
         assert offered == list(ranked[2:5])
+        # A search that showed all but one tool: the passed-over ones come after it, so the
+        # teacher still has tools to choose from rather than the one left (or none).
+        other = "write an email message to Marco"  # no label yet: not answered by the ratchet
+        vector = (await h.embedder.embed([other]))[0]
+        everything = h.ranker.rank(vector, h.ranker.snapshot.size).tools
+        anthropic_stub.reply(teacher_answers("crypto_price"))
+        obs = observation(
+            other, "shell_exec", search_id="t", search_status="not_shown", shown=everything[:-1]
+        )
+        assert h.learner.offer(obs)
+        assert await h.learner.drain(30.0)
+        tool = anthropic_stub.received[1].body["tools"][0]
+        offered = [n for n in tool["input_schema"]["properties"]["tool"]["enum"] if n != "none"]
+        assert offered == [everything[-1], *everything[:2]]
     finally:
         await h.learner.close(1.0)
         await h.teacher.aclose()

@@ -179,8 +179,8 @@ class Labeller:
             if decision.escalate and tuner is not None and rationed:
                 tuner.escalated()
             if teach:
-                # The tools a fallback's search showed and the agent passed over are left out
-                # of the teacher's listing: its budget buys deeper candidates instead.
+                # The tools a fallback's search showed and the agent passed over go last in
+                # the teacher's listing: its budget buys deeper candidates first.
                 passed = obs.shown if obs.search_status == "not_shown" else ()
                 escalations.append((turn, vector, passed))
             else:
@@ -328,11 +328,15 @@ class Labeller:
                 names = [c.name for c in candidates]
                 position = names.index(answer.label) if answer.label in names else None
                 self._tuner.teacher_answered(len(candidates), position)
+            why = answer.reason or answer.error
             if answer.result == "labeled" and answer.label is not None:
                 saved = await self._save([(done, vector, answer.label, "teacher", 1.0)])
                 if saved.changed:
                     await self._on_saved(saved)
-            await self._finish(done, answer.reason or answer.error)
+                if saved.unknown_tool:  # removed from the catalog while the teacher answered
+                    done = replace(done, result="declined")
+                    why = f"{answer.label} left the catalog before its label was saved"
+            await self._finish(done, why)
         except ToolselectError as exc:
             await self._finish(replace(turn, result="error"), str(exc))
         except asyncio.CancelledError:
@@ -346,8 +350,8 @@ class Labeller:
         self, vector: np.ndarray, pack: str | None, passed: tuple[str, ...] = ()
     ) -> list[Candidate]:
         """The whole catalog (or pack) when small, else the ranked top `teacher_depth` (sized
-        from the labels so it contains the true tool), fitted to the token budget; without the
-        tools in `passed` (shown to the agent, which used none of them)."""
+        from the labels so it contains the true tool), fitted to the token budget; the tools in
+        `passed` (shown to the agent, which used none of them) after the others."""
         snapshot = self._ranker.snapshot
         in_pack = snapshot.packs.get(pack) if pack else None
         size = in_pack.size if in_pack is not None and in_pack.size else snapshot.size
@@ -357,10 +361,13 @@ class Labeller:
         if size <= self._config.teacher_full_catalog:
             names = self._rank(vector, pack, size).tools
         else:
-            # A small catalog is shown whole; a deep listing skips what the agent passed over.
+            # A small catalog is shown whole; a deep listing puts what the agent passed over
+            # last, so the budget buys deeper candidates, yet a search that showed nearly
+            # everything still leaves the teacher the tools to choose from.
             skip = set(passed)
             ranked = self._rank(vector, pack, min(depth + len(skip), size)).tools
-            names = tuple(name for name in ranked if name not in skip)[:depth]
+            unseen = [name for name in ranked if name not in skip]
+            names = tuple([*unseen, *(name for name in ranked if name in skip)][:depth])
         candidates = [Candidate(name, self._describe(name)) for name in names]
         return within_budget(candidates, self._config.teacher_max_input_tokens)
 
