@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -230,6 +231,28 @@ def test_a_closed_sync_client_raises_a_client_error() -> None:
     client.close()
     with pytest.raises(ClientError, match="the client is closed"):
         client.rank("weather?")
+
+
+async def test_a_closed_async_client_sends_nothing_more(rank_stub: Stub) -> None:
+    """After `close` a call is a `ClientError` (it reopened a session nobody would close),
+    and a turn observed is counted dropped, not sent."""
+    ts = AsyncClient(rank_stub.url)
+    await ts.close()
+    with pytest.raises(ClientError, match="the client is closed"):
+        await ts.rank("weather?")
+    ts.observe("weather?", "get_weather")
+    assert ts.observe_stats.dropped == 1
+    assert rank_stub.received == []
+
+
+def test_a_client_refused_its_options_leaves_no_thread() -> None:
+    """Bad options raise from the constructor before the client's loop thread starts."""
+    before = {t for t in threading.enumerate() if t.name == "toolselect-client"}
+    for options in ({"bogus": 1}, {"observe_batch": 0}):
+        with pytest.raises((TypeError, ValueError)):
+            Client(down_url(), **options)
+    after = {t for t in threading.enumerate() if t.name == "toolselect-client"}
+    assert after == before
 
 
 @pytest_asyncio.fixture(loop_scope="function")

@@ -86,6 +86,7 @@ class AsyncClient:
             interval_s=observe_interval_s,
         )
         self.tools = AsyncTools(self)
+        self._closed = False
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -94,7 +95,9 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        """Send the buffered turns, then release the connections."""
+        """Send the buffered turns, then release the connections; a call after this raises
+        `ClientError`."""
+        self._closed = True
         try:
             await self._turns.close()
         finally:
@@ -272,6 +275,8 @@ class AsyncClient:
     async def _send(
         self, method: str, path: str, data: bytes | None, *, repeatable: bool = True
     ) -> Response:
+        if self._closed and path != "/v1/observe/batch":  # close sends the buffered turns
+            raise ClientError("the client is closed")
         url = self.base_url + path
         attempt = 0
         while True:

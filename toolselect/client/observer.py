@@ -109,7 +109,8 @@ class TurnBuffer:
         if self._closing or len(self._turns) >= self._capacity:
             self.counts.dropped += 1
             if self.counts.dropped == 1 or self.counts.dropped % 1000 == 0:
-                log.warning("observe_buffer_full", extra={"dropped": self.counts.dropped})
+                event = "observe_after_close" if self._closing else "observe_buffer_full"
+                log.warning(event, extra={"dropped": self.counts.dropped})
             return
         if self._task is None:
             # Raises off the loop before the turn is kept (the caller counts it `invalid`).

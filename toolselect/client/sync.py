@@ -28,12 +28,13 @@ class Client:
     (or call `close`) so buffered `observe` turns are sent before the program ends."""
 
     def __init__(self, base_url: str, **options: Any) -> None:
+        # Built before the loop thread starts: bad options then leave no thread behind.
+        self._async = AsyncClient(base_url, **options)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="toolselect-client", daemon=True
         )
         self._thread.start()
-        self._async = AsyncClient(base_url, **options)
         self.tools = Tools(self)
         self._closed = False
 
