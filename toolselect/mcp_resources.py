@@ -70,8 +70,10 @@ def add_resources(server: MCPServer[Service], running: Running) -> None:
     names = (*registry.NAMES, registry.LEARNING)
 
     async def catalog() -> str:
-        service = await running.tenant_service()
-        tools = await service.catalog.list_tools()
+        try:
+            tools = await (await running.tenant_service()).catalog.list_tools()
+        except ToolselectError as exc:  # the store down, say: the cause, as `_analysis` gives
+            raise ResourceError(" ".join(str(exc).split())) from exc
         return _dumps(
             {
                 "tools": [

@@ -173,21 +173,28 @@ async def test_workers_of_a_killed_supervisor_stop_and_free_the_port(workers: Wo
     assert any('"supervisor_gone"' in line for line in workers.log)
 
 
-def test_a_port_in_use_is_refused_before_any_worker_starts(tmp_path: Path) -> None:
-    """Something already listening on the port stops `serve --workers` with one line, exit 2:
-    the workers' SO_REUSEPORT would otherwise share the port with it without a word."""
+@pytest.mark.parametrize(
+    "command", [["serve", "--workers", "2"], ["mcp", "--transport", "http"]], ids=["workers", "mcp"]
+)
+def test_a_port_in_use_is_refused_before_anything_starts(
+    command: list[str], tmp_path: Path
+) -> None:
+    """Something already listening on the port stops `serve --workers` (whose SO_REUSEPORT
+    would otherwise share the port with it without a word) and MCP over HTTP (which found out
+    only after its whole start) with one line, exit 2."""
     with socket.socket() as taken:
         taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [*EXE, "serve", "--workers", "2", "--port", str(port)],
+            [*EXE, *command, "--port", str(port)],
             env=cli_env(tmp_path / "s.db"), capture_output=True, text=True, timeout=120,
         )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
-    assert "workers_started" not in done.stderr
+    assert "workers_started" not in done.stderr and "mcp_http_starting" not in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_workers_need_a_fixed_port(tmp_path: Path) -> None:

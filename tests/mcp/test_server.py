@@ -18,7 +18,7 @@ from mcp.types import CallToolResult, TextContent, TextResourceContents
 
 from tests.mcp.conftest import CATALOG, EXE, Connect, run_cli, stdio_params
 from tests.neo4j_server import Neo4jServer
-from tests.services import cli_env, wipe
+from tests.services import cli_env, free_port, wipe
 from toolselect.analytics import registry
 from toolselect.config import Settings
 from toolselect.records import Exemplar, Turn
@@ -288,6 +288,17 @@ async def test_bad_resource_reads_are_protocol_errors(
     async with connect() as client:
         with pytest.raises(MCPError, match=message):
             await client.read_resource(uri)
+
+
+async def test_the_catalog_resource_says_why_the_store_cannot_answer(tmp_path: Path) -> None:
+    """With the store unreachable, reading `toolselect://catalog` is an error naming the cause
+    (as the analyses' resources and the tools say), not a bare 'Error reading resource'."""
+    env = cli_env(tmp_path / "unused.db", TOOLSELECT_STORE="neo4j")
+    env["NEO4J_URI"] = f"bolt://127.0.0.1:{free_port()}"
+    params = StdioServerParameters(command=EXE[0], args=[*EXE[1:], "mcp"], env=env)
+    async with Client(params, read_timeout_seconds=60) as client:
+        with pytest.raises(MCPError, match="cannot reach Neo4j"):
+            await client.read_resource("toolselect://catalog")
 
 
 def test_stdout_carries_only_protocol_messages(store_db: Path) -> None:

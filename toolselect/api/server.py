@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import signal
+import socket
 from collections.abc import Callable
 
 import structlog
@@ -134,3 +135,16 @@ def serve(settings: Settings, *, insecure: bool = False) -> int:
 
     asyncio.run(main())
     return 0
+
+
+def check_port_free(settings: Settings) -> None:
+    """`ConfigError` (`cannot_listen`) when the address cannot be bound now: before starting
+    what would only find out after its whole start (MCP over HTTP), or workers binding with
+    `SO_REUSEPORT`, which would let them share the port with another group without a word."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((settings.host, settings.port))
+        except OSError as exc:
+            raise cannot_listen(settings, exc) from None

@@ -24,7 +24,6 @@ import contextlib
 import multiprocessing
 import os
 import signal
-import socket
 import tempfile
 import threading
 from multiprocessing.connection import wait
@@ -77,20 +76,6 @@ async def _stop_when_orphaned(stop: asyncio.Event) -> None:
         await asyncio.sleep(_POLL_S * 5)
     log.warning("supervisor_gone", supervisor=parent)
     stop.set()
-
-
-def _check_port_free(settings: Settings) -> None:
-    """`ConfigError` when something already listens on the address: the workers bind with
-    `SO_REUSEPORT`, which would let them share the port with another group without a word."""
-    from toolselect.api.server import cannot_listen
-
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((settings.host, settings.port))
-        except OSError as exc:
-            raise cannot_listen(settings, exc) from None
 
 
 def _migrate_embedded(settings: Settings) -> None:
@@ -199,10 +184,10 @@ class _Supervisor:
 def serve_workers(settings: Settings, *, insecure: bool = False) -> int:
     """Run `settings.worker_count` servers on one port until SIGTERM/SIGINT; 0 if all drained
     cleanly, 1 if a worker died on its own or failed to stop."""
-    from toolselect.api.server import check_bind
+    from toolselect.api.server import check_bind, check_port_free
 
     check_bind(settings, insecure)
-    _check_port_free(settings)
+    check_port_free(settings)
     count = settings.worker_count
     _migrate_embedded(settings)
     with tempfile.TemporaryDirectory(prefix="toolselect-metrics-") as metrics_dir:

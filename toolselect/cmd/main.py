@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 def _settings(args: argparse.Namespace) -> Settings:
     from toolselect.config import load_settings
 
-    settings = load_settings()
-    return settings.override(
+    return load_settings().override(
         store=getattr(args, "store", None),
         embedder=getattr(args, "embedder", None),
         host=getattr(args, "host", None),
@@ -90,7 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from toolselect.api.server import check_bind
+    from toolselect.api.server import check_bind, check_port_free
     from toolselect.logs import configure_logging
     from toolselect.mcp_server import build_server, run
 
@@ -98,8 +97,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     # stdout carries the stdio protocol: every log line goes to stderr.
     configure_logging(settings.log_level, settings.log_format)
     if args.transport == "http":
-        # The API keys guard MCP over HTTP as they guard `serve`: the same refusal without any.
+        # Keys guard MCP over HTTP as they guard `serve`; a taken port is refused before start.
         check_bind(settings, args.insecure)
+        check_port_free(settings)
     run(build_server(settings), settings, args.transport)
     return 0
 
