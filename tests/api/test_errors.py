@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import time
@@ -266,6 +267,34 @@ async def test_body_that_does_not_decode_is_400(client: Client) -> None:
     )
     err = await error_of(resp, 400, "invalid_body")
     assert err["field"] == "body"
+
+
+async def test_every_coding_aiohttp_names_decodes_and_others_are_415(client: Client) -> None:
+    """gzip, deflate, br and zstd bodies are read (br and zstd answered a plain-text 400
+    naming a package to install); a coding nobody decodes is a 415 naming the header."""
+    import zlib
+
+    import brotli
+    from backports import zstd
+
+    body = json.dumps({"query": "weather in Turin", "k": 1}).encode()
+    deflater = zlib.compressobj(wbits=zlib.MAX_WBITS)
+    encoded = {
+        "gzip": gzip.compress(body),
+        "deflate": deflater.compress(body) + deflater.flush(),
+        "br": brotli.compress(body),
+        "zstd": zstd.compress(body),
+        "identity": body,
+    }
+    for coding, data in encoded.items():
+        headers = {"Content-Type": "application/json", "Content-Encoding": coding}
+        resp = await client.post("/v1/rank", data=data, headers=headers)
+        assert resp.status == 200, (coding, await resp.text())
+    for coding in ("foo", "gzip, br", "compress"):
+        headers = {"Content-Type": "application/json", "Content-Encoding": coding}
+        resp = await client.post("/v1/rank", data=body, headers=headers)
+        err = await error_of(resp, 415, "unsupported_media_type")
+        assert err["field"] == "Content-Encoding", coding
 
 
 def test_client_gone_mid_body_is_499_not_500(tmp_path: Path) -> None:

@@ -37,6 +37,11 @@ async def tenant_service(request: web.Request) -> Service:
     return await request.app[TENANTS].get(caller.tenant)
 
 
+# The codings aiohttp decodes (br and zstd through the Brotli and backports.zstd packages);
+# it passes any other through undecoded, which would then fail as JSON for a reason not given.
+BODY_CODINGS = frozenset({"", "identity", "gzip", "deflate", "br", "zstd"})
+
+
 def _check_content_type(request: web.Request) -> None:
     if request.content_type != "application/json":
         raise HttpError(
@@ -44,6 +49,15 @@ def _check_content_type(request: web.Request) -> None:
             "unsupported_media_type",
             f"expected Content-Type application/json, got {request.content_type or 'none'}",
             "Content-Type",
+        )
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    if coding not in BODY_CODINGS:
+        known = ", ".join(sorted(BODY_CODINGS - {""}))
+        raise HttpError(
+            415,
+            "unsupported_media_type",
+            f"expected Content-Encoding among {known}, got {coding!r}",
+            "Content-Encoding",
         )
 
 
