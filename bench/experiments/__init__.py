@@ -15,4 +15,6 @@ command. What the report publishes (the evaluation, the agent loop, perf) stays 
   narrowing         what each framework integration's narrowing adds over its rank request
   volume            a million turns of usage labels through one in-process service: turns/s
                     and the exemplar caps
+  repeated_usage    each learn-half request sent several times by agents sometimes wrong: the
+                    share of requests whose usage label ends right (the running majority)
 """
