@@ -161,6 +161,11 @@ class OracleCall:
     cost_usd: float = 0.0
     error: str | None = None
 
+    @property
+    def billed(self) -> bool:
+        """Whether the provider charged for it: it answered, or reported tokens it counted."""
+        return self.result in ("labeled", "declined") or self.input_tokens > 0
+
 
 @dataclass(frozen=True, slots=True)
 class StoreState:

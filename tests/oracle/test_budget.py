@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.oracle.conftest import CANDIDATES, REQUEST, USED
+from tests.services import ServiceFactory
 from toolselect.config import Settings, load_settings
 from toolselect.errors import ConfigError
 from toolselect.oracle.base import Candidate, match_candidate
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import DEFAULT_PRICES, InFlight, cost_usd, price_of
+from toolselect.records import OracleCall
 from toolselect.service.parts import compose
 from toolselect.testing import FakeClock, FakeEmbedder, ScriptedTeacher, memory_store
 
@@ -71,6 +73,57 @@ async def test_a_services_budget_refills_by_its_injected_clock() -> None:
     assert len(teacher.calls) == 2
     start = clock() - timedelta(hours=1)
     assert sorted(call.at for call in calls) == [start, clock()]
+
+
+def test_a_seeded_budget_counts_the_calls_of_its_hour_once() -> None:
+    """Calls paid before the budget existed count against its window (the newest `per_hour`,
+    oldest first, each leaving when its hour is up) and against the cap, in time order among
+    the cap's own; a second seed, or one into a budget already used, changes nothing."""
+    clock = FakeClock()
+    cap = Budget(10, clock=clock.timestamp)
+    other = cap.reserve()  # another tenant's call, now, paid
+    assert other is not None
+    cap.settle(other)
+    budget = Budget(3, clock=clock.timestamp, cap=cap)
+    assert budget.seed([100.0, 3599.0, 3600.0, 10.0, -5.0, 2000.0]) == 3  # 3600 s is past
+    assert (budget.remaining(), budget.in_flight(), cap.remaining()) == (0, 0, 6)
+    assert budget.seed([1.0]) == 0
+    clock.advance(seconds=1601)  # the 2,000 s old call leaves; 100 and 10 stay
+    assert (budget.remaining(), cap.remaining()) == (1, 7)
+    used = Budget(3, clock=clock.timestamp)
+    used.reserve()
+    assert used.seed([1.0]) == 0 and used.remaining() == 2
+
+
+async def test_a_service_started_again_counts_the_hours_billed_calls(
+    services: ServiceFactory,
+) -> None:
+    """The budget lives in memory: a service started again over a store holding the last
+    hour's calls counts the billed ones (answered, or tokens reported) against it, so a crash
+    loop or a deploy cannot begin a fresh hour of paid calls; an unbilled error and an older
+    call do not count."""
+    teacher = {"teacher": "anthropic", "anthropic_api_key": "test", "teacher_budget_per_hour": 5}
+    first = await services.start(**teacher)
+    now = datetime.now(UTC)
+    calls = [
+        ("labeled", 0, timedelta(minutes=5)),
+        ("declined", 0, timedelta(minutes=50)),
+        ("error", 120, timedelta(minutes=1)),  # billed with nothing usable in it
+        ("error", 0, timedelta(minutes=2)),  # a timeout: never billed
+        ("labeled", 0, timedelta(minutes=61)),  # an hour ago and more
+    ]
+    for i, (result, tokens, age) in enumerate(calls):
+        await first.store.record_oracle_call(
+            OracleCall(f"c{i}", "anthropic", "claude", result, 10.0, now - age,
+                       input_tokens=tokens)
+        )  # fmt: skip
+    assert first.oracle.budget.remaining() == 5  # counted at start only
+    await first.close()
+    services.started.remove(first)
+    again = await services.start(**teacher)
+    assert again.oracle.budget.remaining() == 2
+    off = await services.start(teacher="anthropic", anthropic_api_key="test", oracle="off")
+    assert off.oracle.budget.remaining() == 60  # no paid call can happen: nothing to count
 
 
 def test_a_shared_cap_bounds_every_budget_under_it() -> None:

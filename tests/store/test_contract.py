@@ -670,7 +670,8 @@ async def test_feedback_is_exempt_from_retention(store_factory: StoreFactory) ->
 
 
 async def test_oracle_calls_oldest_first_and_by_turn(store: Store) -> None:
-    """Oracle calls come back oldest first, all of them or only one turn's."""
+    """Oracle calls come back oldest first, all of them or only one turn's, or those at or
+    after a time."""
     await store.record_turns([turn("t-1"), turn("t-2")])
     late = call("c-late", NOW + timedelta(seconds=30), turn_id="t-1")
     early = call("c-early", NOW, turn_id="t-1")
@@ -685,6 +686,10 @@ async def test_oracle_calls_oldest_first_and_by_turn(store: Store) -> None:
     assert await store.oracle_calls("t-1") == [early, late]
     assert await store.oracle_calls("t-2") == [other]
     assert await store.oracle_calls("t-none") == []
+    since = NOW + timedelta(seconds=20)  # at or after; a naive time is UTC
+    assert await store.oracle_calls(since=since) == [failed, late]
+    assert await store.oracle_calls(since=since.replace(tzinfo=None)) == [failed, late]
+    assert await store.oracle_calls("t-1", since=since) == [late]
 
 
 # --- hostile text ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,7 +34,8 @@ class Budget:
 
     Reserve a slot before a call and refund it when the call failed, so failures do not use up
     the budget while concurrent calls can never overshoot it. Slots leave the window only by
-    age: there is deliberately no reset (a restart-free way to bypass the limit is a bug).
+    age: there is deliberately no reset (a restart-free way to bypass the limit is a bug), and a
+    process started again counts the calls of its last hour (`seed`).
     `clock` counts seconds: monotonic by default; a service passes its injected clock's
     (`toolselect.clock.window_seconds`), so a test or a replay decides when slots expire.
     `cap` is a budget shared by several (every tenant's in one process: the global cap); a slot
@@ -54,6 +55,33 @@ class Budget:
         self.cap = cap
         self._clock = clock
         self._slots: deque[Slot] = deque()
+        self.seeded = False
+
+    def seed(self, ages_s: Iterable[float]) -> int:
+        """Count calls paid before this budget existed, `ages_s` seconds ago, against its
+        window (and the cap's): the newest `per_hour` of those within the hour, each settled;
+        how many. Once, and only into a budget not used yet: a process started again (a crash
+        loop, a deploy) would otherwise begin a fresh hour of paid calls."""
+        if self.seeded or self._slots:
+            return 0
+        self.seeded = True
+        now = self._clock()
+        recent = sorted(age for age in ages_s if 0 <= age < WINDOW_S)[: self.per_hour]
+        for age in reversed(recent):  # oldest first: the window expires from the left
+            slot = Slot(now - age, self.cap._seeded(now - age) if self.cap is not None else None)
+            slot.paid = True
+            self._slots.append(slot)
+        return len(recent)
+
+    def _seeded(self, at: float) -> Slot:
+        """A settled slot at `at` in this (shared) budget, in time order among its others."""
+        slot = Slot(at)
+        slot.paid = True
+        index = len(self._slots)
+        while index > 0 and self._slots[index - 1].at > at:
+            index -= 1
+        self._slots.insert(index, slot)
+        return slot
 
     def _expire(self) -> None:
         horizon = self._clock() - WINDOW_S

@@ -85,6 +85,7 @@ class Parts:
     searches: SearchLog
     sessions: SessionSignals
     keys: KeyRegistry  # the API keys accepted: TOOLSELECT_API_KEYS, and the stored ones
+    clock: Clock = utc_now  # what turns, labels and the teacher's budget are stamped with
 
 
 def _tuner(
@@ -235,6 +236,7 @@ def compose(
     sessions = SessionSignals(buffered, queries, ranker, settings, metrics)
     ranking = RankingFacade(settings, index, queries, metrics, searches, sessions)
     return Parts(
+        clock=clock,
         settings=settings,
         metrics=metrics,
         store=buffered,

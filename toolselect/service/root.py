@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from functools import partial
 
 import structlog
@@ -23,7 +24,7 @@ from toolselect.embed import embedder_for
 from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
 from toolselect.keys import DEFAULT_TENANT, tenant_file
 from toolselect.metrics import Metrics
-from toolselect.oracle.budget import Budget
+from toolselect.oracle.budget import WINDOW_S, Budget
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
 from toolselect.store.factory import open_store
@@ -177,12 +178,27 @@ class Service:
         if self.store.down:
             raise StoreUnavailable(self.store.last_error or "store lost while replaying the spool")
         await self.reload_keys()
+        await self._seed_teacher_budget()
         if self.settings.load_demo and not await self.store.list_tools():
             result = await self.store.upsert_tools(load_demo_catalog())
             log.info("demo_catalog_loaded", tools=result.upserted)
         await self.index.reload()
         self.index.loaded = True
         self.learner.start()
+
+    async def _seed_teacher_budget(self) -> None:
+        """Count the teacher calls billed in the last hour against a budget this process has
+        not used yet: it lives in memory, and a restart (a crash loop, a deploy) would begin a
+        fresh hour of paid calls. The store holds every replica's calls, so a replica started
+        again counts theirs too: it spends less, never more, until the hour has passed."""
+        budget = self.oracle.budget
+        if budget.seeded or not self.oracle.active:
+            return
+        now = self.parts.clock()
+        calls = await self.store.oracle_calls(since=now - timedelta(seconds=WINDOW_S))
+        seeded = budget.seed((now - call.at).total_seconds() for call in calls if call.billed)
+        if seeded:
+            log.info("teacher_budget_seeded", calls=seeded, remaining=budget.remaining())
 
     async def reload_keys(self) -> None:
         """Read the stored API keys into the registry (at connect and every poll), so a key

@@ -308,8 +308,10 @@ class BufferedStore:
             "delete_exemplar", lambda: self.inner.delete_exemplar(exemplar_id)
         )
 
-    async def oracle_calls(self, turn_id: str | None = None) -> list[OracleCall]:
-        return await self._through("oracle_calls", lambda: self.inner.oracle_calls(turn_id))
+    async def oracle_calls(
+        self, turn_id: str | None = None, since: datetime | None = None
+    ) -> list[OracleCall]:
+        return await self._through("oracle_calls", lambda: self.inner.oracle_calls(turn_id, since))
 
     async def state(self) -> StoreState:
         return await self._through("state", lambda: self.inner.state())

@@ -188,8 +188,10 @@ class TurnStore(Protocol):
     async def record_oracle_call(self, call: OracleCall) -> None:
         """Trace one teacher attempt; linked to its turn when `turn_id` is set."""
 
-    async def oracle_calls(self, turn_id: str | None = None) -> list[OracleCall]:
-        """Traced calls, oldest first (all, or one turn's)."""
+    async def oracle_calls(
+        self, turn_id: str | None = None, since: datetime | None = None
+    ) -> list[OracleCall]:
+        """Traced calls, oldest first (all, or one turn's; those at or after `since`)."""
         ...
 
 

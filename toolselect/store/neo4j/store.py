@@ -340,15 +340,13 @@ class Neo4jStore:
     # --- oracle calls -----------------------------------------------------------------------
 
     async def record_oracle_call(self, call: OracleCall) -> None:
-        props = call_row(call, to_db)
+        await self._write(neo4j_tx.rows, "record_oracle_call", {"call": call_row(call, to_db)})
 
-        async def work(tx: Scoped) -> None:
-            await neo4j_tx.rows(tx, "record_oracle_call", {"call": props})
-
-        await self._write(work)
-
-    async def oracle_calls(self, turn_id: str | None = None) -> list[OracleCall]:
-        rows = await self._read("oracle_calls", {"turn_id": turn_id})
+    async def oracle_calls(
+        self, turn_id: str | None = None, since: datetime | None = None
+    ) -> list[OracleCall]:
+        since_text = None if since is None else to_db_text(since)
+        rows = await self._read("oracle_calls", {"turn_id": turn_id, "since": since_text})
         return [call_from_row(r["call"], from_db) for r in rows]
 
     # --- analytics --------------------------------------------------------------------------

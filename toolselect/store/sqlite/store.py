@@ -388,14 +388,15 @@ class SqliteStore:
 
         await self._run(work)
 
-    async def oracle_calls(self, turn_id: str | None = None) -> list[OracleCall]:
+    async def oracle_calls(
+        self, turn_id: str | None = None, since: datetime | None = None
+    ) -> list[OracleCall]:
         def work(conn: sqlite3.Connection) -> list[OracleCall]:
-            if turn_id is None:
-                rows = conn.execute("SELECT * FROM oracle_calls ORDER BY at, rowid")
-            else:
-                rows = conn.execute(
-                    "SELECT * FROM oracle_calls WHERE turn_id = ? ORDER BY at, rowid", (turn_id,)
-                )
+            rows = conn.execute(
+                "SELECT * FROM oracle_calls WHERE (:turn IS NULL OR turn_id = :turn)"
+                " AND (:since IS NULL OR at >= :since) ORDER BY at, rowid",
+                {"turn": turn_id, "since": None if since is None else ts(since)},
+            )
             return [call_from_row(dict(row), dt) for row in rows]
 
         return await self._run(work)
