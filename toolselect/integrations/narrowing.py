@@ -37,7 +37,7 @@ import concurrent.futures
 import logging
 import time
 import uuid
-from collections.abc import Collection, Coroutine, Iterable, Sequence
+from collections.abc import Collection, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypedDict, TypeVar
 
@@ -377,6 +377,27 @@ def latest_user_text(texts: Sequence[tuple[bool, str]]) -> tuple[str, list[str]]
     if latest is None:
         return "", [text for _, text in texts]
     return texts[latest][1], [text for _, text in texts[:latest]]
+
+
+# `tool_choice` values that name no tool: the model picks (or calls none).
+_CHOICE_MODES = frozenset({"auto", "none", "required", "any"})
+
+
+def forced_tools(tool_choice: object) -> frozenset[str]:
+    """The tools a request's `tool_choice` forces, which narrowing must keep (the provider
+    refuses, or the model cannot call, a forced tool it was not offered): a tool's name
+    (LangChain, the OpenAI Agents SDK), `{"type": "function", "function": {"name"}}` (Chat
+    Completions), `{"type": "function" | "tool", "name"}` (Responses, Anthropic) or a list of
+    names (PydanticAI); nothing for a mode (`auto`, `required`, ...)."""
+    if isinstance(tool_choice, str):
+        return frozenset() if tool_choice in _CHOICE_MODES else frozenset({tool_choice})
+    if isinstance(tool_choice, Mapping):
+        function = tool_choice.get("function")
+        named = function.get("name") if isinstance(function, Mapping) else tool_choice.get("name")
+        return frozenset({named}) if isinstance(named, str) and named else frozenset()
+    if isinstance(tool_choice, list | tuple):
+        return frozenset(n for n in tool_choice if isinstance(n, str) and n not in _CHOICE_MODES)
+    return frozenset()
 
 
 def shown_by(shown: Sequence[Narrowed], name: str) -> str | None:
