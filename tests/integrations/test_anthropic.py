@@ -296,3 +296,26 @@ async def test_the_search_reported_is_the_latest_that_showed_the_tool(
         "shown",
         1,
     )
+
+
+async def test_an_upload_with_toolselect_down_degrades_and_the_search_reveals_the_catalog(
+    anthropic_stub: Stub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`upload()` with toolselect unreachable logs one line and answers False instead of raising
+    `Unreachable` into the host's start-up; the turn's search then reveals the whole catalog."""
+    anthropic_stub.responder = claude_with_tool_search(SEARCH_TOOL, "rain tomorrow")
+    async with AsyncClient(f"http://127.0.0.1:{free_port()}", retries=0) as ts:
+        search = ToolSearch(ts, CATALOG)
+        with caplog.at_level(logging.WARNING, logger="toolselect.integrations"):
+            uploaded = await search.upload()
+            turn = await converse(sdk(anthropic_stub), search, QUESTION)
+    assert uploaded is False
+    refs = anthropic_stub.received[1].body["messages"][-1]["content"][0]["content"]
+    assert [r["tool_name"] for r in refs] == [t["name"] for t in CATALOG]
+    assert turn.used_tool == "get_weather"
+    mine = [r for r in caplog.records if r.name == "toolselect.integrations"]
+    assert [r.getMessage() for r in mine] == [
+        "toolselect_upload_failed",
+        "toolselect_search_degraded",
+    ]
+    assert "Unreachable" in mine[0].__dict__["error"]

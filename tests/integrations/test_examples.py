@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.live import LiveServer, wait_for_turn
+from tests.services import free_port
 from tests.stubs import Stub, claude_with_tool_search
 from toolselect.integrations.anthropic import SEARCH_TOOL
 
@@ -67,3 +68,18 @@ async def test_claude_tool_search_example_runs(server: LiveServer, anthropic_stu
     stored = await asyncio.to_thread(wait_for_turn, server, found.group(1))
     assert (stored.used_tool, stored.pack) == ("get_weather", "claude")
     assert len(anthropic_stub.received) == 3
+
+
+async def test_claude_tool_search_example_runs_with_toolselect_down(anthropic_stub: Stub) -> None:
+    """With nothing listening at `TOOLSELECT_URL` the example's upload degrades (it exited 1 on
+    `Unreachable`) and Claude's search reveals the whole catalog: the turn still completes."""
+    anthropic_stub.responder = claude_with_tool_search(SEARCH_TOOL, "rain forecast in a city")
+    env = environment(
+        TOOLSELECT_URL=f"http://127.0.0.1:{free_port()}",
+        ANTHROPIC_BASE_URL=anthropic_stub.url,
+        ANTHROPIC_API_KEY="test",
+    )
+    out = await run_example("claude_tool_search.py", env)
+    assert re.fullmatch(r"Claude used get_weather; reported as turn \w+\n", out), out
+    revealed = anthropic_stub.received[1].body["messages"][-1]["content"][0]["content"]
+    assert [r["tool_name"] for r in revealed] == ["get_weather", "send_email"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import ToolErrorMiddleware
-from langchain_core.messages import HumanMessage
+from langchain.agents.middleware import ModelRequest, ModelResponse, ToolErrorMiddleware
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -154,3 +154,27 @@ def test_a_conversation_without_tools_is_left_alone(server: LiveServer) -> None:
         assert ts.observe_stats.pending + ts.observe_stats.sent == 0
     assert answer["messages"][-1].content == "It will rain tomorrow."
     assert "toolselect" not in answer["messages"][-1].response_metadata
+
+
+async def test_a_forced_tool_is_offered(server: LiveServer) -> None:
+    """`ModelRequest(tool_choice="send_email")` with k=1 on a weather question: the model is
+    offered send_email beside the ranked tool (it was narrowed away while still forced)."""
+    seen: list[ModelRequest[Any]] = []
+
+    async def handler(request: ModelRequest[Any]) -> ModelResponse[Any]:
+        seen.append(request)
+        return ModelResponse(result=[AIMessage(content="ok")])
+
+    async with AsyncClient(server.url) as ts:
+        middleware = ToolselectMiddleware(ts, agent="lc-forced", k=1)
+        for choice, expected in (("send_email", ["send_email", "get_weather"]),
+                                 ("any", ["get_weather"])):  # fmt: skip
+            request = ModelRequest(
+                model=scripted(),
+                messages=[HumanMessage(QUESTION)],
+                tools=list(TOOLS),
+                tool_choice=choice,
+            )
+            await middleware.awrap_model_call(request, handler)
+            assert [t.name for t in seen[-1].tools if isinstance(t, BaseTool)] == expected
+            assert seen[-1].tool_choice == choice

@@ -308,3 +308,22 @@ async def test_the_example_runs(server: LiveServer, openai_stub: Stub) -> None:
     stored = await asyncio.to_thread(wait_for_turn, server, found.group(1))
     assert (stored.used_tool, stored.pack, stored.outcome) == ("get_weather", "assistant-ll", None)
     assert stored.search_id is not None and stored.search_status == "shown"
+
+
+async def test_the_tool_tool_choice_forces_is_kept(server: LiveServer) -> None:
+    """A request forcing `send_email` (Chat Completions' `tool_choice`) with k=1 on a weather
+    question keeps it beside the ranked tool: narrowed away, the provider refuses the call."""
+    forced = {"type": "function", "function": {"name": "send_email"}}
+    async with AsyncClient(server.url) as ts:
+        hook = ToolselectCallback(ts, k=1, agent="assistant-sdk")
+        for choice in (forced, {"type": "function", "name": "send_email"}, "auto"):
+            data: dict[str, Any] = {
+                "model": "gpt-5.4",
+                "messages": [{"role": "user", "content": WEATHER}],
+                "tools": FUNCTIONS,
+                "tool_choice": choice,
+            }
+            await hook.narrow(data)
+            kept = [t["function"]["name"] for t in data["tools"]]
+            assert kept == (["get_weather"] if choice == "auto" else ["send_email", "get_weather"])
+            assert data["tool_choice"] == choice

@@ -190,3 +190,22 @@ async def test_a_function_the_model_was_not_loaded_is_reported_so(
         1,
         "send_email",
     )
+
+
+async def test_an_upload_with_toolselect_down_degrades_and_the_search_loads_the_catalog(
+    responses_stub: Stub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`upload()` with toolselect unreachable logs one line and answers False (it raised
+    `Unreachable`); the turn's tool search then loads every function."""
+    responses_stub.responder = openai_with_tool_search("rain tomorrow")
+    async with AsyncClient(f"http://127.0.0.1:{free_port()}", retries=0) as ts:
+        search = ToolSearch(ts, CATALOG)
+        with caplog.at_level(logging.WARNING, logger="toolselect.integrations"):
+            uploaded = await search.upload()
+            turn = await converse(responses_stub, search, QUESTION)
+    assert uploaded is False
+    loaded = responses_stub.received[1].body["input"][-1]["tools"]
+    assert [t["name"] for t in loaded] == [t["name"] for t in CATALOG]
+    assert turn.used_tool == "get_weather"
+    mine = [r.getMessage() for r in caplog.records if r.name == "toolselect.integrations"]
+    assert mine == ["toolselect_upload_failed", "toolselect_search_degraded"]

@@ -16,7 +16,7 @@ from typing import Any
 import openai
 import pytest
 import pytest_asyncio
-from agents import Agent, FunctionTool, RunConfig, Runner, function_tool
+from agents import Agent, FunctionTool, ModelSettings, RunConfig, Runner, function_tool
 from agents.models.openai_responses import OpenAIResponsesModel
 
 from tests.integrations.agent_stubs import (
@@ -308,3 +308,18 @@ async def test_the_example_runs(server: LiveServer, responses: Stub) -> None:
     stored = await asyncio.to_thread(wait_for_turn, server, found.group(1))
     assert (stored.used_tool, stored.pack, stored.outcome) == ("get_weather", "assistant-oa", "ok")
     assert stored.search_id is not None and stored.search_status == "shown"
+
+
+async def test_the_tool_the_agents_tool_choice_forces_is_offered(
+    model: OpenAIResponsesModel, server: LiveServer, responses: Stub
+) -> None:
+    """`model_settings.tool_choice="send_email"` with k=1 on a weather question: send_email is
+    offered beside the ranked tool (it was gated off while the request still forced it)."""
+    responses.responder = responses_model("send_email")
+    async with AsyncClient(server.url) as ts:
+        select = ToolselectTools(ts, agent=AGENT, k=1)
+        forced = assistant(model).clone(model_settings=ModelSettings(tool_choice="send_email"))
+        with select.hooks() as hooks:
+            await Runner.run(select.agent(forced), WEATHER, hooks=hooks, run_config=OFFLINE)
+    assert offered(responses)[0] == ["send_email", "get_weather"]
+    assert responses.received[0].body["tool_choice"] == {"type": "function", "name": "send_email"}

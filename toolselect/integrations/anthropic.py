@@ -15,15 +15,15 @@ signal, and a tool that worked a label, without code in the agent.
         results += run_my_tools(search.tool_calls(reply))
         turn.outcome = "ok"                         # optional: when the host knows
 
-If toolselect fails (down, refusing, empty catalog), the search answers references to the
-whole catalog (or its first `fallback_limit` tools) and logs one `toolselect_search_degraded`
-line: the host's loop goes on as if there were no search.
+If toolselect fails (down, refusing, empty catalog), `upload()` returns False and the search
+answers references to the whole catalog (or its first `fallback_limit` tools), each with one
+log line: the host's loop goes on as if there were no search.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from anthropic.types import Message, ToolParam, ToolResultBlockParam, ToolUseBlock
 
@@ -63,8 +63,9 @@ class ToolSearch(CatalogSearch):
         }
         return [search, *self.catalog]
 
-    async def upload(self) -> UpsertResponse:
-        """Put the catalog into toolselect (under `pack`)."""
+    async def upload(self) -> UpsertResponse | Literal[False]:
+        """Put the catalog into toolselect (under `pack`); False, with one log line, when
+        toolselect cannot take it (the searches then reveal the whole catalog)."""
         return await self.put(
             [
                 {"name": t["name"], "description": t.get("description", ""), **_schema(t)}

@@ -11,8 +11,9 @@ every model call through toolselect and reports the tools the model then called.
 Hooks, modelled on LangChain's own `LLMToolSelectorMiddleware`:
 
 - `wrap_model_call`/`awrap_model_call` (narrow): the request's `BaseTool`s are ranked for the
-  latest user message (earlier messages are context) and only the top `k` (plus `always`) go
-  to the model, in the agent's order; provider tools (dicts) pass through. The answer's
+  latest user message (earlier messages are context) and only the top `k` (plus `always` and a
+  tool the request's `tool_choice` forces) go to the model, in the agent's order; provider tools
+  (dicts) pass through. The answer's
   `AIMessage` carries the ranking's id in `response_metadata["toolselect"]`, so the report can
   name the ranking that showed each call, even across processes with a checkpointer.
 - `after_agent`/`aafter_agent` (report): once the agent's run ends, the tools called since the
@@ -50,6 +51,7 @@ from toolselect.integrations.narrowing import (
     NarrowingOptions,
     ToolNarrower,
     ToolSpec,
+    forced_tools,
     log,
 )
 
@@ -94,7 +96,8 @@ class ToolselectMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if prepared is None:
             return handler(request)
         question, context, specs = prepared
-        narrowed = self.narrower.narrow_sync(question, specs, context=context)
+        forced = forced_tools(request.tool_choice)
+        narrowed = self.narrower.narrow_sync(question, specs, context=context, always=forced)
         return _tagged(handler(_offer(request, narrowed)), narrowed)
 
     async def awrap_model_call(
@@ -106,7 +109,8 @@ class ToolselectMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if prepared is None:
             return await handler(request)
         question, context, specs = prepared
-        narrowed = await self.narrower.narrow(question, specs, context=context)
+        forced = forced_tools(request.tool_choice)
+        narrowed = await self.narrower.narrow(question, specs, context=context, always=forced)
         return _tagged(await handler(_offer(request, narrowed)), narrowed)
 
     def _prepare(self, request: ModelRequest[Any]) -> tuple[str, list[str], list[ToolSpec]] | None:

@@ -16,7 +16,8 @@ reports the tools the model called.
 - `async_pre_call_hook` (the proxy's hook, before routing) replaces a chat completion's `tools`
   with the `k` function tools toolselect ranks first for the latest user message and the
   conversation before it, plus the `always` tools and every tool that is not a function (hosted
-  tools); the request's `tools` are the catalog, uploaded once per content. The pack is named
+  tools, and the tool `tool_choice` forces); the request's `tools` are the catalog, uploaded once
+  per content. The pack is named
   after the agent the request comes from: `metadata["toolselect_agent"]` when the caller sets it,
   else the virtual key's alias, else its team's alias, else the model (`agent=` fixes one name).
   The ranking's search id, the pack and the session go into the request's metadata.
@@ -57,6 +58,7 @@ from toolselect.integrations.narrowing import (
     DEFAULT_TIMEOUT_S,
     ToolNarrower,
     ToolSpec,
+    forced_tools,
     latest_user_text,
 )
 
@@ -209,7 +211,10 @@ class ToolselectCallback(CustomLogger):
             ToolSpec(f["name"], str(f.get("description") or ""), f.get("parameters") or None)
             for f in functions
         ]
-        narrowed = await self.narrower(pack).narrow(request, specs, context=context)
+        # A tool the request forces is kept like an `always` one: narrowed away, the provider
+        # would refuse the call (tool_choice naming a tool not offered).
+        forced = forced_tools(data.get("tool_choice"))
+        narrowed = await self.narrower(pack).narrow(request, specs, context=context, always=forced)
         kept = set(narrowed.tools)
         data["tools"] = [t for t in tools if (f := _function(t)) is None or f["name"] in kept]
         metadata[PACK] = pack

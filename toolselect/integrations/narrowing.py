@@ -7,13 +7,18 @@ turn, report the tools the model then called, and never break the agent's loop.
     narrower.report(user_message, ["get_order"], search_id=search_id, outcome="ok")
 
 - **Catalog**: uploaded under a pack named after the agent, once per content (a SHA-256 of the
-  names, descriptions and schemas, kept per process and server), in the background: a turn never
-  waits for it longer than its own timeout (`await narrower.upload(specs)` warms up first).
+  names, descriptions and schemas, kept per process, server and API key) and again in the
+  background every `recheck_s`, in bodies the server takes: a turn never waits for it longer
+  than its own timeout (`await narrower.upload(specs)` warms up first). A tool the server cannot
+  hold (a name too long, a schema too deep) is offered, never ranked; a key that may not upload
+  (an agent's) still narrows over the catalog an editor put (`uploads.Uploader`).
 - **Narrow**: the `k` best tools for the turn plus every `always` tool, **in the order the agent
   gave them** (only removing tools: a recurring set yields the same tool block, which keeps
-  provider prompt caches warm), with the ranking's `search_id`. The query is the latest user
-  message, then earlier messages (`context`, oldest first) up to `context_chars`; `context` and
-  a turn's `session_id` go to the ranking too; `companions` keeps tools used with the ranked.
+  provider prompt caches warm), with the ranking's `search_id`. A tool the ranking shows the
+  server lacks (it answered fewer than asked) is kept too, and the catalog goes again. The query
+  is the latest user message, then earlier messages (`context`, oldest first) up to
+  `context_chars`; `context` and a turn's `session_id` go to the ranking too; `companions` keeps
+  tools used with the ranked.
 - **Degrade**: when toolselect is down, slow (over `timeout_s`, 0.25 s by default: well under a
   model call), refusing, or knows none of the tools, every tool is kept, `search_id` is None and
   one `toolselect_narrow_degraded` line is logged. Nothing here raises into the agent's loop.
@@ -29,10 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
-import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Collection, Coroutine, Iterable, Mapping, Sequence
@@ -41,6 +43,9 @@ from typing import Any, NamedTuple, TypedDict, TypeVar
 
 from toolselect.api.models import MAX_USED_TOOLS
 from toolselect.client import AsyncClient, Client, clip_text, recent_context
+from toolselect.integrations.uploads import RECHECK_S, Uploader, describe
+from toolselect.integrations.uploads import ToolSpec as ToolSpec
+from toolselect.integrations.uploads import catalog_hash as catalog_hash
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
 log = logging.getLogger("toolselect.integrations")
@@ -63,51 +68,11 @@ class NarrowingOptions(TypedDict, total=False):
     companions: int
 
 
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """One tool as toolselect sees it: its name, what it does, its arguments' JSON Schema."""
-
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] | None = None
-
-    def native(self) -> dict[str, Any]:
-        """The tool as a `PUT /v1/tools` entry."""
-        tool: dict[str, Any] = {"name": self.name, "description": self.description}
-        if self.parameters is not None:
-            tool["input_schema"] = dict(self.parameters)
-        return tool
-
-
 class Narrowed(NamedTuple):
     """What one narrowing kept: tool names (the agent's order) and its id (None: degraded)."""
 
     tools: list[str]
     search_id: str | None
-
-
-def catalog_hash(specs: Sequence[ToolSpec]) -> str:
-    """The SHA-256 of a catalog's content, independent of the tools' order."""
-    entries = sorted(
-        json.dumps(s.native(), sort_keys=True, separators=(",", ":"), default=str) for s in specs
-    )
-    return hashlib.sha256("\n".join(entries).encode()).hexdigest()
-
-
-# Catalogs uploaded by this process: (server URL, pack) -> content hashes the server holds; shared
-# by every narrower, so an agent rebuilt per request (a middleware, a proxy hook) uploads once.
-_UPLOADED: dict[tuple[str, str], set[str]] = {}
-_UPLOADED_LOCK = threading.Lock()
-
-
-def _known(key: tuple[str, str], digest: str) -> bool:
-    with _UPLOADED_LOCK:
-        return digest in _UPLOADED.get(key, ())
-
-
-def _remember(key: tuple[str, str], digest: str) -> None:
-    with _UPLOADED_LOCK:
-        _UPLOADED.setdefault(key, set()).add(digest)
 
 
 def compose_query(request: str, context: Iterable[str] | None, limit: int) -> str:
@@ -134,7 +99,8 @@ class ToolNarrower:
     - `always`: tool names kept every turn, never ranked;
     - `timeout_s`: the most a narrowing waits for toolselect before keeping every tool;
     - `context_chars`: how much of the earlier conversation goes into the query (0: none);
-    - `companions`: how many tools often used with the ranked ones to keep too (0..10; 0).
+    - `companions`: how many tools often used with the ranked ones to keep too (0..10; 0);
+    - `recheck_s`: how long an upload is trusted before it is sent again, in the background.
     """
 
     def __init__(
@@ -147,6 +113,7 @@ class ToolNarrower:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         context_chars: int = 1000,
         companions: int = 0,
+        recheck_s: float = RECHECK_S,
     ) -> None:
         if not agent.strip():
             raise ValueError("expected a non-blank agent name (it names the tools' pack)")
@@ -165,9 +132,7 @@ class ToolNarrower:
         self._async = client if isinstance(client, AsyncClient) else client._async
         # The blocking client's private loop, where its requests run; None for an AsyncClient.
         self._loop = None if isinstance(client, AsyncClient) else client._loop
-        self._key = (self._async.base_url, self.pack)
-        # Uploads in flight, by catalog hash (tasks on the client's loop).
-        self._uploads: dict[str, asyncio.Task[bool]] = {}
+        self.uploader = Uploader(self._async, pack=self.pack, agent=agent, recheck_s=recheck_s)
 
     # -- catalog ---------------------------------------------------------------------------
 
@@ -175,44 +140,18 @@ class ToolNarrower:
         """Upload the catalog unless this process already did (same content); True when the
         server holds it. Waits up to `timeout_s`; never raises."""
         try:
-            return await self._hop(self._upload(specs, timeout_s))
+            return await self._hop(self.uploader.upload(specs, timeout_s))
         except Exception as exc:
-            log.warning("toolselect_upload_failed", extra={"error": _describe(exc)})
+            log.warning("toolselect_upload_failed", extra={"error": describe(exc)})
             return False
 
     def upload_sync(self, specs: Sequence[ToolSpec], timeout_s: float | None = 30.0) -> bool:
         """`upload` for synchronous code (needs a blocking `Client`)."""
         try:
-            return self._block(self._upload(specs, timeout_s), timeout_s)
+            return self._block(self.uploader.upload(specs, timeout_s), timeout_s)
         except Exception as exc:
-            log.warning("toolselect_upload_failed", extra={"error": _describe(exc)})
+            log.warning("toolselect_upload_failed", extra={"error": describe(exc)})
             return False
-
-    async def _upload(self, specs: Sequence[ToolSpec], timeout_s: float | None) -> bool:
-        digest = catalog_hash(specs)
-        if _known(self._key, digest):
-            return True
-        task = self._upload_task(specs, digest)
-        async with asyncio.timeout(timeout_s):
-            return await asyncio.shield(task)
-
-    def _upload_task(self, specs: Sequence[ToolSpec], digest: str) -> asyncio.Task[bool]:
-        """The upload of this content: the one in flight, else a new one (on the running loop,
-        the client's). A failed upload is forgotten, so the next turn tries again."""
-        task = self._uploads.get(digest)
-        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
-            task = asyncio.get_running_loop().create_task(self._put(specs, digest))
-            task.add_done_callback(_quiet)
-            self._uploads[digest] = task
-        return task
-
-    async def _put(self, specs: Sequence[ToolSpec], digest: str) -> bool:
-        answer = await self._async.tools.put([s.native() for s in specs], pack=self.pack)
-        _remember(self._key, digest)
-        counts = {"upserted": answer.upserted, "unchanged": answer.unchanged}
-        log.info("toolselect_catalog_uploaded", extra={"pack": self.pack, **counts})
-        self._uploads.pop(digest, None)
-        return True
 
     # -- narrowing -------------------------------------------------------------------------
 
@@ -262,7 +201,9 @@ class ToolNarrower:
         always: Collection[str] | None,
         session_id: str | None,
     ) -> Narrowed:
-        keep = self.always if always is None else frozenset(always) | self.always
+        digest = catalog_hash(tools)
+        # A tool the server cannot hold is offered, never ranked (see `uploads.plan_upload`).
+        keep = self.uploader.plan(tools, digest).left_out | self.always | frozenset(always or ())
         names = [t.name for t in tools]
         rankable = [n for n in dict.fromkeys(names) if n not in keep]
         want = min(self.k if k is None else k, len(rankable), MAX_RANK_K)
@@ -273,9 +214,12 @@ class ToolNarrower:
         if not query:
             raise ValueError("expected a non-blank request to rank the tools for")
         async with asyncio.timeout(self.timeout_s):
-            digest = catalog_hash(tools)
-            if not _known(self._key, digest):
-                await asyncio.shield(self._upload_task(tools, digest))
+            if refused := await self.uploader.held(tools, digest):
+                keep |= refused
+                rankable = [n for n in rankable if n not in refused]
+                want = min(want, len(rankable))
+                if want < 1:
+                    return Narrowed(names, None)
             ranking = await self._async.rank(
                 query,
                 want,
@@ -284,7 +228,15 @@ class ToolNarrower:
                 context=recent_context(context) or None,
                 companions=self.companions,
             )
-        chosen = {r.tool for r in ranking.results} & set(rankable)
+        ranked = {r.tool for r in ranking.results}
+        if len(ranked) < want and (unknown := set(rankable) - ranked):
+            # Asked for more than it holds, the server ranks all it holds: the rest it lacks
+            # (deleted there, a store reset, never uploaded). They stay offered; the catalog goes
+            # again at the next turn.
+            keep |= unknown
+            if self.uploader.forget(digest):
+                log.info("toolselect_tools_unknown", extra={"agent": self.agent, **_few(unknown)})
+        chosen = ranked & set(rankable)
         if not chosen:
             raise LookupError("toolselect ranked none of the agent's tools")
         chosen |= {c.tool for c in ranking.companions or ()} & set(rankable)
@@ -292,7 +244,7 @@ class ToolNarrower:
 
     def _degraded(self, tools: Sequence[ToolSpec], exc: BaseException, started: float) -> Narrowed:
         waited_ms = round((time.perf_counter() - started) * 1000, 1)
-        fields = {"agent": self.agent, "error": _describe(exc), "kept": len(tools)}
+        fields = {"agent": self.agent, "error": describe(exc), "kept": len(tools)}
         log.warning("toolselect_narrow_degraded", extra={**fields, "waited_ms": waited_ms})
         return Narrowed([t.name for t in tools], None)
 
@@ -329,7 +281,7 @@ class ToolNarrower:
                 session_id=session_id,
             )
         except Exception as exc:  # observe never raises; a bug of ours must not either
-            log.warning("toolselect_report_failed", extra={"error": _describe(exc)})
+            log.warning("toolselect_report_failed", extra={"error": describe(exc)})
             return None
         return turn_id
 
@@ -427,6 +379,27 @@ def latest_user_text(texts: Sequence[tuple[bool, str]]) -> tuple[str, list[str]]
     return texts[latest][1], [text for _, text in texts[:latest]]
 
 
+# `tool_choice` values that name no tool: the model picks (or calls none).
+_CHOICE_MODES = frozenset({"auto", "none", "required", "any"})
+
+
+def forced_tools(tool_choice: object) -> frozenset[str]:
+    """The tools a request's `tool_choice` forces, which narrowing must keep (the provider
+    refuses, or the model cannot call, a forced tool it was not offered): a tool's name
+    (LangChain, the OpenAI Agents SDK), `{"type": "function", "function": {"name"}}` (Chat
+    Completions), `{"type": "function" | "tool", "name"}` (Responses, Anthropic) or a list of
+    names (PydanticAI); nothing for a mode (`auto`, `required`, ...)."""
+    if isinstance(tool_choice, str):
+        return frozenset() if tool_choice in _CHOICE_MODES else frozenset({tool_choice})
+    if isinstance(tool_choice, Mapping):
+        function = tool_choice.get("function")
+        named = function.get("name") if isinstance(function, Mapping) else tool_choice.get("name")
+        return frozenset({named}) if isinstance(named, str) and named else frozenset()
+    if isinstance(tool_choice, list | tuple):
+        return frozenset(n for n in tool_choice if isinstance(n, str) and n not in _CHOICE_MODES)
+    return frozenset()
+
+
 def shown_by(shown: Sequence[Narrowed], name: str) -> str | None:
     """The id of the narrowing a tool was picked from: the latest that kept it, else the latest
     (the model called a tool it was not offered)."""
@@ -436,14 +409,6 @@ def shown_by(shown: Sequence[Narrowed], name: str) -> str | None:
     return shown[-1].search_id if shown else None
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "TimeoutError: toolselect did not answer in time"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _quiet(task: asyncio.Task[bool]) -> None:
-    """Retrieve a background upload's exception, so asyncio does not report it: the turn that
-    waited for it logged it (degraded) and the next turn tries again."""
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        log.debug("toolselect_upload_failed", extra={"error": _describe(exc)})
+def _few(names: Collection[str]) -> dict[str, Any]:
+    """Log fields naming a few of `names` (a catalog can be large) and their count."""
+    return {"count": len(names), "names": sorted(names)[:5]}

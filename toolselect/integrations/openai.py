@@ -17,7 +17,7 @@ picked from) is `search.CatalogSearch`'s and `search.TurnReport`'s.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from openai.types.responses import (
     FunctionToolParam,
@@ -64,8 +64,9 @@ class ToolSearch(CatalogSearch):
         }
         return [search, *self.catalog.values()]
 
-    async def upload(self) -> UpsertResponse:
-        """Put the catalog into toolselect (under `pack`)."""
+    async def upload(self) -> UpsertResponse | Literal[False]:
+        """Put the catalog into toolselect (under `pack`); False, with one log line, when
+        toolselect cannot take it (the searches then reveal the whole catalog)."""
         return await self.put(
             [
                 {

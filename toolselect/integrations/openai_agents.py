@@ -13,7 +13,8 @@ copies an agent with its function tools gated there: the first gate of a run ran
 enabled tools (the tools' own `is_enabled` still apply, first) for the run's input
 (`RunContextWrapper.turn_input`: the latest user message, and the conversation before it when the
 input carries one) and every gate answers from that one ranking, so the model is offered the `k`
-tools toolselect ranks first plus the narrower's `always` tools, and the run costs one rank call.
+tools toolselect ranks first plus the narrower's `always` tools (and the tool the agent's
+`model_settings.tool_choice` forces), and the run costs one rank call.
 Hosted tools, MCP servers' tools and handoffs are not narrowed.
 
 `hooks()` is a `RunHooks` for one run: `on_llm_start` notes the ranking the model was shown,
@@ -51,6 +52,7 @@ from toolselect.integrations.narrowing import (
     NarrowingOptions,
     ToolNarrower,
     ToolSpec,
+    forced_tools,
     latest_user_text,
 )
 
@@ -170,8 +172,9 @@ class ToolselectTools:
     ) -> asyncio.Future[tuple[str, Narrowed]]:
         """The run's ranking of `catalog` for its input: made by the first gate that asks, and
         awaited by the others (the SDK asks every tool's gate at once)."""
+        forced = getattr(getattr(agent, "model_settings", None), "tool_choice", None)
         key = hashlib.sha256(
-            json.dumps([ctx.turn_input, [t.name for t in catalog]], default=str).encode()
+            json.dumps([ctx.turn_input, [t.name for t in catalog], forced], default=str).encode()
         ).hexdigest()
         made = self._runs.setdefault(ctx, {})
         future = made.get(key)
@@ -192,7 +195,12 @@ class ToolselectTools:
         request, context = conversation(ctx.turn_input)
         if not request or not enabled:
             return request, Narrowed([t.name for t in enabled], None)
-        narrowed = await self.narrower.narrow(request, [_spec(t) for t in enabled], context=context)
+        # The tool the agent's `tool_choice` forces stays, like an `always` one: gated off, the
+        # model would be made to call a tool it was not offered.
+        settings = getattr(agent, "model_settings", None)
+        forced = forced_tools(getattr(settings, "tool_choice", None))
+        specs = [_spec(t) for t in enabled]
+        narrowed = await self.narrower.narrow(request, specs, context=context, always=forced)
         self._latest[ctx] = (request, narrowed)  # degraded ones too: the calls are still reported
         return request, narrowed
 

@@ -1,5 +1,5 @@
 """What every tool-search adapter shares: toolselect's ranking restricted to the host's catalog,
-degraded to the whole catalog on any failure, and one `observe` per turn.
+degraded to the whole catalog on any failure (the upload's too), and one `observe` per turn.
 
 Each search the model runs gets the server's `search_id`; the turn reports the id of the search
 its first tool came from (the latest search that showed it, else the latest before the call),
@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from toolselect.api.models import MAX_USED_TOOLS, UpsertResponse
 from toolselect.client import AsyncClient, clip_text, recent_context
@@ -87,9 +87,18 @@ class CatalogSearch:
         self.agent_id = agent_id
         self.fallback_limit = fallback_limit
 
-    async def put(self, tools: Sequence[Mapping[str, Any]]) -> UpsertResponse:
-        """Put the catalog into toolselect (under `pack`); unchanged tools cost nothing."""
-        return await self.client.tools.put(tools, pack=self.pack)
+    async def put(self, tools: Sequence[Mapping[str, Any]]) -> UpsertResponse | Literal[False]:
+        """Put the catalog into toolselect (under `pack`); unchanged tools cost nothing. When
+        toolselect cannot take it (down, refusing), one `toolselect_upload_failed` line and
+        False: the host goes on, and its searches reveal the catalog until toolselect knows it."""
+        try:
+            return await self.client.tools.put(tools, pack=self.pack)
+        except Exception as exc:  # the host's start-up must not fail over toolselect either
+            log.warning(
+                "toolselect_upload_failed",
+                extra={"error": f"{type(exc).__name__}: {exc}", "tools": len(tools)},
+            )
+            return False
 
     async def find(
         self,

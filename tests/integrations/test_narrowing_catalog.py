@@ -1,0 +1,211 @@
+"""The narrowing's catalog upload against a real toolselect server: one cache entry per API key
+(two tenants on one server each get their catalog), a tool the server lost stays offered and is
+uploaded again, an agent-role key narrows over an editor's catalog, and a catalog over the
+server's limits is clipped, split and left partly unranked rather than refused whole."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integrations.test_narrowing import TOOLS, CountingTransport, error_lines
+from tests.live import LiveServer, live_server
+from toolselect.catalog import MAX_DESCRIPTION_BYTES, MAX_NAME_CHARS, MAX_SCHEMA_DEPTH
+from toolselect.client import AsyncClient
+from toolselect.config import Settings
+from toolselect.integrations import uploads
+from toolselect.integrations.narrowing import ToolNarrower, ToolSpec
+
+ADMIN = "k-admin-narrowing-2c9d"
+WEATHER = "Will it rain in Turin tomorrow?"
+
+
+@pytest.fixture
+def keyed(tmp_path: Path) -> Iterator[LiveServer]:
+    """A server whose API needs a key (`ADMIN`, an admin of `default`)."""
+    yield from live_server(tmp_path, api_keys=(ADMIN,))
+
+
+async def key_of(server: LiveServer, tenant: str, role: str) -> str:
+    async with AsyncClient(server.url, api_key=ADMIN) as admin:
+        return (await admin.create_key(tenant, role)).key
+
+
+def nested(depth: int) -> dict[str, object]:
+    """A JSON schema whose objects nest `depth` deep below the top one."""
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return schema
+
+
+async def test_two_tenants_on_one_server_each_get_their_catalog(keyed: LiveServer) -> None:
+    """Editor keys of two tenants on one URL: the second tenant's catalog is uploaded too (the
+    upload cache was keyed by URL and pack only, so it was never sent and every turn of the
+    second tenant degraded)."""
+    keys = [await key_of(keyed, tenant, "editor") for tenant in ("team-a", "team-b")]
+    for key in keys:
+        async with AsyncClient(keyed.url, api_key=key) as ts:
+            narrower = ToolNarrower(ts, agent="shared-agent", k=2)
+            kept, search_id = await narrower.narrow(WEATHER, TOOLS)
+            listed = {t.name for t in await ts.tools.list(pack="shared-agent")}
+        assert search_id is not None and "get_weather" in kept and len(kept) == 2
+        assert listed == {t.name for t in TOOLS}
+    assert uploads.credential_of(AsyncClient(keyed.url, api_key=keys[0])) not in keys[0]
+
+
+async def test_a_tool_the_server_lost_stays_offered_and_is_uploaded_again(
+    server: LiveServer,
+) -> None:
+    """`send_email` deleted on the server after the upload: the ranking answers fewer tools than
+    asked, so the tool is kept this turn and the catalog goes again at the next, after which
+    the server ranks it again."""
+    transport = CountingTransport()
+    async with AsyncClient(server.url, transport=transport) as ts:
+        narrower = ToolNarrower(ts, agent="core-lost", k=4, always=["handoff"], timeout_s=5.0)
+        assert (await narrower.narrow(WEATHER, TOOLS)).search_id is not None
+        assert await ts.tools.delete("send_email")
+        kept, search_id = await narrower.narrow("send an email to Ann", TOOLS)
+        assert search_id is not None
+        assert kept == [t.name for t in TOOLS]  # send_email too, though the server lacks it
+        await narrower.narrow(WEATHER, TOOLS)
+        assert transport.count("PUT", "tools") == 2
+        assert (await ts.tools.get("send_email")).packs == ["core-lost"]
+        narrowed = await narrower.narrow("send an email to Ann", TOOLS, k=1)
+    assert narrowed.tools == ["send_email", "handoff"]
+
+
+async def test_an_old_upload_is_sent_again_in_the_background(server: LiveServer) -> None:
+    """A lost tool that no ranking shows missing (the server still fills `k`) comes back when
+    the upload is older than `recheck_s`: sent again beside the turn, which does not wait."""
+    transport = CountingTransport()
+    async with AsyncClient(server.url, transport=transport) as ts:
+        narrower = ToolNarrower(ts, agent="core-recheck", k=1, recheck_s=0.0, timeout_s=5.0)
+        assert await narrower.upload(TOOLS)
+        assert await ts.tools.delete("send_email")
+        assert (await narrower.narrow(WEATHER, TOOLS)).tools == ["get_weather"]
+        for _ in range(100):  # the background upload: bounded, it takes milliseconds
+            if any(t.name == "send_email" for t in await ts.tools.list(pack="core-recheck")):
+                break
+            await asyncio.sleep(0.05)
+        assert transport.count("PUT", "tools") == 2
+        narrowed = await narrower.narrow("send an email to Ann", TOOLS)
+    assert narrowed.tools == ["send_email"]
+
+
+async def test_an_agent_key_narrows_over_the_catalog_an_editor_put(
+    keyed: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent-role key may rank but not PUT: the 403 is logged once, never asked again, and
+    every turn ranks the catalog an editor uploaded."""
+    async with AsyncClient(keyed.url, api_key=await key_of(keyed, "team-c", "editor")) as editor:
+        assert await ToolNarrower(editor, agent="ro-agent").upload(TOOLS)
+    transport = CountingTransport()
+    agent_key = await key_of(keyed, "team-c", "agent")
+    async with AsyncClient(keyed.url, api_key=agent_key, transport=transport) as ts:
+        narrower = ToolNarrower(ts, agent="ro-agent", k=1, timeout_s=5.0)
+        with caplog.at_level(logging.INFO, logger="toolselect"):
+            first = await narrower.narrow(WEATHER, TOOLS)
+            second = await narrower.narrow("send an email to Ann", TOOLS)
+            assert not await narrower.upload(TOOLS)
+    assert (first.tools, second.tools) == (["get_weather"], ["send_email"])
+    assert first.search_id is not None and second.search_id is not None
+    assert transport.count("PUT", "tools") == 1
+    [line] = error_lines(caplog)
+    assert line.getMessage() == "toolselect_upload_forbidden"
+    assert "forbidden" in line.__dict__["error"]
+
+
+async def test_tools_over_the_servers_limits_are_clipped_or_offered_unranked(
+    server: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 9,000-byte description is clipped to 8 KiB; a 301-character name and a schema nested
+    past 64 are left out of the upload (the server would refuse the whole body) and offered
+    every turn; the rest is ranked."""
+    long_name = "n" * (MAX_NAME_CHARS + 45)
+    tools = [
+        *TOOLS,
+        ToolSpec("long_story", "Tell a long story about dragons. " + "x" * 9000),
+        ToolSpec(long_name, "A tool whose name is over the limit."),
+        ToolSpec("deep_tool", "A tool with a deep schema.", nested(MAX_SCHEMA_DEPTH + 6)),
+    ]
+    transport = CountingTransport()
+    async with AsyncClient(server.url, transport=transport) as ts:
+        narrower = ToolNarrower(ts, agent="core-limits", k=1, timeout_s=5.0)
+        with caplog.at_level(logging.WARNING, logger="toolselect"):
+            kept, search_id = await narrower.narrow(WEATHER, tools)
+            again = await narrower.narrow("send an email to Ann", tools)
+        stored = await ts.tools.get("long_story")
+        listed = {t.name for t in await ts.tools.list(pack="core-limits")}
+    assert search_id is not None, error_lines(caplog)
+    assert kept == ["get_weather", long_name, "deep_tool"]
+    assert again.tools == ["send_email", long_name, "deep_tool"]
+    assert error_lines(caplog) == []
+    assert transport.count("PUT", "tools") == 1
+    assert len(stored.description.encode()) == MAX_DESCRIPTION_BYTES
+    assert listed == {t.name for t in TOOLS} | {"long_story"}
+
+
+async def test_a_catalog_over_the_body_limit_goes_in_several_puts(server: LiveServer) -> None:
+    """601 tools of about 2.2 KB (1.3 MB, over the 1 MiB body limit): several PUTs, each taken."""
+    tools = [
+        ToolSpec(f"tool_{i:03d}", f"Tool number {i} does task {i}. " + "word " * 430)
+        for i in range(601)
+    ]
+    transport = CountingTransport()
+    async with AsyncClient(server.url, transport=transport) as ts:
+        narrower = ToolNarrower(ts, agent="core-big", k=3)
+        assert await narrower.upload(tools, timeout_s=120)
+        listed = await ts.tools.list(pack="core-big")
+    assert len(listed) == 601
+    assert transport.count("PUT", "tools") == 2
+
+
+async def test_a_lower_body_limit_halves_the_puts(tmp_path: Path) -> None:
+    """A server configured below the default body limit answers 413: the body is halved until
+    each part is taken; one tool alone over the limit is left out, offered unranked."""
+    server = LiveServer(tmp_path, max_body_bytes=16 << 10)
+    try:
+        tools = [*TOOLS, *(ToolSpec(f"tool_{i}", f"Tool {i}. " + "w " * 900) for i in range(20))]
+        big = ToolSpec("big_schema", "A tool with a large schema.", {"enum": ["v" * 40] * 500})
+        transport = CountingTransport()
+        async with AsyncClient(server.url, transport=transport) as ts:
+            narrower = ToolNarrower(ts, agent="core-small", k=1, timeout_s=30.0)
+            assert await narrower.upload([*tools, big])
+            listed = {t.name for t in await ts.tools.list(pack="core-small")}
+            kept = (await narrower.narrow(WEATHER, [*tools, big])).tools
+    finally:
+        server.stop()
+    assert listed == {t.name for t in tools}
+    assert kept == ["get_weather", "big_schema"]
+    assert transport.count("PUT", "tools") > 3
+
+
+async def test_a_refused_upload_is_not_sent_again_at_every_turn(
+    server: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refusal the narrower cannot mend (here a pack name over the server's 256 characters)
+    is logged, the turn ranks on, and the same content waits before it is sent again."""
+    transport = CountingTransport()
+    async with AsyncClient(server.url, transport=transport) as ts:
+        narrower = ToolNarrower(ts, agent="p" * 300, k=1, timeout_s=5.0)
+        with caplog.at_level(logging.WARNING, logger="toolselect"):
+            for question in (WEATHER, "send an email to Ann", WEATHER):
+                await narrower.narrow(question, TOOLS)
+    assert transport.count("PUT", "tools") == 1
+    assert transport.count("POST", "rank") == 3
+    [line] = error_lines(caplog)
+    assert line.getMessage() == "toolselect_upload_failed"
+    assert line.__dict__["retry_in_s"] == uploads.RETRY_FIRST_S
+
+
+def test_the_mirrored_limits_are_the_servers() -> None:
+    """The upload's copies of the server's limits (importing them would load the server)."""
+    from toolselect.api.routes import MAX_TOOLS_PER_PUT
+
+    assert uploads.MAX_TOOLS_PER_PUT == MAX_TOOLS_PER_PUT
+    assert Settings().max_body_bytes == uploads.MAX_BODY_BYTES

@@ -1,0 +1,385 @@
+"""The narrowing's catalog upload: only what the server can hold, in bodies it accepts, and a
+process-wide ledger of what each server already holds for each credential.
+
+- **Fit**: a description over the server's 8 KiB is clipped (the ranking reads its start); a tool
+  the server cannot hold at all (a name over 256 characters or with surrounding spaces, a schema
+  nested over 64 deep, one tool over the body limit alone, a schema that is not JSON) is left out
+  of the upload and stays offered to the model, unranked. A tool the server refuses all the same
+  (`422` naming it: a limit configured lower) is left out the same way.
+- **Split**: the catalog goes in PUTs of at most `MAX_TOOLS_PER_PUT` tools and `MAX_BODY_BYTES`
+  each (the server's defaults); a `413` (a lower configured limit) halves the body and tries again.
+- **Ledger**: by server, credential (a hash of the bearer key: two tenants' keys on one URL hold
+  two catalogs) and pack, the content hashes uploaded and when; the hashes whose upload was
+  refused, tried again only after a doubling wait; and the credentials refused any upload
+  (`403`: an agent-role key), never tried again in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from toolselect.catalog import MAX_DESCRIPTION_BYTES, MAX_NAME_CHARS, MAX_SCHEMA_DEPTH
+from toolselect.client import AsyncClient, clip_text
+from toolselect.errors import ApiError
+
+# stdlib logging: this runs in the host's process and follows its logging setup.
+log = logging.getLogger("toolselect.integrations")
+
+# The server's defaults (`MAX_TOOLS_PER_PUT` in toolselect/api/routes.py, `TOOLSELECT_MAX_BODY_BYTES`
+# in toolselect/config.py), mirrored: importing the server would load its model stack here.
+MAX_TOOLS_PER_PUT = 10_000
+MAX_BODY_BYTES = 1 << 20
+# Room for the body's envelope (`{"tools": [...]}`) and the separators between entries.
+_ENVELOPE_BYTES = 64
+# A refused upload of one content is tried again after this wait, doubled each time up to the cap.
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 900.0
+# How long an upload is trusted before it is sent again, in the background: a tool deleted on the
+# server (the dashboard, a store reset) comes back within this even when no ranking shows it gone.
+RECHECK_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One tool as toolselect sees it: its name, what it does, its arguments' JSON Schema."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] | None = None
+
+    def native(self) -> dict[str, Any]:
+        """The tool as a `PUT /v1/tools` entry."""
+        tool: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.parameters is not None:
+            tool["input_schema"] = dict(self.parameters)
+        return tool
+
+
+def catalog_hash(specs: Sequence[ToolSpec]) -> str:
+    """The SHA-256 of a catalog's content, independent of the tools' order."""
+    entries = sorted(
+        json.dumps(s.native(), sort_keys=True, separators=(",", ":"), default=str) for s in specs
+    )
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()
+
+
+class UploadPlan(NamedTuple):
+    """A catalog as the server can hold it: the PUT entries with their encoded sizes, and the
+    names left out (offered to the model, never ranked)."""
+
+    entries: list[tuple[dict[str, Any], int]]
+    left_out: frozenset[str]
+
+
+def plan_upload(specs: Sequence[ToolSpec]) -> UploadPlan:
+    """The entries to PUT for `specs` (descriptions clipped, one per name) and the tools left out
+    because the server would refuse them whatever was done."""
+    entries: list[tuple[dict[str, Any], int]] = []
+    left_out: set[str] = set()
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            continue  # the server refuses a body naming a tool twice; the first one speaks
+        seen.add(spec.name)
+        description = clip_text(spec.description, MAX_DESCRIPTION_BYTES)
+        native: dict[str, Any] = {"name": spec.name, "description": description}
+        if spec.parameters is not None:
+            native["input_schema"] = dict(spec.parameters)
+        size = _encoded_size(native)
+        holdable = _holdable_name(spec.name) and not _too_deep(native.get("input_schema"))
+        if holdable and size is not None and size <= MAX_BODY_BYTES - _ENVELOPE_BYTES:
+            entries.append((native, size))
+        else:
+            left_out.add(spec.name)
+    return UploadPlan(entries, frozenset(left_out))
+
+
+def _holdable_name(name: str) -> bool:
+    return bool(name.strip()) and name == name.strip() and len(name) <= MAX_NAME_CHARS
+
+
+def _encoded_size(entry: Mapping[str, Any]) -> int | None:
+    """The entry's bytes as the client sends them; None when it cannot be sent as JSON."""
+    try:
+        return len(json.dumps(entry, ensure_ascii=False).encode())
+    except (TypeError, ValueError):  # not JSON, or a lone surrogate UTF-8 cannot carry
+        return None
+
+
+def _too_deep(schema: object) -> bool:
+    """Whether objects and lists nest deeper than the server takes (its `catalog._schema`)."""
+    if not isinstance(schema, Mapping):
+        return False
+    level: list[Mapping[str, Any] | list[Any] | tuple[Any, ...]] = [schema]
+    for _ in range(MAX_SCHEMA_DEPTH):
+        level = [
+            child
+            for item in level
+            for child in (item.values() if isinstance(item, Mapping) else item)
+            if isinstance(child, Mapping | list | tuple)
+        ]
+        if not level:
+            return False
+    return True
+
+
+def batches(
+    entries: Sequence[tuple[dict[str, Any], int]], max_bytes: int = MAX_BODY_BYTES
+) -> list[list[dict[str, Any]]]:
+    """`entries` in bodies of at most `max_bytes` and `MAX_TOOLS_PER_PUT` tools, in order."""
+    found: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    used = _ENVELOPE_BYTES
+    for entry, size in entries:
+        if current and (used + size + 2 > max_bytes or len(current) >= MAX_TOOLS_PER_PUT):
+            found.append(current)
+            current, used = [], _ENVELOPE_BYTES
+        current.append(entry)
+        used += size + 2
+    if current:
+        found.append(current)
+    return found
+
+
+class Uploaded(NamedTuple):
+    """What a catalog upload did: the server's counts over every PUT, and the names it refused."""
+
+    upserted: int
+    unchanged: int
+    refused: frozenset[str]
+
+
+async def put_catalog(client: AsyncClient, plan: UploadPlan, pack: str) -> Uploaded:
+    """PUT `plan`'s entries in bodies the server takes; a `413` halves a body, a `422` naming one
+    tool leaves that tool out. Raises any other refusal, and `ClientError` when unanswered."""
+    pending = batches(plan.entries)
+    upserted = unchanged = 0
+    refused: set[str] = set()
+    while pending:
+        batch = pending.pop()
+        try:
+            answer = await client.tools.put(batch, pack=pack)
+        except ApiError as exc:
+            if exc.status == 413 and len(batch) > 1:
+                half = len(batch) // 2
+                pending += [batch[:half], batch[half:]]
+                continue
+            index = 0 if exc.status == 413 else _refused_tool(exc, len(batch))
+            if index is None:
+                raise
+            refused.add(batch[index]["name"])
+            if rest := batch[:index] + batch[index + 1 :]:
+                pending.append(rest)
+            continue
+        upserted += answer.upserted
+        unchanged += answer.unchanged
+    return Uploaded(upserted, unchanged, frozenset(refused))
+
+
+def _refused_tool(exc: ApiError, size: int) -> int | None:
+    """The index of the tool a `422` names (`tools[3].description`), if it names one."""
+    where = exc.field or ""
+    if exc.status != 422 or not where.startswith("tools["):
+        return None
+    index = where[len("tools[") :].split("]", 1)[0]
+    return int(index) if index.isdigit() and int(index) < size else None
+
+
+def credential_of(client: AsyncClient) -> str:
+    """A short hash naming the client's bearer key (never the key itself: ledger keys may end up
+    in a debugger or a log); "" without a key."""
+    header = client._headers.get("Authorization", "")
+    return hashlib.sha256(header.encode()).hexdigest()[:16] if header else ""
+
+
+# (server URL, credential hash, pack): the catalogs this process uploaded there.
+Key = tuple[str, str, str]
+
+
+@dataclass
+class _Held:
+    uploaded_at: float
+    refused: frozenset[str]
+
+
+@dataclass
+class _Failure:
+    attempts: int
+    retry_at: float
+
+
+@dataclass
+class Ledger:
+    """What this process uploaded where; shared by every narrower (an agent rebuilt per request,
+    a proxy hook per pack), thread-safe (blocking clients run on their own loop threads)."""
+
+    held: dict[Key, dict[str, _Held]] = field(default_factory=dict)
+    failures: dict[tuple[Key, str], _Failure] = field(default_factory=dict)
+    forbidden: set[tuple[str, str]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def holds(self, key: Key, digest: str, fresh_s: float) -> tuple[bool, bool, frozenset[str]]:
+        """Whether the server took this content, whether that is older than `fresh_s` (worth
+        uploading again in the background), and the names it refused."""
+        with self.lock:
+            held = self.held.get(key, {}).get(digest)
+        if held is None:
+            return False, False, frozenset()
+        return True, time.monotonic() - held.uploaded_at > fresh_s, held.refused
+
+    def remember(self, key: Key, digest: str, refused: frozenset[str]) -> None:
+        with self.lock:
+            self.held.setdefault(key, {})[digest] = _Held(time.monotonic(), refused)
+            self.failures.pop((key, digest), None)
+
+    def forget(self, key: Key, digest: str) -> bool:
+        """The server lacks tools of this content: upload it again at the next turn. True when
+        it was held (the server lost tools; worth a line in the log)."""
+        with self.lock:
+            return self.held.get(key, {}).pop(digest, None) is not None
+
+    def failed(self, key: Key, digest: str) -> float:
+        """Note a refused upload; the seconds before this content is tried again."""
+        with self.lock:
+            before = self.failures.get((key, digest))
+            attempts = 1 if before is None else before.attempts + 1
+            wait = min(RETRY_FIRST_S * 2.0 ** (attempts - 1), RETRY_MAX_S)
+            self.failures[(key, digest)] = _Failure(attempts, time.monotonic() + wait)
+            return wait
+
+    def may_try(self, key: Key, digest: str) -> bool:
+        """Whether this content may be uploaded now: its key may upload and no wait is running."""
+        with self.lock:
+            if (key[0], key[1]) in self.forbidden:
+                return False
+            failure = self.failures.get((key, digest))
+            return failure is None or time.monotonic() >= failure.retry_at
+
+    def forbid(self, key: Key) -> bool:
+        """Note that this credential may not upload; True the first time (log it then)."""
+        with self.lock:
+            first = (key[0], key[1]) not in self.forbidden
+            self.forbidden.add((key[0], key[1]))
+            return first
+
+
+LEDGER = Ledger()
+
+
+class Uploader:
+    """One narrower's catalog uploads to its server and pack, through the process's `LEDGER`.
+
+    A turn waits for the upload (within its own timeout) only when this process never put the
+    catalog there; an upload older than `recheck_s` is sent again in the background (unchanged
+    tools cost the server nothing), so a tool deleted there comes back even when no ranking
+    shows it missing. Refusals are not raised: a `403` (an agent-role key) stops uploads for
+    the key, logged once; another refusal waits (`Ledger.failed`) before the same content goes
+    again. Either way the turn ranks what the server holds."""
+
+    def __init__(self, client: AsyncClient, *, pack: str, agent: str, recheck_s: float) -> None:
+        self.client = client
+        self.pack = pack
+        self.agent = agent
+        self.recheck_s = recheck_s
+        # The ledger's key: two tenants' keys on one server hold two catalogs.
+        self.key: Key = (client.base_url, credential_of(client), pack)
+        # Uploads in flight, by catalog hash (tasks on the client's loop).
+        self._uploads: dict[str, asyncio.Task[bool]] = {}
+        # What each recent catalog uploads as (a catalog rarely changes; the plan costs a pass).
+        self._plans: dict[str, UploadPlan] = {}
+
+    async def upload(self, specs: Sequence[ToolSpec], timeout_s: float | None) -> bool:
+        """Upload unless the server holds this content already; True when it does (on the
+        client's loop)."""
+        digest = catalog_hash(specs)
+        held, stale, _ = LEDGER.holds(self.key, digest, self.recheck_s)
+        if held and not stale:
+            return True
+        task = self._task(specs, digest)
+        if task is None:
+            return held
+        async with asyncio.timeout(timeout_s):
+            return await asyncio.shield(task)
+
+    async def held(self, specs: Sequence[ToolSpec], digest: str) -> frozenset[str]:
+        """See that the server holds the catalog (see the class); the names it refused, which
+        are offered and never ranked."""
+        held, stale, _ = LEDGER.holds(self.key, digest, self.recheck_s)
+        if not held or stale:
+            task = self._task(specs, digest)
+            # No task: this key may not upload, or a refused upload waits. The turn ranks on: an
+            # editor may have put the catalog, and a ranking shows what the server lacks.
+            if task is not None and not held:
+                await asyncio.shield(task)
+        return LEDGER.holds(self.key, digest, self.recheck_s)[2]
+
+    def forget(self, digest: str) -> bool:
+        """The server lacks tools of this content (`Ledger.forget`)."""
+        return LEDGER.forget(self.key, digest)
+
+    def plan(self, specs: Sequence[ToolSpec], digest: str) -> UploadPlan:
+        """`plan_upload(specs)`, kept for the content's hash `digest`."""
+        plan = self._plans.get(digest)
+        if plan is None:
+            if len(self._plans) >= 8:
+                self._plans.clear()
+            plan = self._plans[digest] = plan_upload(specs)
+        return plan
+
+    def _task(self, specs: Sequence[ToolSpec], digest: str) -> asyncio.Task[bool] | None:
+        """The upload of this content: the one in flight, else a new one (on the running loop,
+        the client's); None when the ledger says not now."""
+        task = self._uploads.get(digest)
+        if task is None and LEDGER.may_try(self.key, digest):
+            put = self._put(self.plan(specs, digest), digest)
+            task = asyncio.get_running_loop().create_task(put)
+            task.add_done_callback(_quiet)
+            self._uploads[digest] = task
+        return task
+
+    async def _put(self, plan: UploadPlan, digest: str) -> bool:
+        try:
+            done = await put_catalog(self.client, plan, self.pack)
+        except ApiError as exc:
+            if exc.status == 403:
+                if LEDGER.forbid(self.key):
+                    fields = {"agent": self.agent, "error": describe(exc)}
+                    log.warning("toolselect_upload_forbidden", extra=fields)
+                return False
+            wait = LEDGER.failed(self.key, digest)
+            log.warning(
+                "toolselect_upload_failed",
+                extra={"agent": self.agent, "error": describe(exc), "retry_in_s": wait},
+            )
+            return False
+        finally:
+            self._uploads.pop(digest, None)
+        LEDGER.remember(self.key, digest, done.refused)
+        counts = {"upserted": done.upserted, "unchanged": done.unchanged}
+        left_out = len(plan.left_out | done.refused)
+        log.info(
+            "toolselect_catalog_uploaded", extra={"pack": self.pack, **counts, "left_out": left_out}
+        )
+        return True
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one log field."""
+    if isinstance(exc, TimeoutError):
+        return "TimeoutError: toolselect did not answer in time"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _quiet(task: asyncio.Task[bool]) -> None:
+    """Retrieve a background upload's exception (it did not reach the server), so asyncio does
+    not report it: a turn that waited for it degraded and logged it; the next turn tries again."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.debug("toolselect_upload_failed", extra={"error": describe(exc)})
