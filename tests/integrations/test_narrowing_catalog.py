@@ -55,7 +55,7 @@ async def test_two_tenants_on_one_server_each_get_their_catalog(keyed: LiveServe
             listed = {t.name for t in await ts.tools.list(pack="shared-agent")}
         assert search_id is not None and "get_weather" in kept and len(kept) == 2
         assert listed == {t.name for t in TOOLS}
-    assert uploads.credential_of(AsyncClient(keyed.url, api_key=keys[0])) not in keys[0]
+    assert AsyncClient(keyed.url, api_key=keys[0]).credential not in keys[0]
 
 
 async def test_a_tool_the_server_lost_stays_offered_and_is_uploaded_again(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import hashlib
 import json
 import logging
 import random
@@ -87,6 +88,13 @@ class AsyncClient:
         )
         self.tools = AsyncTools(self)
         self._closed = False
+
+    @property
+    def credential(self) -> str:
+        """A short hash naming the bearer key this client presents, never the key itself (what
+        a cache per credential may keep, or a log show); "" without a key."""
+        header = self._headers.get("Authorization", "")
+        return hashlib.sha256(header.encode()).hexdigest()[:16] if header else ""
 
     async def __aenter__(self) -> AsyncClient:
         return self

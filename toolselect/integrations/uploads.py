@@ -193,13 +193,6 @@ def _refused_tool(exc: ApiError, size: int) -> int | None:
     return int(index) if index.isdigit() and int(index) < size else None
 
 
-def credential_of(client: AsyncClient) -> str:
-    """A short hash naming the client's bearer key (never the key itself: ledger keys may end up
-    in a debugger or a log); "" without a key."""
-    header = client._headers.get("Authorization", "")
-    return hashlib.sha256(header.encode()).hexdigest()[:16] if header else ""
-
-
 # (server URL, credential hash, pack): the catalogs this process uploaded there.
 Key = tuple[str, str, str]
 
@@ -290,7 +283,7 @@ class Uploader:
         self.agent = agent
         self.recheck_s = recheck_s
         # The ledger's key: two tenants' keys on one server hold two catalogs.
-        self.key: Key = (client.base_url, credential_of(client), pack)
+        self.key: Key = (client.base_url, client.credential, pack)
         # Uploads in flight, by catalog hash (tasks on the client's loop).
         self._uploads: dict[str, asyncio.Task[bool]] = {}
         # What each recent catalog uploads as (a catalog rarely changes; the plan costs a pass).
