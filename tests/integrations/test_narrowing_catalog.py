@@ -93,6 +93,9 @@ async def test_an_old_upload_is_sent_again_in_the_background(server: LiveServer)
                 break
             await asyncio.sleep(0.05)
         assert transport.count("PUT", "tools") == 2
+        # Listed once stored; ranked once its PUT answered: wait for that (recheck_s=0 makes
+        # this an upload too, or the wait for the one in flight).
+        assert await narrower.upload(TOOLS)
         narrowed = await narrower.narrow("send an email to Ann", TOOLS)
     assert narrowed.tools == ["send_email"]
 
