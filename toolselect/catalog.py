@@ -22,6 +22,9 @@ MAX_PACK_CHARS = 256
 # JSON a tool listing writes back (pydantic's serialiser) refuses the depth, so every listing
 # of the catalog would fail for the one tool.
 MAX_SCHEMA_DEPTH = 64
+# Larger catalogs go in several PUTs; with the default 1 MiB body limit, the body size usually
+# binds first.
+MAX_TOOLS_PER_PUT = 10_000
 _DEMO_FILE = "data/demo_tools.json"
 
 

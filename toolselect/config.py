@@ -133,6 +133,8 @@ def setting(
 
 # The k of a search that names none (`/v1/rank`, MCP `search_tools`), or `max_k` when lower.
 DEFAULT_K = 5
+# The largest request body by default (`max_body_bytes`): what a client splits its uploads by.
+DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ class Settings:
     poll_interval_s: float = setting(5.0, "TOOLSELECT_POLL_INTERVAL", _float(0.05, 3600.0), "seconds between polls for other replicas' exemplars")
     store_write_timeout_s: float = setting(10.0, "TOOLSELECT_STORE_WRITE_TIMEOUT", _float(0.1, 3600.0), "seconds the learner's writes (turns, labels, oracle calls) and the spool's replay wait for the store before it counts as down and they go to the spool: a store that hangs (a stopped server, a partition dropping packets) never answers with an error")
     spool_max_mb: float = setting(256.0, "TOOLSELECT_SPOOL_MAX_MB", _float(0.001, 1_000_000.0), "megabytes of writes (turns, labels, oracle calls) the durable spool `spool.db` in the data folder keeps while the store is unreachable; past it turns are dropped first, labels last (counted in `toolselect_store_backlog_dropped_total`)")
-    max_body_bytes: int = setting(1 << 20, "TOOLSELECT_MAX_BODY_BYTES", _int(1024, 1 << 30), "largest request body")
+    max_body_bytes: int = setting(DEFAULT_MAX_BODY_BYTES, "TOOLSELECT_MAX_BODY_BYTES", _int(1024, 1 << 30), "largest request body")
     max_query_bytes: int = setting(8 << 10, "TOOLSELECT_MAX_QUERY_BYTES", _int(16, 1 << 20), "longest query or request text (UTF-8 bytes)")
     max_k: int = setting(100, "TOOLSELECT_MAX_K", _int(1, 10_000), "largest k (a search that names none gets 5, or this when lower)")
     max_batch: int = setting(1000, "TOOLSELECT_MAX_BATCH", _int(1, 1_000_000), "most turns in one observe batch")

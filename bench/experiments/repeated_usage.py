@@ -54,7 +54,7 @@ async def run(
         for text, label in learn:
             ranked = (await service.ranking.rank(text, 2)).tools
             wrong_tool[text] = next(t for t in ranked if t != label)
-        turns = []
+        turns: list[tuple[int, str, str]] = []
         for text, label in learn:
             uses = [wrong_tool[text] if rng.random() < wrong else label for _ in range(repeats)]
             if wrong_first:

@@ -274,7 +274,7 @@ async def test_every_coding_aiohttp_names_decodes_and_others_are_415(client: Cli
     naming a package to install); a coding nobody decodes is a 415 naming the header."""
     import zlib
 
-    import brotli
+    import brotli  # type: ignore[import-untyped]
     from backports import zstd
 
     body = json.dumps({"query": "weather in Turin", "k": 1}).encode()

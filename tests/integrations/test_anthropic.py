@@ -91,7 +91,8 @@ async def test_search_reveals_ranked_tools_and_the_turn_is_observed(
     anthropic_stub.responder = claude_with_tool_search(SEARCH_TOOL, "rain forecast for a city")
     async with AsyncClient(server.url) as ts:
         search = ToolSearch(ts, CATALOG, k=2, pack="claude")
-        assert (await search.upload()).upserted == 3
+        uploaded = await search.upload()
+        assert uploaded is not False and uploaded.upserted == 3
         turn = await converse(sdk(anthropic_stub), search, QUESTION)
     assert turn.used_tool == "get_weather"
 

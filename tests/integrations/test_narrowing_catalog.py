@@ -16,7 +16,6 @@ from tests.integrations.test_narrowing import TOOLS, CountingTransport, error_li
 from tests.live import LiveServer, live_server
 from toolselect.catalog import MAX_DESCRIPTION_BYTES, MAX_NAME_CHARS, MAX_SCHEMA_DEPTH
 from toolselect.client import AsyncClient
-from toolselect.config import Settings
 from toolselect.integrations import uploads
 from toolselect.integrations.narrowing import ToolNarrower, ToolSpec
 
@@ -204,11 +203,3 @@ async def test_a_refused_upload_is_not_sent_again_at_every_turn(
     [line] = error_lines(caplog)
     assert line.getMessage() == "toolselect_upload_failed"
     assert line.__dict__["retry_in_s"] == uploads.RETRY_FIRST_S
-
-
-def test_the_mirrored_limits_are_the_servers() -> None:
-    """The upload's copies of the server's limits (importing them would load the server)."""
-    from toolselect.api.routes import MAX_TOOLS_PER_PUT
-
-    assert uploads.MAX_TOOLS_PER_PUT == MAX_TOOLS_PER_PUT
-    assert Settings().max_body_bytes == uploads.MAX_BODY_BYTES

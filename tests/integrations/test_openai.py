@@ -68,7 +68,8 @@ async def test_tool_search_loads_ranked_functions_and_the_turn_is_observed(
     responses_stub.responder = openai_with_tool_search("rain forecast for a city")
     async with AsyncClient(server.url) as ts:
         search = ToolSearch(ts, CATALOG, k=2, pack="openai")
-        assert (await search.upload()).upserted == 3
+        uploaded = await search.upload()
+        assert uploaded is not False and uploaded.upserted == 3
         turn = await converse(responses_stub, search, QUESTION)
     assert turn.used_tool == "get_weather"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -102,7 +103,9 @@ async def test_a_service_started_again_counts_the_hours_billed_calls(
     hour's calls counts the billed ones (answered, or tokens reported) against it, so a crash
     loop or a deploy cannot begin a fresh hour of paid calls; an unbilled error and an older
     call do not count."""
-    teacher = {"teacher": "anthropic", "anthropic_api_key": "test", "teacher_budget_per_hour": 5}
+    teacher: dict[str, Any] = {
+        "teacher": "anthropic", "anthropic_api_key": "test", "teacher_budget_per_hour": 5
+    }  # fmt: skip
     first = await services.start(**teacher)
     now = datetime.now(UTC)
     calls = [

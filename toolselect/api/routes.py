@@ -24,17 +24,13 @@ from toolselect.api.http import (
     tenant_service,
 )
 from toolselect.api.openapi import served_document
-from toolselect.catalog import candidates_to_tools, check_pack, parse_tools
+from toolselect.catalog import MAX_TOOLS_PER_PUT, candidates_to_tools, check_pack, parse_tools
 from toolselect.keys import DEFAULT_TENANT, TENANT_HEADER
 from toolselect.ranker.relations import Companion
 from toolselect.records import Exemplar, Tool
 from toolselect.service import Service
 from toolselect.service.ranking import Conversation
 from toolselect.turns import turn_problem
-
-# Larger catalogs go in several PUTs; with the default 1 MiB body limit, the body size usually
-# binds first.
-MAX_TOOLS_PER_PUT = 10_000
 
 
 def _tool_out(tool: Tool) -> m.ToolOut:

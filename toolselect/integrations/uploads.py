@@ -26,17 +26,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from toolselect.catalog import MAX_DESCRIPTION_BYTES, MAX_NAME_CHARS, MAX_SCHEMA_DEPTH
+from toolselect.catalog import (
+    MAX_DESCRIPTION_BYTES,
+    MAX_NAME_CHARS,
+    MAX_SCHEMA_DEPTH,
+    MAX_TOOLS_PER_PUT,
+)
 from toolselect.client import AsyncClient, clip_text
+from toolselect.config import DEFAULT_MAX_BODY_BYTES
 from toolselect.errors import ApiError
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
 log = logging.getLogger("toolselect.integrations")
 
-# The server's defaults (`MAX_TOOLS_PER_PUT` in toolselect/api/routes.py, `TOOLSELECT_MAX_BODY_BYTES`
-# in toolselect/config.py), mirrored: importing the server would load its model stack here.
-MAX_TOOLS_PER_PUT = 10_000
-MAX_BODY_BYTES = 1 << 20
+# The server's default body limit (`TOOLSELECT_MAX_BODY_BYTES`); a lower one is met by halving.
+MAX_BODY_BYTES = DEFAULT_MAX_BODY_BYTES
 # Room for the body's envelope (`{"tools": [...]}`) and the separators between entries.
 _ENVELOPE_BYTES = 64
 # A refused upload of one content is tried again after this wait, doubled each time up to the cap.
