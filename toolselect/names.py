@@ -39,6 +39,13 @@ def same_tool(a: str, b: str) -> bool:
 # A flagged turn's query is normalised several times on its way (ratchet lookup, save plan,
 # stored row); a batch of 512 fits in the cache, and the queries are bounded (8 KiB default).
 @functools.lru_cache(maxsize=1024)
+def is_blank(text: str) -> bool:
+    """Whether `text` shows nothing: empty, whitespace, or only characters that are not printed
+    (zero-width spaces and joiners, byte order marks, controls). Such a query embeds to nothing:
+    every tool would score zero, and a label under it would teach nothing."""
+    return not any(ch.isprintable() and not ch.isspace() for ch in text)
+
+
 def normalise_query(text: str) -> str:
     """The key under which a query's label is kept: NFKC, case-folded, whitespace collapsed."""
     return _SPACES.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()

@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from toolselect.errors import InvalidInput
+from toolselect.names import is_blank
 from toolselect.ranker import CentroidRanker, Ranked
 from toolselect.ranker.relations import Companion
 from toolselect.records import Tool
@@ -34,9 +35,10 @@ class Selection:
 
 
 def check_text(text: str, field: str, max_bytes: int) -> None:
-    """`InvalidInput` for a blank text or one longer than `max_bytes` of UTF-8."""
+    """`InvalidInput` for a blank text (`names.is_blank`) or one longer than `max_bytes` of
+    UTF-8."""
     size = len(text.encode("utf-8", "surrogatepass"))
-    if not text.strip():
+    if is_blank(text):
         raise InvalidInput(f"expected a non-empty {field}", field)
     if size > max_bytes:
         raise InvalidInput(f"expected {field} of at most {max_bytes} bytes, got {size}", field)

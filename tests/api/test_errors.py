@@ -96,11 +96,17 @@ async def test_unknown_body_field_is_refused(client: Client) -> None:
 
 
 async def test_empty_query_is_422(client: Client) -> None:
-    """An empty or blank query answers 422 with field query."""
-    for query in ("", "   "):
+    """An empty or blank query answers 422 with field query, and so does one of characters
+    that are not printed (zero-width spaces, a byte order mark: every tool scored zero); on
+    `/v1/select` too. A combining mark alone is text."""
+    for query in ("", "   ", "\u200b\u200b", "\ufeff \u2060\t"):
         resp = await client.post("/v1/rank", json={"query": query})
         err = await error_of(resp, 422, "invalid_request")
         assert err["field"] == "query"
+        body = {"query": {"Text": query, "K": 1}, "candidates": [{"ID": "get_weather"}]}
+        err = await error_of(await client.post("/v1/select", json=body), 422, "invalid_request")
+        assert err["field"] == "query.Text"
+    assert (await client.post("/v1/rank", json={"query": "e\u0301"})).status == 200
 
 
 async def test_query_limit_is_8_kib(client: Client) -> None:

@@ -77,8 +77,9 @@ async def test_a_blank_request_is_recorded_and_teaches_nothing(harness: Harness)
     fallback on it is no reason to pay the teacher."""
     harness.learner.observe("", "send_email", turn_id="empty", outcome="ok")
     harness.learner.observe(" \t\n", "shell_exec", turn_id="blank", outcome="error")
+    harness.learner.observe("\u200b\u2060", "send_email", turn_id="unprinted", outcome="ok")
     assert await harness.learner.drain(30.0)
-    for turn_id in ("empty", "blank"):
+    for turn_id in ("empty", "blank", "unprinted"):
         turn = await harness.store.get_turn(turn_id)
         assert turn is not None and (turn.flagged, turn.tier, turn.label) == (False, None, None)
     assert harness.saved == []

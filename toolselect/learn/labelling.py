@@ -33,7 +33,7 @@ from toolselect.learn.detect import is_fallback
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
-from toolselect.names import bare_name, normalise_query
+from toolselect.names import bare_name, is_blank, normalise_query
 from toolselect.oracle.base import Candidate, within_budget
 from toolselect.oracle.oracle import SHUTDOWN, InFlight, Oracle
 from toolselect.oracle.tiers import plan
@@ -93,7 +93,7 @@ class Labeller:
         fresh = await self._fresh(batch)
         # A blank request is recorded but teaches nothing: no label, no teacher call.
         flags = [
-            flag if new and obs.request.strip() else None
+            flag if new and not is_blank(obs.request) else None
             for obs, flag, new in zip(batch, prepared.flags, fresh, strict=True)
         ]
         # The ratchet: one lookup for every flagged turn of the batch.
@@ -219,7 +219,7 @@ class Labeller:
         Only a turn that worked labels: `ok`, or no outcome as `usage_without_outcome` says
         (`shown`: only when its search showed the tool). `error` and `corrected` never do, nor
         a blank request."""
-        if not obs.request.strip():
+        if is_blank(obs.request):
             return None
         outcome = (obs.outcome or "").strip().lower()
         if outcome != "ok":
