@@ -145,6 +145,15 @@ async def test_without_an_outcome_only_a_tool_that_was_shown_labels(harness: Har
     assert (turn.search_id, turn.search_status, turn.shown_position, turn.shown_k) == (
         "s1", "shown", 1, 2,
     )  # fmt: skip
+    # Another process's search id names its first 48 tools and counts the rest.
+    counted = observation(
+        "forecast for Bern", "get_weather", search_id="s3", search_status="shown",
+        shown=("get_weather",), shown_position=1, shown_k=1000,
+    )  # fmt: skip
+    assert harness.learner.offer(counted)
+    assert await harness.learner.drain(30.0)
+    turn = await harness.store.get_turn(counted.turn_id)
+    assert turn is not None and turn.shown_k == 1000
 
 
 async def test_used_names_resolve_by_bare_name_and_fallbacks_never_label(

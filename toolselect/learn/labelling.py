@@ -122,7 +122,7 @@ class Labeller:
                 search_id=obs.search_id,
                 search_status=obs.search_status,
                 shown_position=obs.shown_position,
-                shown_k=len(obs.shown) or None,
+                shown_k=obs.shown_k or len(obs.shown) or None,
             )
             used = self._usage_label(obs, prepared.snapshot)
             if used is not None:

@@ -34,6 +34,7 @@ class Observation:
     search_status: str | None = None
     shown: tuple[str, ...] = ()
     shown_position: int | None = None
+    shown_k: int | None = None  # how many tools the search showed, when more than `shown`
 
     @classmethod
     def of(
@@ -46,6 +47,7 @@ class Observation:
         search_status: str | None = None,
         shown: tuple[str, ...] = (),
         shown_position: int | None = None,
+        shown_k: int | None = None,
     ) -> Observation:
         """A reported turn (`toolselect.turns`: `observe`'s arguments) stamped at `at`: the
         tool that labels it resolved (`labelled_tool`), an id made when it has none, and
@@ -66,6 +68,7 @@ class Observation:
             search_status=search_status,
             shown=shown,
             shown_position=shown_position,
+            shown_k=shown_k,
         )
 
 

@@ -13,10 +13,10 @@ from toolselect.learn.learner import Learner
 from toolselect.learn.records import Observation, labelled_tool
 from toolselect.learn.tuning import Tuner, fit_payload
 from toolselect.metrics import Metrics
-from toolselect.records import Exemplar, SearchStatus, Turn
+from toolselect.records import Exemplar, Turn
 from toolselect.service.index import LiveIndex
 from toolselect.service.ranking import RankingFacade
-from toolselect.service.searches import SearchLog
+from toolselect.service.searches import Placement, SearchLog
 from toolselect.service.sessions import SessionSignals
 from toolselect.store.buffered import BufferedStore
 from toolselect.store.port import lookup_one
@@ -64,24 +64,25 @@ class LearningFacade:
         validate a `ReportedTurn` and hand it to `report`. `used_tools` lists every tool of a
         turn that used several (`used_tool`, when absent, is the first of them); with
         `search_id` the turn is linked to what that search showed."""
-        status: SearchStatus | None = None
-        shown: tuple[str, ...] = ()
-        position: int | None = None
+        placement: Placement | None = None
         if search_id := turn.get("search_id"):
             used = labelled_tool(used_tool, turn.get("used_tools"))
             catalog = self._index.ranker.snapshot.names
             placement = self._searches.place(search_id, used, turn.get("pack"), catalog)
             self._metrics.searched_turns.labels(placement.status).inc()
-            status, shown, position = placement.status, placement.shown, placement.position
+        at = self._clock()
         queued = self._learner.offer(
-            Observation.of(
+            Observation.of(request, used_tool, turn, at=at)
+            if placement is None
+            else Observation.of(
                 request,
                 used_tool,
                 turn,
-                at=self._clock(),
-                search_status=status,
-                shown=shown,
-                shown_position=position,
+                at=at,
+                search_status=placement.status,
+                shown=placement.shown,
+                shown_position=placement.position,
+                shown_k=placement.count,
             )
         )
         # A turn the full queue dropped is no part of its conversation either.

@@ -110,6 +110,7 @@ class Placement:
     status: SearchStatus
     shown: tuple[str, ...] = ()
     position: int | None = None  # 1-based, when shown
+    count: int | None = None  # tools shown, when more than `shown` names (another process's id)
 
 
 class SearchLog:
@@ -180,14 +181,16 @@ class SearchLog:
             return Placement("unknown")
         if pack and found.pack != _NO_PACK and found.pack != _digest(pack):
             return Placement("other_pack")
-        names = self._names(found.tags, catalog) + ("",) * (found.count - len(found.tags))
+        # The names the id carries; the count stays a number (an id may claim 65,535 tools).
+        names = self._names(found.tags, catalog)
+        count = found.count if found.count > len(names) else None
         if used_tool:
             wanted = _tag(used_tool)
             for position, tag in enumerate(found.tags, start=1):
                 if tag == wanted:
-                    return Placement("shown", names, position)
+                    return Placement("shown", names, position, count)
         # Past the tools the id names, the used one may have been shown: nothing tells.
-        return Placement("unknown" if found.count > len(found.tags) else "not_shown", names)
+        return Placement("unknown") if count else Placement("not_shown", names)
 
     def _names(self, tags: Sequence[bytes], catalog: Sequence[str]) -> tuple[str, ...]:
         """The catalog name of each tag ('' where no one tool of the catalog has it)."""
