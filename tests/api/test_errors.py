@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from urllib.request import urlopen
 
 from aiohttp.test_utils import TestClient
+from multidict import CIMultiDict
 
 from tests.live import LiveServer
 
@@ -301,6 +302,13 @@ async def test_every_coding_aiohttp_names_decodes_and_others_are_415(client: Cli
         resp = await client.post("/v1/rank", data=body, headers=headers)
         err = await error_of(resp, 415, "unsupported_media_type")
         assert err["field"] == "Content-Encoding", coding
+    # Two headers: aiohttp decodes by the last, so neither may pass unchecked.
+    for first, last, data in (("identity", "rot13", body), ("gzip", "rot13", encoded["gzip"])):
+        twice = CIMultiDict([("Content-Type", "application/json"), ("Content-Encoding", first),
+                             ("Content-Encoding", last)])  # fmt: skip
+        resp = await client.post("/v1/rank", data=data, headers=twice)
+        err = await error_of(resp, 415, "unsupported_media_type")
+        assert err["field"] == "Content-Encoding"
 
 
 def test_client_gone_mid_body_is_499_not_500(tmp_path: Path) -> None:

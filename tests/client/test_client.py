@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from tests.client.conftest import API_KEY
-from tests.live import LiveServer, wait_for_turn
+from tests.live import LiveServer, live_server, wait_for_turn
 from toolselect.api import models as m
 from toolselect.client import ApiError, AsyncClient, Client
 from toolselect.errors import InvalidInput
@@ -24,6 +25,16 @@ async def test_async_rank_puts_the_fitting_tool_first(server: LiveServer) -> Non
     assert len(ranking.results) == 3
     scores = [r.score for r in ranking.results]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_rank_without_k_takes_the_servers_default(tmp_path: Path) -> None:
+    """A rank that names no k sends none: a server whose `TOOLSELECT_MAX_K` is 3 answers 3
+    tools (the client sent 5 before, and that server refused it)."""
+    for server in live_server(tmp_path, max_k=3):
+        with Client(server.url) as ts:
+            assert len(ts.rank(WEATHER).results) == 3
+            with pytest.raises(ApiError, match=r"expected k in 1\.\.3"):
+                ts.rank(WEATHER, k=4)
 
 
 def test_sync_rank_restricted_to_names(server: LiveServer) -> None:

@@ -17,6 +17,7 @@ import pytest_asyncio
 
 from tests.services import free_port
 from tests.stubs import Reply, Stub, start_stub
+from toolselect.api import models as m
 from toolselect.client import ApiError, AsyncClient, Client, ClientError, Unreachable
 
 RANKED = {
@@ -242,6 +243,8 @@ async def test_a_closed_async_client_sends_nothing_more(rank_stub: Stub) -> None
         await ts.rank("weather?")
     ts.observe("weather?", "get_weather")
     assert ts.observe_stats.dropped == 1
+    with pytest.raises(ClientError, match="the client is closed"):
+        await ts.call("POST", "/v1/observe/batch", m.ObserveBatchResponse, {"turns": []})
     assert rank_stub.received == []
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,15 +126,17 @@ async def test_an_agent_key_narrows_over_the_catalog_an_editor_put(
 async def test_tools_over_the_servers_limits_are_clipped_or_offered_unranked(
     server: LiveServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A 9,000-byte description is clipped to 8 KiB; a 301-character name and a schema nested
-    past 64 are left out of the upload (the server would refuse the whole body) and offered
-    every turn; the rest is ranked."""
+    """A 9,000-byte description is clipped to 8 KiB; a 301-character name, a schema nested
+    past 64 and one holding an infinite default (a Python tool's `max_price: float = inf`,
+    which JSON cannot say) are left out of the upload (the server would refuse the whole body)
+    and offered every turn; the rest is ranked."""
     long_name = "n" * (MAX_NAME_CHARS + 45)
     tools = [
         *TOOLS,
         ToolSpec("long_story", "Tell a long story about dragons. " + "x" * 9000),
         ToolSpec(long_name, "A tool whose name is over the limit."),
         ToolSpec("deep_tool", "A tool with a deep schema.", nested(MAX_SCHEMA_DEPTH + 6)),
+        ToolSpec("find_flights", "Find flights.", {"properties": {"max": {"default": math.inf}}}),
     ]
     transport = CountingTransport()
     async with AsyncClient(server.url, transport=transport) as ts:
@@ -144,8 +147,8 @@ async def test_tools_over_the_servers_limits_are_clipped_or_offered_unranked(
         stored = await ts.tools.get("long_story")
         listed = {t.name for t in await ts.tools.list(pack="core-limits")}
     assert search_id is not None, error_lines(caplog)
-    assert kept == ["get_weather", long_name, "deep_tool"]
-    assert again.tools == ["send_email", long_name, "deep_tool"]
+    assert kept == ["get_weather", long_name, "deep_tool", "find_flights"]
+    assert again.tools == ["send_email", long_name, "deep_tool", "find_flights"]
     assert error_lines(caplog) == []
     assert transport.count("PUT", "tools") == 1
     assert len(stored.description.encode()) == MAX_DESCRIPTION_BYTES

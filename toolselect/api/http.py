@@ -50,8 +50,10 @@ def _check_content_type(request: web.Request) -> None:
             f"expected Content-Type application/json, got {request.content_type or 'none'}",
             "Content-Type",
         )
-    coding = request.headers.get("Content-Encoding", "").strip().lower()
-    if coding not in BODY_CODINGS:
+    # Every header: aiohttp decodes by the last one, so a second one must not slip past.
+    codings = [c.strip().lower() for c in request.headers.getall("Content-Encoding", [])]
+    coding = ", ".join(codings)
+    if len(codings) > 1 or coding not in BODY_CODINGS:
         known = ", ".join(sorted(BODY_CODINGS - {""}))
         raise HttpError(
             415,

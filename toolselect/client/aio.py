@@ -105,10 +105,10 @@ class AsyncClient:
     async def close(self) -> None:
         """Send the buffered turns, then release the connections; a call after this raises
         `ClientError`."""
-        self._closed = True
         try:
-            await self._turns.close()
+            await self._turns.close()  # sends what is buffered: the last calls allowed
         finally:
+            self._closed = True
             await self._transport.aclose()
 
     # -- ranking ---------------------------------------------------------------------------
@@ -116,7 +116,7 @@ class AsyncClient:
     async def rank(
         self,
         query: str,
-        k: int = 5,
+        k: int | None = None,
         *,
         tools: Sequence[str] | None = None,
         pack: str | None = None,
@@ -125,8 +125,9 @@ class AsyncClient:
         context: Sequence[str] | None = None,
         companions: bool | int = False,
     ) -> m.RankResponse:
-        """The `k` tools that best fit `query`, best first (`POST /v1/rank`); report the
-        answer's `search_id` with the turn (`observe`).
+        """The `k` tools that best fit `query`, best first (`POST /v1/rank`; without `k`, the
+        server's default: 5, or its `TOOLSELECT_MAX_K` when lower); report the answer's
+        `search_id` with the turn (`observe`).
 
         The conversation, all optional: `session_id` (its last observed turn's tools weigh in
         as the session prior), `previous_tools` (instead of the session's), `context` (earlier
@@ -137,7 +138,7 @@ class AsyncClient:
         body = _build(
             m.RankRequest,
             query=query,
-            k=k,
+            **({} if k is None else {"k": k}),
             tools=None if tools is None else list(tools),
             pack=pack,
             **_conversation(session_id, previous_tools, context, companions),
@@ -262,7 +263,8 @@ class AsyncClient:
         `repeatable` (it creates something each time) is retried only when it cannot have
         reached the server: a refused connection, a 503 or a 429."""
         if isinstance(body, BaseModel):
-            data = body.model_dump_json(exclude_none=True).encode()
+            # What the caller left unset is left to the server's defaults (which know its limits).
+            data = body.model_dump_json(exclude_none=True, exclude_unset=True).encode()
         elif body is not None:
             data = json.dumps(body, ensure_ascii=False).encode()
         else:
@@ -283,7 +285,7 @@ class AsyncClient:
     async def _send(
         self, method: str, path: str, data: bytes | None, *, repeatable: bool = True
     ) -> Response:
-        if self._closed and path != "/v1/observe/batch":  # close sends the buffered turns
+        if self._closed:
             raise ClientError("the client is closed")
         url = self.base_url + path
         attempt = 0

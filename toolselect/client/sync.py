@@ -69,7 +69,7 @@ class Client:
     def rank(
         self,
         query: str,
-        k: int = 5,
+        k: int | None = None,
         *,
         tools: Sequence[str] | None = None,
         pack: str | None = None,
@@ -126,8 +126,9 @@ class Client:
         try:
             self._loop.call_soon_threadsafe(call)
         except RuntimeError:
-            # The loop is closed (after `close`): the turn is lost, counted like a full buffer.
-            self._async._turns.counts.dropped += 1
+            # The loop is closed (after `close`): the closed buffer counts the turn dropped and
+            # says so, without a loop.
+            call()
 
     @property
     def observe_stats(self) -> ObserveStats:

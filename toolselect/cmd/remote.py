@@ -50,9 +50,15 @@ def select_remote(url: str, data: dict[str, Any], timeout: float) -> int:
     import urllib.parse
     import urllib.request
 
-    # urllib reads "localhost:8080" as scheme "localhost": checked here, it is bad input.
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    # urllib reads "localhost:8080" as scheme "localhost", and raises for "http://[::1" or a
+    # port that is no number: all checked here, as bad input.
+    try:
+        parts = urllib.parse.urlsplit(url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and url == url.strip()
+        valid = valid and " " not in url and (parts.port is None or parts.port > 0)
+    except ValueError:
+        valid = False
+    if not valid:
         raise UsageError(f"--url: expected http://HOST:PORT, got {url!r}")
     headers = {"Content-Type": "application/json"}
     if key := os.environ.get(API_KEY_VARIABLE, "").strip():

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from toolselect.catalog import load_demo_catalog, tool_text
+from toolselect.catalog import check_pack, load_demo_catalog, tool_text
 from toolselect.config import Settings
 from toolselect.embed import (
     MODELS_DIR,
@@ -66,6 +66,9 @@ def read_request(data: dict[str, Any]) -> SelectInput:
     (`CONVERSATION_FIELDS`) are dropped first.
     """
     data = {key: value for key, value in data.items() if key not in CONVERSATION_FIELDS}
+    query = data.get("query")
+    if type(query) is dict:  # the pack is not used here, but refused as the server refuses it
+        check_pack(query.get("PackID") or None, "query.PackID")
     plain = _plain(data)
     if plain is not None:
         return plain

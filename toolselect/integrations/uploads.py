@@ -113,8 +113,9 @@ def _holdable_name(name: str) -> bool:
 def _encoded_size(entry: Mapping[str, Any]) -> int | None:
     """The entry's bytes as the client sends them; None when it cannot be sent as JSON."""
     try:
-        return len(json.dumps(entry, ensure_ascii=False).encode())
-    except (TypeError, ValueError):  # not JSON, or a lone surrogate UTF-8 cannot carry
+        return len(json.dumps(entry, ensure_ascii=False, allow_nan=False).encode())
+    except (TypeError, ValueError):  # not JSON (NaN and infinities included: the server
+        # refuses them), or a lone surrogate UTF-8 cannot carry
         return None
 
 
