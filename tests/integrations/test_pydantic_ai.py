@@ -28,6 +28,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.settings import ModelSettings, ToolOrOutput
 
 from tests.integrations.agent_stubs import (
     STOCKS,
@@ -128,6 +129,20 @@ async def test_a_run_offers_the_ranked_tools_and_its_call_is_stored(server: Live
     assert (stored.outcome, stored.search_status, stored.shown_position) == ("ok", "shown", 1)
     assert stored.search_id is not None
     assert stored.session_id == result.all_messages()[0].conversation_id
+
+
+async def test_the_tools_tool_choice_names_are_offered(server: LiveServer) -> None:
+    """An agent whose `tool_choice` names a tool the ranking left out is offered it too
+    (PydanticAI refused the run: a tool_choice naming a tool it was not given)."""
+    model = Scripted("get_weather")
+    async with AsyncClient(server.url) as ts:
+        select = ToolselectCapability(ts, agent=AGENT, k=1)
+        settings = ModelSettings(tool_choice=ToolOrOutput(function_tools=["send_email"]))
+        run = Agent(
+            FunctionModel(model), tools=tools(), capabilities=[select], model_settings=settings
+        )
+        await run.run(WEATHER)
+    assert set(model.offered[0]) == {"get_weather", "send_email"}
 
 
 async def test_each_run_is_ranked_for_its_own_prompt(server: LiveServer) -> None:

@@ -55,6 +55,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.run import AgentRunResult
+from pydantic_ai.settings import ToolOrOutput
 from pydantic_ai.tools import ToolDefinition, ToolsPrepareFunc
 
 from toolselect.client import AsyncClient, Client
@@ -64,6 +65,7 @@ from toolselect.integrations.narrowing import (
     NarrowingOptions,
     ToolNarrower,
     ToolSpec,
+    forced_tools,
     latest_user_text,
 )
 
@@ -107,8 +109,18 @@ def _text(content: object) -> str:
     return ""
 
 
-def _keep(tool_defs: list[ToolDefinition], narrowed: Narrowed) -> list[ToolDefinition]:
-    kept = set(narrowed.tools)
+def _keep(
+    ctx: RunContext[Any], tool_defs: list[ToolDefinition], narrowed: Narrowed
+) -> list[ToolDefinition]:
+    """The narrowed tools, and the ones the agent's `tool_choice` names: PydanticAI refuses a
+    `tool_choice` naming a tool it was not given, which would end the run. (The step's settings
+    are resolved after this hook, so the agent's own are read; a `tool_choice` given only to
+    `run()` is not seen here.)"""
+    settings = ctx.model_settings or getattr(ctx.agent, "model_settings", None)
+    choice = settings.get("tool_choice") if isinstance(settings, dict) else None
+    if isinstance(choice, ToolOrOutput):
+        choice = choice.function_tools
+    kept = set(narrowed.tools) | forced_tools(choice)
     return [d for d in tool_defs if d.name in kept]
 
 
@@ -122,7 +134,8 @@ def prepare_tools(narrower: ToolNarrower) -> ToolsPrepareFunc[Any]:
         request, context = conversation(ctx.messages, ctx.prompt)
         if not request or not tool_defs:
             return tool_defs
-        return _keep(tool_defs, await narrower.narrow(request, specs(tool_defs), context=context))
+        narrowed = await narrower.narrow(request, specs(tool_defs), context=context)
+        return _keep(ctx, tool_defs, narrowed)
 
     return prepare
 
@@ -166,14 +179,14 @@ class ToolselectCapability(AbstractCapability[Any]):
             return tool_defs
         key = (request, tuple(context), tuple(d.name for d in tool_defs))
         if self._shown is not None and self._shown[0] == key:
-            return _keep(tool_defs, self._shown[1])
+            return _keep(ctx, tool_defs, self._shown[1])
         if self._turn is None or self._turn.request != request:
             self._finish(None)
             self._turn = self.narrower.turn(request, session_id=ctx.conversation_id)
         narrowed = await self._turn.narrow(specs(tool_defs), context=context)
         # Kept even when it degraded: a run waits for an absent toolselect (and logs it) once.
         self._shown = (key, narrowed)
-        return _keep(tool_defs, narrowed)
+        return _keep(ctx, tool_defs, narrowed)
 
     async def wrap_tool_execute(
         self,
