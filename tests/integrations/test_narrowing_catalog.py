@@ -206,3 +206,14 @@ async def test_a_refused_upload_is_not_sent_again_at_every_turn(
     [line] = error_lines(caplog)
     assert line.getMessage() == "toolselect_upload_failed"
     assert line.__dict__["retry_in_s"] == uploads.RETRY_FIRST_S
+
+
+async def test_narrowers_built_at_once_upload_one_catalog_once(server: LiveServer) -> None:
+    """Thirty narrowers of one agent (an agent rebuilt per request) narrowing at once on one
+    client send the catalog once: the upload in flight is the process's, not each narrower's."""
+    transport = CountingTransport()
+    async with AsyncClient(server.url, transport=transport) as ts:
+        narrowers = [ToolNarrower(ts, agent="core-many", k=1, timeout_s=5.0) for _ in range(30)]
+        narrowed = await asyncio.gather(*(n.narrow(WEATHER, TOOLS) for n in narrowers))
+    assert {tuple(n.tools) for n in narrowed} == {("get_weather",)}
+    assert transport.count("PUT", "tools") == 1

@@ -22,7 +22,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -222,7 +223,27 @@ class Ledger:
     held: dict[Key, dict[str, _Held]] = field(default_factory=dict)
     failures: dict[tuple[Key, str], _Failure] = field(default_factory=dict)
     forbidden: set[tuple[str, str]] = field(default_factory=set)
+    # The uploads in flight, whichever narrower (and loop) started them: one per content.
+    uploads: dict[tuple[Key, str], Future[bool]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def upload(
+        self, key: Key, digest: str, start: Callable[[], Future[bool]] | None
+    ) -> Future[bool] | None:
+        """The upload of this content in flight in this process, else the one `start` begins
+        (None: not now); it leaves the ledger when done."""
+        with self.lock:
+            found = self.uploads.get((key, digest))
+            if found is not None or start is None:
+                return found
+            found = self.uploads[(key, digest)] = start()
+        found.add_done_callback(lambda _: self._ended(key, digest, found))
+        return found
+
+    def _ended(self, key: Key, digest: str, upload: Future[bool]) -> None:
+        with self.lock:
+            if self.uploads.get((key, digest)) is upload:
+                del self.uploads[(key, digest)]
 
     def holds(self, key: Key, digest: str, fresh_s: float) -> tuple[bool, bool, frozenset[str]]:
         """Whether the server took this content, whether that is older than `fresh_s` (worth
@@ -289,8 +310,6 @@ class Uploader:
         self.recheck_s = recheck_s
         # The ledger's key: two tenants' keys on one server hold two catalogs.
         self.key: Key = (client.base_url, client.credential, pack)
-        # Uploads in flight, by catalog hash (tasks on the client's loop).
-        self._uploads: dict[str, asyncio.Task[bool]] = {}
         # What each recent catalog uploads as (a catalog rarely changes; the plan costs a pass).
         self._plans: dict[str, UploadPlan] = {}
 
@@ -332,16 +351,22 @@ class Uploader:
             plan = self._plans[digest] = plan_upload(specs)
         return plan
 
-    def _task(self, specs: Sequence[ToolSpec], digest: str) -> asyncio.Task[bool] | None:
-        """The upload of this content: the one in flight, else a new one (on the running loop,
-        the client's); None when the ledger says not now."""
-        task = self._uploads.get(digest)
-        if task is None and LEDGER.may_try(self.key, digest):
-            put = self._put(self.plan(specs, digest), digest)
-            task = asyncio.get_running_loop().create_task(put)
-            task.add_done_callback(_quiet)
-            self._uploads[digest] = task
-        return task
+    def _task(self, specs: Sequence[ToolSpec], digest: str) -> asyncio.Future[bool] | None:
+        """The upload of this content: the one in flight in this process (started by any
+        narrower, on any loop: an agent rebuilt per request, a blocking client per thread),
+        else a new one on the running loop; None when the ledger says not now."""
+        loop = asyncio.get_running_loop()
+
+        def start() -> Future[bool]:
+            ended: Future[bool] = Future()
+            task = loop.create_task(self._put(self.plan(specs, digest), digest))
+            task.add_done_callback(lambda done: _settle(done, ended))
+            return ended
+
+        shared = LEDGER.upload(
+            self.key, digest, start if LEDGER.may_try(self.key, digest) else None
+        )
+        return None if shared is None else asyncio.wrap_future(shared)
 
     async def _put(self, plan: UploadPlan, digest: str) -> bool:
         try:
@@ -358,8 +383,6 @@ class Uploader:
                 extra={"agent": self.agent, "error": describe(exc), "retry_in_s": wait},
             )
             return False
-        finally:
-            self._uploads.pop(digest, None)
         LEDGER.remember(self.key, digest, done.refused)
         counts = {"upserted": done.upserted, "unchanged": done.unchanged}
         left_out = len(plan.left_out | done.refused)
@@ -376,8 +399,16 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _quiet(task: asyncio.Task[bool]) -> None:
-    """Retrieve a background upload's exception (it did not reach the server), so asyncio does
-    not report it: a turn that waited for it degraded and logged it; the next turn tries again."""
-    if not task.cancelled() and (exc := task.exception()) is not None:
+def _settle(task: asyncio.Task[bool], ended: Future[bool]) -> None:
+    """Hand an upload's end to everyone waiting on it. An exception (the upload did not reach
+    the server) is logged and ends it False, so asyncio does not report it: a turn that waited
+    degraded and logged it; the next turn tries again."""
+    if task.cancelled():
+        result = False
+    elif (exc := task.exception()) is not None:
         log.debug("toolselect_upload_failed", extra={"error": describe(exc)})
+        result = False
+    else:
+        result = task.result()
+    if not ended.done():
+        ended.set_result(result)
