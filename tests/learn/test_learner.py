@@ -191,7 +191,11 @@ async def test_a_teacher_label_for_a_tool_gone_from_the_catalog_is_declined(
     harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="gone")
     assert await harness.learner.drain(30.0)
     turn = await harness.store.get_turn("gone")
-    assert turn is not None and (turn.tier, turn.result) == ("teacher", "declined")
+    assert turn is not None and (turn.tier, turn.result, turn.label) == (
+        "teacher",
+        "declined",
+        None,
+    )
     assert harness.saved == []
     assert harness.counter("oracle_decisions", tier="teacher", result="declined") == 1
 

@@ -90,8 +90,8 @@ async def test_agents_that_use_the_right_tool_more_often_overturn_a_wrong_first_
     harness: Harness,
 ) -> None:
     """Two turns that worked with a wrong tool, then six with the right one: the right tool
-    ends up the label (a running majority), where counting only the stored tool's sightings
-    kept the first claim for good."""
+    ends up the label, its count its lead of 4 (a running majority), where counting only the
+    stored tool's sightings kept the first claim for good."""
     query = "mail the invoice to Anna"
     for i in range(2):
         harness.learner.observe(query, "get_weather", turn_id=f"wrong-{i}", outcome="ok")
@@ -101,7 +101,7 @@ async def test_agents_that_use_the_right_tool_more_often_overturn_a_wrong_first_
         assert await harness.learner.drain(30.0)
     stored = await lookup_one(harness.store, query)
     assert stored is not None and (stored.tool, stored.tier, stored.count) == (
-        "send_email", "usage", 5,
+        "send_email", "usage", 4,
     )  # fmt: skip
 
 

@@ -310,10 +310,10 @@ async def test_turn_keeps_its_search_session_and_used_tools(store: Store) -> Non
 
 async def test_a_usage_label_seen_again_is_counted_on_one_exemplar(store: Store) -> None:
     """The same query used with the same tool again: one exemplar whose count grows (and whose
-    time moves to the latest sighting); a sighting of another tool takes one from it, and that
-    tool replaces it once seen as often (a running majority); teacher and human labels are
-    never replaced by usage, and replace it."""
-    await seed_tools(store, "t", "u")
+    time moves to the latest sighting); a sighting of another tool takes one from it, down to 0,
+    and one against 0 takes its place (a running majority: with three tools competing, the one
+    seen most stays); teacher and human labels are never replaced by usage, and replace it."""
+    await seed_tools(store, "t", "u", "v")
     first = exemplar("Book a Room", "t", "usage")
     assert [e.count for e in (await store.save_exemplars([first])).changed] == [1]
     later = NOW + timedelta(minutes=5)
@@ -328,11 +328,17 @@ async def test_a_usage_label_seen_again_is_counted_on_one_exemplar(store: Store)
     assert (await store.state()).exemplar_version == before.exemplar_version + 1
     against = await store.save_exemplars([exemplar("book a room", "u", "usage")])
     assert [(e.id, e.tool, e.count) for e in against.changed] == [(first.id, "t", 2)]
-    others = [exemplar("book a room", "u", "usage") for _ in range(3)]
+    rivals = [exemplar("book a room", "v", "usage"), exemplar("book a room", "u", "usage")]
+    held = await store.save_exemplars(rivals)  # t: 2 sightings ahead of u and v together
+    assert [(e.id, e.tool, e.count) for e in held.changed] == [
+        (first.id, "t", 1),
+        (first.id, "t", 0),
+    ]
+    others = [exemplar("book a room", "u", "usage") for _ in range(2)]
     flipped = await store.save_exemplars(others)
-    assert [(e.tool, e.count) for e in flipped.changed] == [("t", 1), ("u", 1), ("u", 2)]
+    assert [(e.tool, e.count) for e in flipped.changed] == [("u", 1), ("u", 2)]
     stored = await lookup_one(store, "book a room")
-    assert stored is not None and (stored.id, stored.tool, stored.count) == (others[1].id, "u", 2)
+    assert stored is not None and (stored.id, stored.tool, stored.count) == (others[0].id, "u", 2)
     assert await store.exemplars_for_tool("t") == []
     teacher = exemplar("book a room", "t", "teacher")
     assert (await store.save_exemplars([teacher])).changed != ()

@@ -334,7 +334,7 @@ class Labeller:
                 if saved.changed:
                     await self._on_saved(saved)
                 if saved.unknown_tool:  # removed from the catalog while the teacher answered
-                    done = replace(done, result="declined")
+                    done = replace(done, result="declined", label=None)
                     why = f"{answer.label} left the catalog before its label was saved"
             await self._finish(done, why)
         except ToolselectError as exc:

@@ -21,6 +21,7 @@ from toolselect.metrics import Metrics
 from toolselect.ranker import CentroidRanker, LearnedVector
 from toolselect.records import Exemplar, SaveResult, Tool, label_group
 from toolselect.store.buffered import BufferedStore
+from toolselect.store.rules import last_per_query
 
 log = structlog.get_logger("toolselect.service")
 
@@ -225,13 +226,21 @@ class LiveIndex:
         they are folded as they are, without reading them back. Otherwise (retention evicted
         some, or another replica wrote in between) the delta is read from the store and folded
         in version order, as a poll would. A version a delta read has already covered is not
-        folded again (that could put back a label a later save replaced). While the store is
-        down the backlog holds the labels (version 0) and ranking uses them at once.
+        folded again (that could put back a label a later save replaced). Of a query saved
+        several times in one call, what the call left stored is folded, never a state on the way.
+        While the store is down the spool holds the labels (version 0): only a human's is
+        folded at once, as the store keeps it whatever it holds; the others are folded from the
+        store once replayed (a stored label may outrank or outnumber them).
         """
-        changed = result.changed
+        changed = last_per_query(result.changed)
         if not changed:
             return
         version = changed[0].version
+        if not version:
+            human = [e for e in changed if e.tier == "feedback"]
+            if human:
+                await self.fold(human)
+            return
         if version and version <= self.exemplar_version:
             return
         if version == self.exemplar_version + 1 and not result.evicted:

@@ -137,7 +137,7 @@ def exemplar_from_row(row: Mapping[str, Any], read_time: ReadTime) -> Exemplar:
         confidence=float(row["confidence"]),
         turn_id=row.get("turn_id"),
         version=int(row["version"]),
-        count=int(row.get("count") or 1),
+        count=1 if row.get("count") is None else int(row["count"]),
     )
 
 
@@ -221,19 +221,19 @@ def _same_turn(new: Exemplar, stored: StoredLabel) -> bool:
 
 def counted(new: Exemplar, stored: StoredLabel | None) -> Exemplar:
     """`new` as written over `stored`, once `supersedes` allowed it. Usage labels of a query
-    keep a running majority, so agents that used the right tool more often than a wrong one win
-    however the wrong one came first: a sighting of the stored tool adds to its count, one of
-    another tool takes from it, and the other tool takes its place once seen at least as often
-    (its count its lead, plus one). A label that stays keeps the stored label's id."""
+    keep a running majority (Boyer-Moore's), so a tool most agents used wins however a wrong one
+    came first: a sighting of the stored tool adds to its count, one of another tool takes from
+    it (down to 0, the label staying), and a sighting against a count of 0 takes its place with
+    its own count. A label that stays keeps the stored label's id."""
     if stored is None or not new.tier == "usage" == stored.tier:
         return new
     if new.tool == stored.tool:
         return replace(new, id=stored.id or new.id, count=stored.count + new.count)
-    if new.count < stored.count:
+    if new.count <= stored.count:
         return replace(
             new, id=stored.id or new.id, tool=stored.tool, count=stored.count - new.count
         )
-    return replace(new, count=new.count - stored.count + 1)
+    return replace(new, count=new.count - stored.count)
 
 
 def recounts(written: Exemplar, stored: StoredLabel | None) -> bool:

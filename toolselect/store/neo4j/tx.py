@@ -171,7 +171,9 @@ async def save_exemplars(
     guard = {"tools": sorted({e.tool for e in exemplars}), "keys": sorted(keys.values())}
     found = await one(tx, "exemplars_guard", guard)
     stored = {
-        s["query_norm"]: StoredLabel(s["tool"], s["tier"], s["count"] or 1, s["id"], s["turn_id"])
+        s["query_norm"]: StoredLabel(
+            s["tool"], s["tier"], 1 if s["count"] is None else s["count"], s["id"], s["turn_id"]
+        )
         for s in found["stored"]
     }
     plan = plan_saves(exemplars, stored, set(found["known"]))

@@ -1,0 +1,69 @@
+"""The live ranker holds what the store holds: a batch that changes a query's label several
+times folds where it ended, and labels spooled while the store is down wait for the store
+(except a human's), on both stores, through a started service."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from tests.services import ServiceFactory
+from toolselect.names import normalise_query
+from toolselect.records import Exemplar, SaveResult, Tool
+from toolselect.store.port import lookup_one
+
+TOOLS = [
+    Tool("get_weather", "Current weather and forecast for a city."),
+    Tool("send_email", "Send an email message to a recipient."),
+    Tool("web_search", "Search the web for pages matching a query."),
+]
+QUERY = "zqx frobnicate the wibble gadget 4471"
+
+
+async def test_a_batch_that_changes_a_label_twice_folds_where_it_ended(
+    services: ServiceFactory,
+) -> None:
+    """get_weather seen twice; then one batch sees send_email twice and get_weather once: the
+    store ends on get_weather (3 sightings to 2), and so must the ranker (it held send_email,
+    a state on the way, until a restart)."""
+    service = await services.start(embedder="hashing")
+    await service.catalog.upsert_tools(TOOLS)
+    for tool in ("get_weather", "get_weather"):
+        service.learning.observe(QUERY, tool, outcome="ok", turn_id=uuid.uuid4().hex)
+        assert await service.learner.drain(30.0)
+    for tool in ("send_email", "send_email", "get_weather"):
+        service.learning.observe(QUERY, tool, outcome="ok", turn_id=uuid.uuid4().hex)
+    assert await service.learner.drain(30.0)
+    stored = await lookup_one(service.store, QUERY)
+    assert stored is not None and (stored.tool, stored.count) == ("get_weather", 1)
+    key = normalise_query(QUERY)
+    assert service.ranker.holds(key, "get_weather", "usage")
+    assert (await service.ranking.rank(QUERY, 1)).results[0].tool == "get_weather"
+
+
+async def test_labels_spooled_while_the_store_is_down_wait_for_it_but_a_humans(
+    services: ServiceFactory,
+) -> None:
+    """A save answered from the spool (version 0: the store unreachable) folds only a human's
+    label at once; a usage or teacher label may be outranked or outnumbered by what the store
+    holds, so the ranker takes it from the store once it is replayed."""
+    service = await services.start(embedder="hashing")
+    await service.catalog.upsert_tools(TOOLS)
+    vector = tuple((await service.embedder.embed([QUERY]))[0].tolist())
+
+    def spooled(tool: str, tier: str, query: str) -> Exemplar:
+        now = datetime.now(UTC)
+        return Exemplar(uuid.uuid4().hex, query, tool, tier, service.embedder.id, vector, now)  # type: ignore[arg-type]
+
+    await service.index.saved(
+        SaveResult(
+            changed=(
+                spooled("send_email", "usage", QUERY),
+                spooled("web_search", "teacher", "another query"),
+                spooled("get_weather", "feedback", "a third query"),
+            )
+        )
+    )
+    assert not service.ranker.holds(normalise_query(QUERY), "send_email", "usage")
+    assert not service.ranker.holds("another query", "web_search", "trusted")
+    assert service.ranker.holds("a third query", "get_weather", "trusted")
