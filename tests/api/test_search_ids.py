@@ -22,7 +22,8 @@ async def _observe(client: Client, service: Service, turn: dict[str, Any]) -> No
 
 
 async def test_a_turn_reports_where_its_used_tool_stood(client: Client, service: Service) -> None:
-    """Shown at position 2, not shown, unknown id: each stored and counted, none an error."""
+    """Shown at position 2, not shown, unknown id: each stored and counted (a resend once),
+    none an error."""
     query = "send an email to Marco about the meeting"
     ranked = await (await client.post("/v1/rank", json={"query": query, "k": 3})).json()
     shown = [r["tool"] for r in ranked["results"]]
@@ -36,6 +37,7 @@ async def test_a_turn_reports_where_its_used_tool_stood(client: Client, service:
     ]
     for turn in turns:
         await _observe(client, service, turn)
+    await _observe(client, service, turns[0])  # a client's retry: counted once, below
     stored = {t: await service.store.get_turn(t) for t in "abc"}
     assert {t: (s.search_id, s.search_status, s.shown_position, s.shown_k)
             for t, s in stored.items() if s is not None} == {
@@ -49,6 +51,20 @@ async def test_a_turn_reports_where_its_used_tool_stood(client: Client, service:
             f'toolselect_searched_turns_total{{status="{status}",tenant="default"}} {count:.1f}'
             in metrics
         )
+
+
+async def test_a_resent_turn_leaves_its_session_where_it_was(
+    client: Client, service: Service
+) -> None:
+    """Turn a, then b, in one session; a sent again (a retry) is the same turn: the session's
+    last tools stay b's, for the next ranking's prior."""
+    first = {"request": "weather in Turin", "used_tool": "get_weather", "session_id": "s",
+             "turn_id": "a"}  # fmt: skip
+    second = {"request": "mail it to Marco", "used_tool": "send_email", "session_id": "s",
+              "turn_id": "b"}  # fmt: skip
+    for turn in (first, second, first):
+        await _observe(client, service, turn)
+    assert service.sessions.previous("s") == ("send_email",)
 
 
 async def test_a_search_of_another_pack_is_counted_not_refused(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Unpack
 
 from toolselect.analytics.surfaces import analysis_payload
@@ -20,6 +22,9 @@ from toolselect.service.searches import Placement, SearchLog
 from toolselect.service.sessions import SessionSignals
 from toolselect.store.buffered import BufferedStore
 from toolselect.store.port import lookup_one
+
+# The turn ids observed lately, to know a resend at once (the learner knows it from the store).
+RECENT_TURNS = 10_000
 
 if TYPE_CHECKING:
     from toolselect.turns import ReportedTurn, TurnFields
@@ -54,6 +59,8 @@ class LearningFacade:
         self._searches = searches
         self._sessions = sessions
         self._metrics = metrics
+        self._recent_turns: OrderedDict[str, None] = OrderedDict()
+        self._recent_lock = threading.Lock()
 
     def observe(
         self, request: str, used_tool: str | None = None, **turn: Unpack[TurnFields]
@@ -64,12 +71,16 @@ class LearningFacade:
         validate a `ReportedTurn` and hand it to `report`. `used_tools` lists every tool of a
         turn that used several (`used_tool`, when absent, is the first of them); with
         `search_id` the turn is linked to what that search showed."""
+        # A turn id this process saw lately is a resend: the learner skips it against the store
+        # (`Labeller._fresh`); here it must not count its placement or note its session again.
+        again = self._seen_lately(turn.get("turn_id"))
         placement: Placement | None = None
         if search_id := turn.get("search_id"):
             used = labelled_tool(used_tool, turn.get("used_tools"))
             catalog = self._index.ranker.snapshot.names
             placement = self._searches.place(search_id, used, turn.get("pack"), catalog)
-            self._metrics.searched_turns.labels(placement.status).inc()
+            if not again:
+                self._metrics.searched_turns.labels(placement.status).inc()
         at = self._clock()
         queued = self._learner.offer(
             Observation.of(request, used_tool, turn, at=at)
@@ -86,11 +97,23 @@ class LearningFacade:
             )
         )
         # A turn the full queue dropped is no part of its conversation either.
-        if queued and (session_id := turn.get("session_id")) is not None:
+        if queued and not again and (session_id := turn.get("session_id")) is not None:
             self._sessions.note(
                 session_id, turn.get("used_tools") or ((used_tool,) if used_tool else ())
             )
         return queued
+
+    def _seen_lately(self, turn_id: str | None) -> bool:
+        """Whether `turn_id` came here among the last `RECENT_TURNS` turn ids (then remembered)."""
+        if not turn_id:
+            return False
+        with self._recent_lock:
+            if turn_id in self._recent_turns:
+                return True
+            self._recent_turns[turn_id] = None
+            if len(self._recent_turns) > RECENT_TURNS:
+                self._recent_turns.popitem(last=False)
+        return False
 
     def report(self, turn: ReportedTurn) -> bool:
         """`observe` for a turn validated at a boundary (`toolselect.turns.turn_problem`)."""
