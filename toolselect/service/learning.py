@@ -73,7 +73,8 @@ class LearningFacade:
         `search_id` the turn is linked to what that search showed."""
         # A turn id this process saw lately is a resend: the learner skips it against the store
         # (`Labeller._fresh`); here it must not count its placement or note its session again.
-        again = self._seen_lately(turn.get("turn_id"))
+        turn_id = turn.get("turn_id")
+        again = self._seen_lately(turn_id)
         placement: Placement | None = None
         if search_id := turn.get("search_id"):
             used = labelled_tool(used_tool, turn.get("used_tools"))
@@ -96,24 +97,27 @@ class LearningFacade:
                 shown_k=placement.count,
             )
         )
-        # A turn the full queue dropped is no part of its conversation either.
-        if queued and not again and (session_id := turn.get("session_id")) is not None:
+        # A turn the full queue dropped is no part of its conversation either (nor remembered:
+        # sent again, it is new).
+        if not queued or again:
+            return queued
+        if turn_id:
+            with self._recent_lock:
+                self._recent_turns[turn_id] = None
+                if len(self._recent_turns) > RECENT_TURNS:
+                    self._recent_turns.popitem(last=False)
+        if (session_id := turn.get("session_id")) is not None:
             self._sessions.note(
                 session_id, turn.get("used_tools") or ((used_tool,) if used_tool else ())
             )
         return queued
 
     def _seen_lately(self, turn_id: str | None) -> bool:
-        """Whether `turn_id` came here among the last `RECENT_TURNS` turn ids (then remembered)."""
+        """Whether `turn_id` was queued here among the last `RECENT_TURNS` turn ids."""
         if not turn_id:
             return False
         with self._recent_lock:
-            if turn_id in self._recent_turns:
-                return True
-            self._recent_turns[turn_id] = None
-            if len(self._recent_turns) > RECENT_TURNS:
-                self._recent_turns.popitem(last=False)
-        return False
+            return turn_id in self._recent_turns
 
     def report(self, turn: ReportedTurn) -> bool:
         """`observe` for a turn validated at a boundary (`toolselect.turns.turn_problem`)."""
