@@ -152,19 +152,35 @@ def _tool(entry: Mapping[str, Any], where: str, *, schema_key: str) -> Tool:
 
 def _schema(schema: Mapping[str, Any], field: str) -> Mapping[str, Any]:
     """`schema`, unless its objects and lists nest deeper than `MAX_SCHEMA_DEPTH`."""
-    level: list[Mapping[str, Any] | list[Any]] = [schema]
+    if too_deep(schema):
+        raise InvalidInput(
+            f"expected an input schema nested at most {MAX_SCHEMA_DEPTH} deep, got more",
+            field=field,
+        )
+    return schema
+
+
+def too_deep(schema: object) -> bool:
+    """Whether the objects and lists inside `schema` nest deeper than `MAX_SCHEMA_DEPTH` (what
+    an upload refuses, and what a client leaves out of one)."""
+    if not isinstance(schema, Mapping):
+        return False
+    level: list[Mapping[str, Any] | list[Any] | tuple[Any, ...]] = [schema]
     for _ in range(MAX_SCHEMA_DEPTH):
         level = [
             child
             for item in level
             for child in (item.values() if isinstance(item, Mapping) else item)
-            if isinstance(child, Mapping | list)
+            if isinstance(child, Mapping | list | tuple)
         ]
         if not level:
-            return schema
-    raise InvalidInput(
-        f"expected an input schema nested at most {MAX_SCHEMA_DEPTH} deep, got more", field=field
-    )
+            return False
+    return True
+
+
+def check_tool_name(value: object, field: str = "name") -> str:
+    """`value` as a tool name an upload takes, else `InvalidInput` saying why."""
+    return _name(value, field)
 
 
 def _name(value: object, field: str) -> str:

@@ -29,13 +29,13 @@ from typing import Any, NamedTuple
 
 from toolselect.catalog import (
     MAX_DESCRIPTION_BYTES,
-    MAX_NAME_CHARS,
-    MAX_SCHEMA_DEPTH,
     MAX_TOOLS_PER_PUT,
+    check_tool_name,
+    too_deep,
 )
 from toolselect.client import AsyncClient, clip_text
 from toolselect.config import DEFAULT_MAX_BODY_BYTES
-from toolselect.errors import ApiError
+from toolselect.errors import ApiError, InvalidInput
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
 log = logging.getLogger("toolselect.integrations")
@@ -99,7 +99,7 @@ def plan_upload(specs: Sequence[ToolSpec]) -> UploadPlan:
         if spec.parameters is not None:
             native["input_schema"] = dict(spec.parameters)
         size = _encoded_size(native)
-        holdable = _holdable_name(spec.name) and not _too_deep(native.get("input_schema"))
+        holdable = _holdable_name(spec.name) and not too_deep(native.get("input_schema"))
         if holdable and size is not None and size <= MAX_BODY_BYTES - _ENVELOPE_BYTES:
             entries.append((native, size))
         else:
@@ -108,7 +108,11 @@ def plan_upload(specs: Sequence[ToolSpec]) -> UploadPlan:
 
 
 def _holdable_name(name: str) -> bool:
-    return bool(name.strip()) and name == name.strip() and len(name) <= MAX_NAME_CHARS
+    try:
+        check_tool_name(name)
+    except InvalidInput:
+        return False
+    return True
 
 
 def _encoded_size(entry: Mapping[str, Any]) -> int | None:
@@ -118,23 +122,6 @@ def _encoded_size(entry: Mapping[str, Any]) -> int | None:
     except (TypeError, ValueError):  # not JSON (NaN and infinities included: the server
         # refuses them), or a lone surrogate UTF-8 cannot carry
         return None
-
-
-def _too_deep(schema: object) -> bool:
-    """Whether objects and lists nest deeper than the server takes (its `catalog._schema`)."""
-    if not isinstance(schema, Mapping):
-        return False
-    level: list[Mapping[str, Any] | list[Any] | tuple[Any, ...]] = [schema]
-    for _ in range(MAX_SCHEMA_DEPTH):
-        level = [
-            child
-            for item in level
-            for child in (item.values() if isinstance(item, Mapping) else item)
-            if isinstance(child, Mapping | list | tuple)
-        ]
-        if not level:
-            return False
-    return True
 
 
 def batches(
