@@ -82,12 +82,7 @@ async def _read_raw(request: web.Request) -> bytes:
 async def read_body(request: web.Request) -> Any:
     """The JSON body: 400 when it is not JSON in UTF-8 (`toolselect.json_text`)."""
     raw = await _read_raw(request)
-    try:
-        # Decoded as UTF-8 here: `json.loads` on bytes would also take UTF-16 and a byte order
-        # mark, which the routes that parse with their model refuse.
-        data = parse_json(raw.decode("utf-8"))
-    except ValueError as exc:
-        raise HttpError(400, "invalid_json", f"body is not JSON: {exc}", "body") from None
+    data = _json_of(raw)
     if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(data):
         raise HttpError(
             400,
@@ -96,6 +91,15 @@ async def read_body(request: web.Request) -> Any:
             "body",
         )
     return data
+
+
+def _json_of(raw: bytes) -> Any:
+    try:
+        # Decoded as UTF-8 here: `json.loads` on bytes would also take UTF-16 and a byte order
+        # mark, which the routes that parse with their model refuse.
+        return parse_json(raw.decode("utf-8"))
+    except ValueError as exc:
+        raise HttpError(400, "invalid_json", f"body is not JSON: {exc}", "body") from None
 
 
 # JSON may escape half of a UTF-16 pair ("\\ud800"): json.loads accepts it, but it is not text
@@ -126,9 +130,17 @@ def _rejected(exc: ValidationError) -> HttpError:
     return HttpError(status, code, message, field)
 
 
+# pydantic's parser takes NaN, Infinity and 1e400 wherever a model holds any JSON (a candidate's
+# `Metadata`, an ignored field), where the standard parser's routes and the exec selector refuse
+# them. Only bodies that may hold one are parsed a second time, by that parser.
+_MAYBE_NOT_FINITE = re.compile(rb"NaN|Infinity|[eE]\+?[0-9]{3}")
+
+
 async def read_model(request: web.Request, model: type[M]) -> M:
     """Read and validate a JSON body in one pass (pydantic parses the bytes itself)."""
     raw = await _read_raw(request)
+    if _MAYBE_NOT_FINITE.search(raw):
+        _json_of(raw)
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
