@@ -147,3 +147,41 @@ async def test_a_max_k_below_the_default_k_is_the_default(
     assert resp.status == 200, await resp.text()
     assert len((await resp.json())["results"]) == 3
     assert (await client.post("/v1/rank", json={"query": "tool", "k": 4})).status == 422
+
+
+async def test_documented_pack_limits_are_the_enforced_ones(
+    sqlite: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """Each place a pack is named states its limits, and a pack one past them is refused there
+    while one at them is taken: rank's `pack`, select's `PackID`, the catalog's `?pack=` (where
+    the empty string, which a string field or a query cannot leave out, names none)."""
+    client, _ = await sqlite.serve(aiohttp_client)
+    doc = await (await client.get("/openapi.json")).json()
+    schemas = doc["components"]["schemas"]
+    rank_pack = schemas["RankRequest"]["properties"]["pack"]
+    pack_id = schemas["PromptKitQuery"]["properties"]["PackID"]
+    query_packs = [
+        param["schema"]
+        for method in ("get", "put")
+        for param in doc["paths"]["/v1/tools"][method]["parameters"]
+        if param["name"] == "pack"
+    ]
+    longest = rank_pack["maxLength"]
+    assert pack_id["maxLength"] == longest
+    assert [schema["maxLength"] for schema in query_packs] == [longest, longest]
+    assert rank_pack["minLength"] == 1 and rank_pack["pattern"] == "\\S"
+    assert pack_id["pattern"] == "^$|\\S" and [s["pattern"] for s in query_packs] == [
+        "^$|\\S",
+        "^$|\\S",
+    ]
+
+    def select(pack: str) -> dict[str, Any]:
+        return {"query": {"Text": "x", "K": 1, "PackID": pack}, "candidates": [{"ID": "a"}]}
+
+    for pack, status in (("p" * longest, 200), ("p" * (longest + 1), 422), (" ", 422)):
+        assert (await client.post("/v1/rank", json={"query": "x", "pack": pack})).status == status
+        assert (await client.post("/v1/select", json=select(pack))).status == status
+        assert (await client.get("/v1/tools", params={"pack": pack})).status == status
+    assert (await client.post("/v1/rank", json={"query": "x", "pack": ""})).status == 422
+    assert (await client.post("/v1/select", json=select(""))).status == 200
+    assert (await client.get("/v1/tools", params={"pack": ""})).status == 200

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel, WithJsonSchema
 
+from toolselect.catalog import MAX_PACK_CHARS
 from toolselect.config import DEFAULT_K
 from toolselect.turns import MAX_USED_TOOLS as MAX_USED_TOOLS
 from toolselect.turns import Name, ReportedTurn, turn_problem
@@ -13,6 +14,10 @@ from toolselect.turns import Name, ReportedTurn, turn_problem
 # Documented in the schema only: the service enforces these (and its configured limits) with
 # its own messages, so the JSON Schema describes what is accepted without changing errors.
 _NON_BLANK: dict[str, Any] = {"minLength": 1, "pattern": "\\S"}
+# A pack name wherever one is given (`catalog.check_pack`): not blank, at most 256 characters.
+PACK_SCHEMA: dict[str, Any] = {**_NON_BLANK, "maxLength": MAX_PACK_CHARS}
+# Where a string must be given (`PackID`, `?pack=`), the empty one names no pack.
+PACK_OR_EMPTY_SCHEMA: dict[str, Any] = {"maxLength": MAX_PACK_CHARS, "pattern": "^$|\\S"}
 # A tool name: 1..256 characters, no surrounding whitespace.
 _NAME = Field(min_length=1, max_length=256, pattern=r"^\S(?:[\s\S]*\S)?$")
 
@@ -60,7 +65,9 @@ class RankRequest(_Strict):
         json_schema_extra={"minimum": 1, "maximum": 100},
     )
     tools: list[str] | None = Field(default=None, description="Rank only these tool names.")
-    pack: str | None = Field(default=None, description="Rank only this pack's tools.")
+    pack: str | None = Field(
+        default=None, description="Rank only this pack's tools.", json_schema_extra=PACK_SCHEMA
+    )
     session_id: Name | None = Field(
         default=None,
         description="The conversation this request belongs to: the tools its last observed "
@@ -122,7 +129,11 @@ class PromptKitQuery(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
     Text: str = Field(json_schema_extra=_NON_BLANK)
     Kind: str = "tool"
-    PackID: str = ""
+    PackID: str = Field(
+        default="",
+        description="Empty for none; else a pack name, checked as `/v1/rank`'s `pack`.",
+        json_schema_extra=PACK_OR_EMPTY_SCHEMA,
+    )
     AgentID: str = ""
     K: Integer = 0
 
@@ -385,7 +396,7 @@ class ToolsIn(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     tools: list[ToolIn] = Field(max_length=10_000)
-    pack: str | None = Field(default=None, max_length=256, json_schema_extra=_NON_BLANK)
+    pack: str | None = Field(default=None, max_length=MAX_PACK_CHARS, json_schema_extra=_NON_BLANK)
 
 
 class OpenAIFunction(BaseModel):

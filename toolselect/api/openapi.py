@@ -47,6 +47,9 @@ _OPERATIONS: tuple[
     ("get", "/readyz", "Store reachable and catalog loaded", None, 200, m.Health, (), ()),
 )  # fmt: skip
 
+_STRING: dict[str, Any] = {"type": "string"}
+_QUERY_SCHEMAS = {"pack": {**_STRING, **m.PACK_OR_EMPTY_SCHEMA}}
+
 _ERRORS = {
     "400": "invalid_json",
     "404": "not_found",
@@ -116,7 +119,7 @@ def openapi_document(routes: frozenset[str] | None = None) -> dict[str, Any]:
             {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
             for p in path_params
         ] + [
-            {"name": p, "in": "query", "required": False, "schema": {"type": "string"}}
+            {"name": p, "in": "query", "required": False, "schema": _QUERY_SCHEMAS.get(p, _STRING)}
             for p in query_params
         ]
         if params:
