@@ -197,6 +197,11 @@ class Metrics:
         self.decisions = counter(
             "toolselect_oracle_decisions", "Oracle decisions by tier and result", "tier", "result"
         )
+        self.teacher_abandoned = counter(
+            "toolselect_teacher_abandoned",
+            "Teacher-tier turns left without a result by a process that stopped (SIGKILL, a"
+            " lost host), closed `error` an hour after they were observed",
+        )
         self.teacher_budget_spent = counter(
             "toolselect_teacher_budget_spent",
             "Teacher calls not made because an hourly budget was spent, by budget: `tenant`"

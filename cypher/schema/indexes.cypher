@@ -3,6 +3,8 @@
 // also matches the tenant, which filters the few rows an index seek finds).
 // A tenant's turns by time (session_turns, the analyses' `since`).
 CREATE INDEX turn_tenant_at IF NOT EXISTS FOR (t:Turn) ON (t.tenant, t.at);
+// A tenant's teacher-tier turns by time (undecided_turns).
+CREATE INDEX turn_tenant_tier_at IF NOT EXISTS FOR (t:Turn) ON (t.tenant, t.tier, t.at);
 CREATE INDEX turn_at IF NOT EXISTS FOR (t:Turn) ON (t.at);
 CREATE INDEX turn_used_tool IF NOT EXISTS FOR (t:Turn) ON (t.used_tool);
 CREATE INDEX exemplar_version IF NOT EXISTS FOR (e:ToolSelectionExample) ON (e.version);

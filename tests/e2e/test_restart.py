@@ -1,10 +1,13 @@
 """A restart with another embedder re-embeds the catalog and the stored exemplars from their
-text, and ranks correctly in the new vector space."""
+text, and ranks correctly in the new vector space; a restart after a kill closes the teacher
+turns the killed process left undecided."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest_asyncio
@@ -12,8 +15,9 @@ import pytest_asyncio
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, start_stub
 from toolselect.embed import HashingEmbedder
-from toolselect.records import Exemplar, Tool
+from toolselect.records import Exemplar, Tool, Turn
 from toolselect.service import TenantServices
+from toolselect.store.factory import open_store
 from toolselect.store.port import lookup_one, save_one
 
 TOOLS = [
@@ -144,3 +148,30 @@ async def test_a_restart_reads_the_catalogs_vectors_from_disk(services: ServiceF
     off = await services.start(embedder="minilm", vector_cache=0)
     assert off.parts.vectors is None and off.metrics.value(*hits) is None
     assert await off.ranking.rank(LEARNED, 4) == ranked
+
+
+async def test_a_service_closes_the_teacher_turns_a_killed_process_left(
+    services: ServiceFactory,
+) -> None:
+    """A process killed while the teacher was asked leaves its turn `tier=teacher` with no
+    result: the next service on the store closes it `error` once loaded (the analyses stop
+    counting it in flight), while a turn under an hour old is left to whoever may teach it."""
+    store = await open_store(services.settings())
+    await store.migrate()
+    now = datetime.now(UTC)
+    left = Turn("killed", LEARNED, "shell_exec", now - timedelta(hours=3), flagged=True)
+    recent = replace(left, id="recent", at=now - timedelta(minutes=5))
+    await store.record_turns([replace(t, tier="teacher") for t in (left, recent)])
+    await store.close()
+
+    service = await services.start()
+    for _ in range(100):
+        turn = await service.store.get_turn("killed")
+        if turn is not None and turn.result is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert turn is not None and (turn.tier, turn.result) == ("teacher", "error")
+    still = await service.store.get_turn("recent")
+    assert still is not None and still.result is None
+    closed = service.metrics.value("toolselect_teacher_abandoned_total", {})
+    assert closed == 1

@@ -7,21 +7,25 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import timedelta
 
 import neo4j
 import pytest_asyncio
 
 from tests.stubs import Reply, Stub, anthropic_message
 from toolselect.catalog import tool_text
+from toolselect.clock import utc_now
 from toolselect.embed import HashingEmbedder
 from toolselect.learn.learner import Learner, LearnerConfig
+from toolselect.learn.records import Observation
 from toolselect.metrics import Metrics
 from toolselect.names import DEFAULT_FALLBACK_TOOLS
 from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import SHUTDOWN, Oracle
 from toolselect.ranker import CentroidRanker
-from toolselect.records import Exemplar, SaveResult, Tool
+from toolselect.records import Exemplar, SaveResult, Tool, Turn
 from toolselect.store.neo4j.store import Neo4jStore
 from toolselect.store.port import Store, lookup_one
 from toolselect.store.sqlite.store import SqliteStore
@@ -344,6 +348,43 @@ async def test_cancelled_turn_saves_nothing(harness: Harness) -> None:
     assert turn.result == "error"
     calls = await harness.store.oracle_calls("c1")
     assert [(c.result, c.error) for c in calls] == [("error", SHUTDOWN)]
+
+
+async def test_teacher_turns_a_stopped_process_left_are_closed_after_an_hour(
+    harness: Harness,
+) -> None:
+    """A teacher-tier turn without a result (what a SIGKILL leaves) is closed `error` once it
+    was observed over an hour ago, and counted; not sooner, and not while this process is
+    still teaching it, though another process sharing the store closes that one."""
+    now = utc_now()
+    stopped = Turn("killed", "cheapest flight", "shell_exec", now - timedelta(hours=2))
+    recent = replace(stopped, id="recent", at=now - timedelta(minutes=50))
+    await harness.store.record_turns(
+        [replace(t, flagged=True, tier="teacher") for t in (stopped, recent)]
+    )
+    harness.stub.reply(Reply(hang=True))
+    long_ago = now - timedelta(hours=2)
+    harness.learner.offer(
+        Observation.of(LOW_MARGIN, "shell_exec", {"turn_id": "live"}, at=long_ago)
+    )
+    await asyncio.wait_for(harness.stub.arrived.wait(), 5.0)
+
+    assert await harness.learner.close_abandoned() == 1
+    results = {i: (await harness.store.get_turn(i)) for i in ("killed", "recent", "live")}
+    assert {i: (t.tier, t.result) for i, t in results.items() if t is not None} == {
+        "killed": ("teacher", "error"),
+        "recent": ("teacher", None),
+        "live": ("teacher", None),
+    }
+    assert harness.counter("teacher_abandoned") == 1
+    assert harness.counter("oracle_decisions", tier="teacher", result="error") == 1
+    assert await harness.learner.close_abandoned() == 0
+
+    replica = Harness(harness.store, harness.stub)
+    assert await replica.learner.close_abandoned() == 1
+    live = await harness.store.get_turn("live")
+    assert live is not None and live.result == "error"
+    await replica.teacher.aclose()
 
 
 async def test_close_leaves_nothing_running(

@@ -387,6 +387,33 @@ async def test_recorded_turn_ids_are_the_stored_ones(store: Store) -> None:
     assert await store.recorded_turn_ids([]) == set()
 
 
+async def test_undecided_turns_are_the_teacher_tier_unfinished_before_a_time(
+    store: Store,
+) -> None:
+    """Teacher-tier turns with no result observed before the time, oldest first (then by id),
+    at most `limit`; a finished one, another tier's, or a later one is not among them."""
+    hour = timedelta(hours=1)
+    await store.record_turns(
+        [
+            turn("t-late", tier="teacher", at=NOW - hour),
+            turn("t-b", tier="teacher", at=NOW - 3 * hour),
+            turn("t-a", tier="teacher", at=NOW - 3 * hour),
+            turn("t-first", tier="teacher", at=NOW - 5 * hour),
+            turn("t-done", tier="teacher", result="labeled", label="fs_read", at=NOW - 5 * hour),
+            turn("t-ranker", tier="ranker", at=NOW - 5 * hour),
+            turn("t-plain", at=NOW - 5 * hour),
+        ]
+    )
+    before = NOW - 2 * hour
+    assert [t.id for t in await store.undecided_turns(before, 10)] == ["t-first", "t-a", "t-b"]
+    assert [t.id for t in await store.undecided_turns(before, 2)] == ["t-first", "t-a"]
+    assert await store.undecided_turns(before, 0) == []
+    first = await store.undecided_turns(NOW - 4 * hour, 10)
+    assert first == [turn("t-first", tier="teacher", at=NOW - 5 * hour)]
+    await store.record_turns([replace(first[0], result="error")])
+    assert [t.id for t in await store.undecided_turns(before, 10)] == ["t-a", "t-b"]
+
+
 async def test_ten_thousand_turns_in_one_batch(store: Store) -> None:
     """A 10,000-turn batch is stored in one call, and resending it adds nothing."""
     batch = [turn(f"bulk-{i}", margin=i / 10_000) for i in range(10_000)]

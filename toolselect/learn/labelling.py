@@ -21,6 +21,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 
 import numpy as np
 import structlog
@@ -42,6 +43,14 @@ from toolselect.records import Exemplar, SaveResult, Tier, Turn
 from toolselect.store.port import LearnerStore
 
 log = structlog.get_logger("toolselect.learn")
+
+# A teacher-tier turn still without a result this long after it was observed was left by a
+# process that stopped without closing it (SIGKILL, a lost host; a stop by signal closes its
+# own). Closed `error` by any replica; a process still teaching it (a long queue) overwrites
+# that with its answer when it finishes, so closing early loses nothing.
+ABANDONED_AFTER = timedelta(hours=1)
+ABANDONED = "abandoned: no process finished it within an hour"
+_ABANDONED_BATCH = 1_000
 
 
 class Labeller:
@@ -77,6 +86,7 @@ class Labeller:
         self._stats = stats
         self._clock = clock
         self.teaching: set[asyncio.Task[None]] = set()
+        self._teaching_ids: set[str] = set()
         # Set by the learner's close: turns still drained are not escalated to the teacher.
         self.stopping = False
         self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
@@ -303,7 +313,9 @@ class Labeller:
     def _escalate(self, turn: Turn, vector: np.ndarray, passed: tuple[str, ...]) -> None:
         task = asyncio.create_task(self._teach(turn, vector, passed), name=f"teach-{turn.id}")
         self.teaching.add(task)
+        self._teaching_ids.add(turn.id)
         task.add_done_callback(self.teaching.discard)
+        task.add_done_callback(lambda _: self._teaching_ids.discard(turn.id))
 
     async def _teach(self, turn: Turn, vector: np.ndarray, passed: tuple[str, ...]) -> None:
         key = normalise_query(turn.request)
@@ -374,7 +386,21 @@ class Labeller:
     async def _finish(self, turn: Turn, why: str | None) -> None:
         self._decided(turn)
         self._log_finished(turn, why)
-        await self._record_finished(turn)
+        await self._record_finished([turn])
+
+    async def close_abandoned(self) -> int:
+        """Close `error` the teacher-tier turns observed over `ABANDONED_AFTER` ago that no
+        process finished, but those this one is teaching; how many were closed."""
+        before = self._clock() - ABANDONED_AFTER
+        left = await self._store.undecided_turns(before, _ABANDONED_BATCH)
+        closed = [replace(t, result="error") for t in left if t.id not in self._teaching_ids]
+        for turn in closed:
+            self._decided(turn)
+            self._log_finished(turn, ABANDONED)
+        if closed:
+            self._metrics.teacher_abandoned.inc(len(closed))
+            await self._record_finished(closed)
+        return len(closed)
 
     def _log_finished(self, turn: Turn, why: str | None) -> None:
         log.info(
@@ -386,15 +412,15 @@ class Labeller:
             why=why,
         )
 
-    async def _record_finished(self, turn: Turn) -> None:
-        """Record a turn the teacher tier finished, once every turn finished before it is.
+    async def _record_finished(self, finished: Sequence[Turn]) -> None:
+        """Record turns the teacher tier finished, once every turn finished before is.
 
         Turns finished while such a write is in flight wait for it and are then recorded
         together by whichever of them runs first: a burst of escalations costs a few
         transactions instead of one each.
         A batch the store refuses is recorded turn by turn, so a bad turn fails alone.
         """
-        self._finished.append(turn)
+        self._finished.extend(finished)
         async with self._finish_lock:
             if not self._finished:
                 return  # recorded by the write of an earlier finisher

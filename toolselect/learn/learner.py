@@ -101,6 +101,10 @@ class Learner:
     def depth(self) -> int:
         return self._intake.depth
 
+    async def close_abandoned(self) -> int:
+        """Close the teacher-tier turns a stopped process left undecided (`Labeller`)."""
+        return await self._labeller.close_abandoned()
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self) -> None:

@@ -32,6 +32,9 @@ from toolselect.store.spool import Spool
 
 # How long `/readyz` waits for the store's answer (probes usually give up after 1-5 s).
 READY_PING_S = 2.0
+# How often the store is asked for teacher turns a stopped process left undecided
+# (`Labeller.close_abandoned`): one indexed read of the few such turns.
+ABANDONED_CHECK_S = 600.0
 
 log = structlog.get_logger("toolselect.service")
 
@@ -212,14 +215,17 @@ class Service:
         self.keys.replace(await self.store.list_keys(), read_after=seen)
 
     async def _maintain(self) -> None:
-        """Background upkeep: connect until loaded, flush the write backlog, poll for replicas."""
+        """Background upkeep: connect until loaded, flush the write backlog, poll for replicas,
+        close the teacher turns a stopped process left (once loaded, then every 10 minutes)."""
         interval = self.settings.poll_interval_s
         tick = min(1.0, interval)
         since_poll = 0.0
+        since_abandoned = ABANDONED_CHECK_S
         failing: str | None = None
         while True:
             await asyncio.sleep(tick)
             since_poll += tick
+            since_abandoned += tick
             try:
                 if not self.loaded:
                     await self.connect()
@@ -231,6 +237,9 @@ class Service:
                     since_poll = 0.0
                     await self.reload_keys()
                     await self.index.refresh()
+                if self.loaded and since_abandoned >= ABANDONED_CHECK_S:
+                    since_abandoned = 0.0
+                    await self.learner.close_abandoned()
                 if self.loaded and self.sessions.due():
                     self.sessions.start_refresh()
                 if failing is not None:

@@ -260,6 +260,16 @@ class BufferedStore:
         except StoreUnavailable:
             return set()
 
+    async def undecided_turns(self, before: datetime, limit: int) -> list[Turn]:
+        """None while the store is down: the turns are closed once it is back."""
+        try:
+            return await self._through(
+                "undecided_turns",
+                lambda: self._bounded("undecided_turns", self.inner.undecided_turns(before, limit)),
+            )
+        except StoreUnavailable:
+            return []
+
     # -- everything else passes through ------------------------------------------------------
 
     @property

@@ -180,6 +180,11 @@ class TurnStore(Protocol):
         again, whatever came between)."""
         ...
 
+    async def undecided_turns(self, before: datetime, limit: int) -> list[Turn]:
+        """At most `limit` turns the teacher tier took up and never finished (`tier` teacher,
+        no `result`), observed before `before`, oldest first (by `at`, then id)."""
+        ...
+
     async def session_turns(self, limit: int) -> list[Turn]:
         """The `limit` most recently recorded turns that have a session, newest first (by
         `at`, then id): what the session fit learns the conversation signals from."""

@@ -23,7 +23,7 @@ Driver errors never leave this module: unreachable servers and refused credentia
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -32,6 +32,7 @@ from neo4j import AsyncDriver, AsyncGraphDatabase, AsyncManagedTransaction, Reco
 from neo4j.exceptions import ConstraintError, DriverError, Neo4jError
 
 from toolselect.analytics.registry import finish, get_analysis
+from toolselect.clock import Clock, utc_now
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row
 from toolselect.names import normalise_query
@@ -77,10 +78,6 @@ _CONNECT_TIMEOUT_S = 5.0
 _RETRY_TIME_S = 5.0  # managed transactions retry transient errors (deadlocks, failover) this long
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _exemplar(props: Mapping[str, Any], tool: str) -> Exemplar:
     return exemplar_from_row({**props, "tool": tool}, from_db)
 
@@ -97,7 +94,7 @@ class Neo4jStore:
         *,
         uri: str = "",
         retention: Retention = Retention(),  # noqa: B008 - frozen, so sharing it is safe
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Clock = utc_now,
         tenant: str = DEFAULT_TENANT,
     ) -> None:
         self._tenant = check_tenant(tenant)
@@ -206,11 +203,9 @@ class Neo4jStore:
             await lock_meta(tx)
             params = {"tools": rows, "now": to_db(self._clock())}
             changed = int((await neo4j_tx.one(tx, "upsert_tools", params))["changed"])
-            added = (
-                int((await neo4j_tx.one(tx, "add_to_packs", {"links": links}))["added"])
-                if links
-                else 0
-            )
+            added = 0
+            if links:
+                added = int((await neo4j_tx.one(tx, "add_to_packs", {"links": links}))["added"])
             if changed or added:
                 await neo4j_tx.bump(tx, catalog=1)
             return changed
@@ -268,16 +263,23 @@ class Neo4jStore:
         return created
 
     async def get_turn(self, turn_id: str) -> Turn | None:
-        rows = await self._read("get_turn", {"id": turn_id})
-        return turn_from_row(rows[0]["turn"], from_db) if rows else None
+        turns = await self._turns("get_turn", {"id": turn_id})
+        return turns[0] if turns else None
 
     async def recorded_turn_ids(self, turn_ids: Sequence[str]) -> set[str]:
         rows = await self._read("recorded_turn_ids", {"ids": sorted(set(turn_ids))})
         return {r["id"] for r in rows}
 
+    async def undecided_turns(self, before: datetime, limit: int) -> list[Turn]:
+        return await self._turns(
+            "undecided_turns", {"before": to_db_text(before), "limit": max(limit, 0)}
+        )
+
     async def session_turns(self, limit: int) -> list[Turn]:
-        rows = await self._read("session_turns", {"limit": max(limit, 0)})
-        return [turn_from_row(r["turn"], from_db) for r in rows]
+        return await self._turns("session_turns", {"limit": max(limit, 0)})
+
+    async def _turns(self, name: str, params: dict[str, Any]) -> list[Turn]:
+        return [turn_from_row(r["turn"], from_db) for r in await self._read(name, params)]
 
     # --- exemplars --------------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ _SCHEMA = (
         flag_reason TEXT, tier TEXT, label TEXT, result TEXT)""",
     # Version 2 columns are added by `_ADDED` (so files of version 1 get them too).
     "CREATE INDEX IF NOT EXISTS turns_at ON turns(at)",
+    # What `undecided_turns` reads: a few turns among all, by time.
+    "CREATE INDEX IF NOT EXISTS turns_undecided ON turns(at) WHERE tier = 'teacher' AND result IS NULL",
     """CREATE TABLE IF NOT EXISTS exemplars (
         id TEXT NOT NULL UNIQUE, query TEXT NOT NULL, query_norm TEXT NOT NULL UNIQUE,
         tool TEXT NOT NULL REFERENCES tools(name), tier TEXT NOT NULL, embedder TEXT NOT NULL,

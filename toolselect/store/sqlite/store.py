@@ -18,13 +18,14 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
 import structlog
 
 from toolselect.analytics.registry import finish, get_analysis
+from toolselect.clock import Clock, utc_now
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row, tenant_file
 from toolselect.names import normalise_query
@@ -93,6 +94,11 @@ _UPDATE_TURN = """
         session_id = :session_id, used_tools = :used_tools, search_id = :search_id,
         search_status = :search_status, shown_position = :shown_position, shown_k = :shown_k
     WHERE id = :id"""
+_SESSION_TURNS = """
+    SELECT * FROM turns WHERE session_id IS NOT NULL ORDER BY at DESC, id DESC LIMIT ?"""
+_UNDECIDED_TURNS = """
+    SELECT * FROM turns WHERE tier = 'teacher' AND result IS NULL AND at < ?
+    ORDER BY at, id LIMIT ?"""
 _UPSERT_CALL = """
     INSERT INTO oracle_calls (id, provider, model, result, latency_ms, at, turn_id, input_tokens,
         output_tokens, cost_usd, error)
@@ -109,10 +115,6 @@ _INSERT_KEY = """
 _REVOKE_KEY = "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?"
 _LIST_KEYS = "SELECT * FROM api_keys WHERE ?1 IS NULL OR tenant = ?1 ORDER BY created_at, id"
 _ACTIVE_KEYS = "SELECT * FROM api_keys WHERE revoked_at IS NULL ORDER BY created_at, id"
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _tool(row: sqlite3.Row, packs: Sequence[str]) -> Tool:
@@ -132,7 +134,7 @@ class SqliteStore:
         path: Path,
         *,
         retention: Retention | None = None,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Clock = utc_now,
         busy_timeout: float = 5.0,
         tenant: str = DEFAULT_TENANT,
     ) -> None:
@@ -332,22 +334,19 @@ class SqliteStore:
         return await self._run(lambda conn: sqlite_sessions.stored_ids(conn, ids)) if ids else set()
 
     async def get_turn(self, turn_id: str) -> Turn | None:
-        def work(conn: sqlite3.Connection) -> Turn | None:
-            row = conn.execute("SELECT * FROM turns WHERE id = ?", (turn_id,)).fetchone()
-            return None if row is None else turn_from_row(dict(row), dt)
+        turns = await self._turns("SELECT * FROM turns WHERE id = ?", (turn_id,))
+        return turns[0] if turns else None
 
-        return await self._run(work)
+    async def undecided_turns(self, before: datetime, limit: int) -> list[Turn]:
+        return await self._turns(_UNDECIDED_TURNS, (ts(before), max(limit, 0)))
 
     async def session_turns(self, limit: int) -> list[Turn]:
-        def work(conn: sqlite3.Connection) -> list[Turn]:
-            rows = conn.execute(
-                "SELECT * FROM turns WHERE session_id IS NOT NULL "
-                "ORDER BY at DESC, id DESC LIMIT ?",
-                (max(limit, 0),),
-            )
-            return [turn_from_row(dict(row), dt) for row in rows]
+        return await self._turns(_SESSION_TURNS, (max(limit, 0),))
 
-        return await self._run(work)
+    async def _turns(self, sql: str, params: tuple[object, ...]) -> list[Turn]:
+        return await self._run(
+            lambda conn: [turn_from_row(dict(row), dt) for row in conn.execute(sql, params)]
+        )
 
     # --- exemplars ------------------------------------------------------------------------
 
