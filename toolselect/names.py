@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from collections.abc import Iterable
 
 DEFAULT_FALLBACK_TOOLS: tuple[str, ...] = (
     "shell_exec",
@@ -29,6 +30,33 @@ def namespace(name: str) -> str:
     """The part before the last `__`, or the empty string for a plain name."""
     head, sep, _ = name.rpartition("__")
     return head if sep else ""
+
+
+class CatalogNames:
+    """Which catalog tool a reported name stands for: the tool of that name, else the tools
+    with its bare name (an agent may report `mcp__server__tool` for the catalog's
+    `server__tool`, or the bare `tool`). One rule for the labels, the session counts, the
+    session prior and the analyses; `catalog` needs to hold every tool of the names asked
+    about and of their bare names, not the whole catalog."""
+
+    def __init__(self, catalog: Iterable[str]) -> None:
+        self._exact = frozenset(catalog)
+        self._by_bare: dict[str, list[str]] = {}
+        for name in sorted(self._exact):
+            self._by_bare.setdefault(bare_name(name), []).append(name)
+
+    def __contains__(self, name: object) -> bool:
+        """Whether `name` is a catalog tool's own name."""
+        return name in self._exact
+
+    def matches(self, name: str) -> list[str]:
+        """The tool of that name, else every tool with its bare name (sorted)."""
+        return [name] if name in self._exact else self._by_bare.get(bare_name(name), [])
+
+    def resolve(self, name: str) -> str | None:
+        """The one tool `name` stands for, or None (no tool, or several with its bare name)."""
+        found = self.matches(name)
+        return found[0] if len(found) == 1 else None
 
 
 def same_tool(a: str, b: str) -> bool:

@@ -246,5 +246,5 @@ class Retention:
     total: int = 10_000
     max_age_days: float = 90.0
     relations_per_tool: int = 100
-    """Tool counts kept per tool (`rules.kept_relations`): a tool's transitions, and its pairs
+    """Tool counts kept per tool (`session_rules.kept_relations`): a tool's transitions, and its pairs
     (a pair stays while either of its tools keeps it)."""

@@ -1,23 +1,39 @@
 // cold_tools: which catalog tools has nothing ever pointed at?
 // A tool is cold when no turn ranked it first (top1), no turn used it (used_tool, or any of its
 // used_names: the tools of a turn that used several) and no exemplar selects it (it was never
-// labelled).
+// labelled). A name no tool has stands for the one tool with its bare name, the part after the
+// last `__` (agents may report `mcp__server__tool` for `server__tool`), as the learner reads it.
 // Parameters: $since - ISO-8601 datetime string or null (all time); only turns with
 //   at >= $since and exemplars with created_at >= $since count as pointing at a tool.
 //   In Neo4j Browser: :param since => null
 // $tenant - the tenant whose data is read (every node matched carries it).
 //   In Neo4j Browser: :param tenant => 'default'
 // Columns: tool. Order: tool.
-OPTIONAL MATCH (t:Turn {tenant: $tenant})
-WHERE $since IS NULL OR t.at >= datetime($since)
-WITH collect(DISTINCT t.top1) + collect(DISTINCT t.used_tool) AS seen,
-  collect(t.used_names) AS used_lists
-WITH seen + reduce(names = [], used IN used_lists | names + used) AS seen
-OPTIONAL MATCH (e:ToolSelectionExample {tenant: $tenant})-[:SELECTS]->(labelled:Tool {tenant: $tenant})
-WHERE $since IS NULL OR e.created_at >= datetime($since)
-WITH seen, collect(DISTINCT labelled.name) AS labelled_names
-WITH seen + labelled_names AS seen
+CALL () {
+  MATCH (t:Turn {tenant: $tenant})
+  WHERE $since IS NULL OR t.at >= datetime($since)
+  UNWIND [t.top1, t.used_tool] + coalesce(t.used_names, []) AS name
+  WITH DISTINCT name
+  WHERE name IS NOT NULL
+  RETURN collect(name) AS named
+}
+CALL () {
+  MATCH (e:ToolSelectionExample {tenant: $tenant})-[:SELECTS]->(labelled:Tool {tenant: $tenant})
+  WHERE $since IS NULL OR e.created_at >= datetime($since)
+  RETURN collect(DISTINCT labelled.name) AS labelled
+}
+CALL (named) {
+  UNWIND named AS name
+  OPTIONAL MATCH (exact:Tool {tenant: $tenant, name: name})
+  WITH name, exact
+  WHERE exact IS NULL
+  WITH DISTINCT reverse(split(reverse(name), '__')[0]) AS bare
+  MATCH (tool:Tool {tenant: $tenant, bare_name: bare})
+  WITH bare, collect(tool.name) AS tools
+  WHERE size(tools) = 1
+  RETURN collect(tools[0]) AS resolved
+}
 MATCH (tool:Tool {tenant: $tenant})
-WHERE NOT tool.name IN seen
+WHERE NOT tool.name IN named AND NOT tool.name IN labelled AND NOT tool.name IN resolved
 RETURN tool.name AS tool
 ORDER BY tool

@@ -1,4 +1,4 @@
-// Retention of the tool counts (`store/rules.kept_relations`), after turns added to them: $keep
+// Retention of the tool counts (`store/session_rules.kept_relations`), after turns added to them: $keep
 // (>= 0) per tool by count descending, then the other tool's name. A tool's FOLLOWED_BY steps
 // beyond its top $keep go; a USED_WITH pair goes when neither of its tools keeps it.
 CALL () {

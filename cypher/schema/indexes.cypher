@@ -5,6 +5,8 @@
 CREATE INDEX turn_tenant_at IF NOT EXISTS FOR (t:Turn) ON (t.tenant, t.at);
 // A tenant's teacher-tier turns by time (undecided_turns).
 CREATE INDEX turn_tenant_tier_at IF NOT EXISTS FOR (t:Turn) ON (t.tenant, t.tier, t.at);
+// A tenant's tools by bare name (known_tools resolves a reported name by it).
+CREATE INDEX tool_tenant_bare_name IF NOT EXISTS FOR (t:Tool) ON (t.tenant, t.bare_name);
 CREATE INDEX turn_at IF NOT EXISTS FOR (t:Turn) ON (t.at);
 CREATE INDEX turn_used_tool IF NOT EXISTS FOR (t:Turn) ON (t.used_tool);
 CREATE INDEX exemplar_version IF NOT EXISTS FOR (e:ToolSelectionExample) ON (e.version);

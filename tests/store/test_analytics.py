@@ -644,3 +644,41 @@ async def test_costs_are_added_smallest_first(store_factory: StoreFactory) -> No
         )
     (row,) = (await store.analytics("oracle_usage")).rows
     assert row[6] == 1e16 + 2.0 != (1e16 + 1.0) + 1.0
+
+
+async def test_a_tool_reported_under_another_prefix_is_that_tool(
+    store_factory: StoreFactory,
+) -> None:
+    """Agents may report `mcp__srv__read` (or the bare `read`) for the catalog's `srv__read`:
+    the analyses count it as that tool, as the learner labels it. It is not cold, a teacher
+    label for it is no confusion, and it pairs and follows as itself; a bare name two tools
+    share stands for neither."""
+    store = await store_factory.make()
+    names = ("srv__read", "srv__write", "a__search", "b__search", "zz_idle")
+    await store.upsert_tools([Tool(name) for name in names])
+    now = datetime(2026, 3, 2, 12, tzinfo=UTC)
+    await store.record_turns(
+        [
+            Turn("u1", "open it", "mcp__srv__read", now, session_id="s", used_tools=()),
+            Turn("u2", "save it", "write", now + timedelta(minutes=1), session_id="s"),
+            Turn("u3", "both", "read", now + timedelta(minutes=2), used_tools=("read", "write")),
+            Turn("u4", "find it", "x__search", now + timedelta(minutes=3)),
+            replace(
+                flagged_turn(
+                    "u5", now, "open it", "mcp__srv__read", "srv__read", "fallback", "teacher",
+                    "srv__read", "labeled",
+                ),
+                session_id=None,
+            ),
+            flagged_turn(
+                "u6", now, "write it", "mcp__srv__read", "srv__write", "disagreement", "teacher",
+                "srv__write", "labeled",
+            ),
+        ]
+    )  # fmt: skip
+    cold = rows(await store.analytics("cold_tools"))
+    assert cold == [("a__search",), ("b__search",), ("zz_idle",)]
+    assert rows(await store.analytics("confusions")) == [("mcp__srv__read", "srv__write", 1)]
+    assert rows(await store.analytics("tool_pairs")) == [("srv__read", "srv__write", 1)]
+    transitions = rows(await store.analytics("tool_transitions"))
+    assert [row[:3] for row in transitions] == [("srv__read", "srv__write", 1)]

@@ -1,6 +1,6 @@
 """Sessions in the store, on every store: turns recorded with a session id are linked in order,
 and the tools they used are counted together (one turn) and in sequence (the next turn of the
-session), once per turn however often it is resent (`store/rules.plan_sessions`)."""
+session), once per turn however often it is resent (`store/session_session_rules.plan_sessions`)."""
 
 from __future__ import annotations
 

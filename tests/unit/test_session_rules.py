@@ -1,12 +1,13 @@
-"""The session rules (`store/rules.plan_sessions`) both stores apply when turns are recorded."""
+"""The session rules (`store/session_session_rules.plan_sessions`) both stores apply when turns are recorded."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from toolselect.names import CatalogNames
 from toolselect.records import Turn
-from toolselect.store.rules import (
+from toolselect.store.session_rules import (
     SessionTail,
     kept_relations,
     plan_sessions,
@@ -15,7 +16,7 @@ from toolselect.store.rules import (
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-KNOWN = {"a", "b", "c"}
+KNOWN = CatalogNames({"a", "b", "c"})
 
 
 def turn(turn_id: str, minute: int, *tools: str, session: str | None = "s1", **kw: Any) -> Turn:
@@ -76,6 +77,31 @@ def test_a_tail_tool_no_longer_in_the_catalog_counts_nothing() -> None:
     assert dict(plan.transitions) == {("a", "b"): 1}
 
 
+def test_a_reported_name_counts_as_the_catalog_tool_it_stands_for() -> None:
+    """`mcp__srv__read` and the bare `read` count as the catalog's `srv__read`, the tool of
+    an exact name first; a bare name two tools share counts nothing (the learner's rule)."""
+    catalog = CatalogNames({"srv__read", "srv__write", "a__search", "b__search", "search"})
+    turns = [
+        turn("t1", 0, "mcp__srv__read", "write"),
+        turn("t2", 1, "read", "search"),
+        turn("t3", 2, "x__search", "srv__write"),
+    ]
+    plan = plan_sessions(turns, {}, catalog)
+    assert dict(plan.pairs) == {
+        ("srv__read", "srv__write"): 1,
+        ("search", "srv__read"): 1,
+    }
+    assert plan.tails == {"s1": SessionTail("t3", ("srv__write",))}
+    assert dict(plan.transitions) == {
+        ("srv__read", "search"): 1,
+        ("srv__read", "srv__read"): 1,
+        ("srv__write", "search"): 1,
+        ("srv__write", "srv__read"): 1,
+        ("search", "srv__write"): 1,
+        ("srv__read", "srv__write"): 1,
+    }
+
+
 def test_retention_keeps_each_tools_top_relations() -> None:
     steps = {("a", "b"): 3, ("a", "c"): 1, ("a", "d"): 1, ("b", "a"): 1}
     assert kept_relations(steps, 2, pairs=False) == {("a", "b"), ("a", "c"), ("b", "a")}
@@ -91,6 +117,6 @@ def test_turns_without_a_session_and_with_one_tool_skip_the_session_work() -> No
     session or a second tool makes the batch count."""
     alone = [turn("a", 0, "x", session=None), turn("b", 1, "y", session=None)]
     assert not touches_sessions(alone)
-    assert plan_sessions(alone, {}, {"x", "y"}).pairs == {}
+    assert plan_sessions(alone, {}, CatalogNames({"x", "y"})).pairs == {}
     assert touches_sessions([*alone, turn("c", 2, "x")])
     assert touches_sessions([*alone, turn("d", 3, "x", "y", session=None)])

@@ -34,7 +34,7 @@ from toolselect.learn.detect import is_fallback
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
-from toolselect.names import bare_name, is_blank, normalise_query
+from toolselect.names import CatalogNames, is_blank, normalise_query
 from toolselect.oracle.base import Candidate, within_budget
 from toolselect.oracle.oracle import SHUTDOWN, InFlight, Oracle
 from toolselect.oracle.tiers import plan
@@ -95,7 +95,11 @@ class Labeller:
         self._finished: list[Turn] = []
         self._finish_lock = asyncio.Lock()
         # For the snapshot of that version: catalog names by bare name, and packs' members.
-        self._names: tuple[int, dict[str, list[str]], dict[str, frozenset[str]]] = (-1, {}, {})
+        self._names: tuple[int, CatalogNames, dict[str, frozenset[str]]] = (
+            -1,
+            CatalogNames(()),
+            {},
+        )
 
     async def commit(self, prepared: Prepared) -> None:
         """Label the flagged turns of a prepared batch, record every turn, save and fold."""
@@ -244,12 +248,10 @@ class Labeller:
     def _catalog_tool(self, name: str, pack: str | None, snapshot: Snapshot) -> str | None:
         """The catalog tool a used name denotes: the exact name, else the one tool of that bare
         name (`mcp__fs__read` is `read`); within the turn's pack when that pack has tools."""
-        version, by_bare, packs = self._names
+        version, catalog, packs = self._names
         if version != snapshot.version:
-            by_bare, packs = {}, {}
-            for tool in snapshot.names:
-                by_bare.setdefault(bare_name(tool), []).append(tool)
-            self._names = (snapshot.version, by_bare, packs)
+            catalog, packs = CatalogNames(snapshot.names), {}
+            self._names = (snapshot.version, catalog, packs)
         members: frozenset[str] | None = None
         if pack and pack in snapshot.packs:
             members = packs.get(pack)
@@ -257,7 +259,7 @@ class Labeller:
                 members = packs[pack] = frozenset(
                     snapshot.names[i] for i in snapshot.packs[pack].tolist()
                 )
-        found = [name] if name in snapshot.rows else by_bare.get(bare_name(name), [])
+        found = catalog.matches(name)
         if members:
             found = [tool for tool in found if tool in members]
         return found[0] if len(found) == 1 else None

@@ -10,7 +10,7 @@ Three signals, each zero (off) until the sessions show it helps:
   the ranked tool's pairs.
 
 Validation is two-fold by session: the relations a fold is scored with are counted (by the
-stores' own rule, `store/rules.plan_sessions`) from the other fold's sessions only, so a turn
+stores' own rule, `store/session_session_rules.plan_sessions`) from the other fold's sessions only, so a turn
 never predicts itself. Prior and context are chosen together on the follow-up turns (share of
 the used tools in the top k plus top-1 among them: a prior that buys recall with the order of
 the top is no help), never worse than the message alone in either measure on either fold, then
@@ -25,15 +25,16 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 
 import numpy as np
 import numpy.typing as npt
 
+from toolselect.names import CatalogNames
 from toolselect.ranker.relations import Relations
 from toolselect.records import Turn, utc
-from toolselect.store.rules import plan_sessions, turn_tools
+from toolselect.store.session_rules import plan_sessions, turn_tools
 
 PRIOR_WEIGHTS = (0.0, 0.1, 0.2, 0.35, 0.5, 1.0)
 CONTEXT_WEIGHTS = (0.0, 0.1, 0.2, 0.35, 0.5)
@@ -150,13 +151,26 @@ def sessions_of(turns: Sequence[Turn]) -> dict[str, list[int]]:
     return out
 
 
+def _as_catalog_tools(turns: Sequence[Turn], catalog: CatalogNames) -> list[Turn]:
+    """The turns with each tool they used as the catalog tool it stands for (a name agents
+    report with a prefix is its tool's column), names that stand for none left as reported."""
+    out = []
+    for turn in turns:
+        reported = turn_tools(turn)
+        tools = tuple(catalog.resolve(name) or name for name in reported)
+        if tools != reported:
+            turn = replace(turn, used_tool=tools[0], used_tools=tools if turn.used_tools else ())
+        out.append(turn)
+    return out
+
+
 def _folds(turns: Sequence[Turn], names: Sequence[str]) -> list[_Fold]:
     chains = sessions_of(turns)
     side = {s: zlib.crc32(s.encode()) % 2 for s in chains}
     folds = []
     for f in (0, 1):
         learn = [turns[i] for s, idx in chains.items() if side[s] != f for i in idx]
-        plan = plan_sessions(learn, {}, names)
+        plan = plan_sessions(learn, {}, CatalogNames(names))
         rows: list[int] = []
         previous: list[int | None] = []
         for s, idx in chains.items():
@@ -229,6 +243,7 @@ def fit_sessions(
     # Columns in name order: ties then fall as the ranker breaks them (by name).
     order = sorted(range(len(names)), key=lambda i: names[i])
     names = [names[i] for i in order]
+    turns = _as_catalog_tools(turns, CatalogNames(names))
     column = {name: i for i, name in enumerate(names)}
     cents = np.asarray(matrix, dtype=np.float32)[order]
     queries = np.asarray(vectors, dtype=np.float32)

@@ -21,6 +21,7 @@ from toolselect.embed import Embedder
 from toolselect.errors import InvalidInput
 from toolselect.learn.session_fit import SessionWeights
 from toolselect.metrics import Metrics
+from toolselect.names import CatalogNames
 from toolselect.ranker import Ranking
 from toolselect.ranker.relations import Companion
 from toolselect.records import Tool
@@ -80,11 +81,26 @@ class RankingFacade:
         self._searches = searches
         self._sessions = sessions
         self._candidate_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._catalog: tuple[tuple[str, ...], CatalogNames] = ((), CatalogNames(()))
 
     @property
     def embedder_id(self) -> str:
         """The embedder the scores come from (part of every ranking answer)."""
         return self._embedder.id
+
+    def _previous(self, conversation: Conversation) -> tuple[str, ...]:
+        """The tools used earlier in the conversation (given, else the session's remembered),
+        each as the catalog tool it stands for: the relations count catalog tools, and agents
+        may report `mcp__server__tool` for the catalog's `server__tool`."""
+        reported = conversation.previous_tools or self._sessions.previous(conversation.session_id)
+        if not reported:
+            return ()
+        names = self._ranker.snapshot.names
+        cached, catalog = self._catalog
+        if cached is not names:  # a fold keeps the names: rebuilt when the catalog changes
+            catalog = CatalogNames(names)
+            self._catalog = (names, catalog)
+        return tuple(catalog.resolve(name) or name for name in reported)
 
     def check_query(self, text: str, field: str) -> None:
         check_text(text, field, self._settings.max_query_bytes)
@@ -149,7 +165,7 @@ class RankingFacade:
             lambda: self._ranker.rank(vector, k, restrict=tools, pack=pack).margin
         ):
             vector = (vector + weights.context * vectors[1]) / (1.0 + weights.context)
-        previous = conversation.previous_tools or self._sessions.previous(conversation.session_id)
+        previous = self._previous(conversation)
         prior = None
         if weights.prior > 0 and previous:
             prior = self._sessions.relations.prior(previous)
@@ -214,7 +230,7 @@ class RankingFacade:
         self.check_conversation(conversation)
         self._check_ready()
         weights = self._sessions.weights
-        previous = conversation.previous_tools or self._sessions.previous(conversation.session_id)
+        previous = self._previous(conversation)
         if not candidates:
             empty = np.zeros(0, np.float32)
             chosen = choose(self._ranker, empty, (), None, k, self._settings.max_k)

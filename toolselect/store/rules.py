@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -363,85 +363,3 @@ def evictions(plan: RetentionPlan, held: Iterable[Exemplar]) -> list[Exemplar]:
         gone += [e for e in alive if id(e) in beyond]
         alive = [e for e in alive if id(e) not in beyond]
     return gone + alive[plan.total :]
-
-
-# --- sessions ---------------------------------------------------------------------------------
-
-
-def turn_tools(turn: Turn) -> tuple[str, ...]:
-    """The tools a turn used: `used_tools` when set, else its one `used_tool`."""
-    return turn.used_tools or (turn.used_tool,)
-
-
-def touches_sessions(turns: Iterable[Turn]) -> bool:
-    """Whether any of `turns` links to a session or counts a pair: a turn without a session that
-    used one tool does neither, and most turns are such, so the stores skip the session work
-    (its reads of session tails and catalog names) for a batch of them."""
-    return any(t.session_id is not None or len(turn_tools(t)) > 1 for t in turns)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionTail:
-    """A session's last recorded turn: its id and the catalog tools it used."""
-
-    turn_id: str
-    tools: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SessionPlan:
-    """What recording new turns adds to sessions and to the tool counts, decided before any
-    write: `links` are (session, previous turn id or None, turn id) in order, `tails` each
-    session's last turn afterwards; `pairs` (a < b) and `transitions` (src, dst) are the counts
-    to add."""
-
-    links: tuple[tuple[str, str | None, str], ...] = ()
-    tails: Mapping[str, SessionTail] = field(default_factory=dict)
-    pairs: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    transitions: Mapping[tuple[str, str], int] = field(default_factory=dict)
-
-
-def plan_sessions(
-    new_turns: Sequence[Turn], tails: Mapping[str, SessionTail], known_tools: Collection[str]
-) -> SessionPlan:
-    """Link and count turns recorded for the first time (a resent turn is never passed, so it
-    counts once). Only catalog tools (`known_tools`) count, each once per turn. Every new turn
-    counts its pairs of tools used together; a turn with a session also follows the session's
-    last turn (`tails`, then the batch's turns of that session by `at`, then id) and counts a
-    transition from each tool of that turn to each of its own (a tail's tool deleted since
-    counts nothing: `known_tools` must cover the tails' tools too)."""
-    known = set(known_tools)
-    current = dict(tails)
-    links: list[tuple[str, str | None, str]] = []
-    pairs: dict[tuple[str, str], int] = {}
-    transitions: dict[tuple[str, str], int] = {}
-    for turn in sorted(new_turns, key=lambda t: (utc(t.at), t.id)):
-        tools = tuple(sorted({name for name in turn_tools(turn) if name in known}))
-        for a, b in ((a, b) for i, a in enumerate(tools) for b in tools[i + 1 :]):
-            pairs[(a, b)] = pairs.get((a, b), 0) + 1
-        if turn.session_id is None:
-            continue
-        previous = current.get(turn.session_id)
-        links.append((turn.session_id, previous.turn_id if previous else None, turn.id))
-        for src in (name for name in previous.tools if name in known) if previous else ():
-            for dst in tools:
-                transitions[(src, dst)] = transitions.get((src, dst), 0) + 1
-        current[turn.session_id] = SessionTail(turn.id, tools)
-    changed = {session for session, _, _ in links}
-    return SessionPlan(
-        tuple(links), {s: t for s, t in current.items() if s in changed}, pairs, transitions
-    )
-
-
-def kept_relations(
-    counts: Mapping[tuple[str, str], int], keep: int, *, pairs: bool
-) -> set[tuple[str, str]]:
-    """The tool counts retention keeps: each tool's top `keep` by count, then the other tool's
-    name. Transitions (`pairs=False`) belong to their src; a pair (a < b) stays while it is
-    among the top of a or of b. The rule the stores' pruning queries implement."""
-    ends: dict[str, list[tuple[int, str, tuple[str, str]]]] = {}
-    for (x, y), count in counts.items():
-        ends.setdefault(x, []).append((-count, y, (x, y)))
-        if pairs:
-            ends.setdefault(y, []).append((-count, x, (x, y)))
-    return {key for mine in ends.values() for _, _, key in sorted(mine)[: max(keep, 0)]}

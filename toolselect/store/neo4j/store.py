@@ -64,8 +64,8 @@ from toolselect.store.rules import (
     tool_row,
     turn_from_row,
     turn_row,
-    turn_tools,
 )
+from toolselect.store.session_rules import turn_tools
 
 log = structlog.get_logger(__name__)
 

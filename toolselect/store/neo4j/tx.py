@@ -19,16 +19,20 @@ from typing import Any, LiteralString, cast
 from neo4j import AsyncManagedTransaction, Record
 from neo4j.time import DateTime
 
+from toolselect.names import CatalogNames
 from toolselect.records import Exemplar, Retention, SaveResult, StoreState, Turn, utc
 from toolselect.store.neo4j import cypher
 from toolselect.store.rules import (
-    SessionTail,
     StoredLabel,
     exemplar_row,
     plan_saves,
-    plan_sessions,
     recount_row,
     retention_plan,
+)
+from toolselect.store.session_rules import (
+    SessionTail,
+    catalog_lookup,
+    plan_sessions,
     touches_sessions,
     turn_tools,
 )
@@ -144,8 +148,9 @@ async def record_sessions(
         return
     names = {name for t in new_turns for name in turn_tools(t)}
     names |= {name for tail in tails.values() for name in tail.tools}
-    known = (await one(tx, "known_tools", {"names": sorted(names)}))["names"]
-    plan = plan_sessions(new_turns, tails, known)
+    wanted, bares = catalog_lookup(names)
+    known = (await one(tx, "known_tools", {"names": wanted, "bares": bares}))["names"]
+    plan = plan_sessions(new_turns, tails, CatalogNames(known))
     params = {
         "links": [{"session": s, "prev": p, "turn": t} for s, p, t in plan.links],
         "tails": [

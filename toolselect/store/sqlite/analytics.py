@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolselect.analytics.registry import nearest_rank, ordered_sum
+from toolselect.names import CatalogNames, same_tool
 
 Row = tuple[Any, ...]
 
@@ -50,16 +51,13 @@ _EXEMPLAR_GROWTH = """
     WHERE :since IS NULL OR created_at >= :since
     GROUP BY tool, day, tier"""
 
-# NOT IN over a subquery is evaluated once (SQLite builds a temporary index); NULLs are kept out
-# of it because `x NOT IN (..., NULL)` is never true.
-_COLD_TOOLS = """
-    SELECT name FROM tools
-    WHERE name NOT IN (
-        SELECT top1 FROM turns WHERE top1 IS NOT NULL AND (:since IS NULL OR at >= :since)
-        UNION SELECT used_tool FROM turns WHERE :since IS NULL OR at >= :since
-        UNION SELECT value FROM turns, json_each(turns.used_tools)
-            WHERE used_tools IS NOT NULL AND (:since IS NULL OR at >= :since)
-        UNION SELECT tool FROM exemplars WHERE :since IS NULL OR created_at >= :since)"""
+# Every name a turn or label pointed at; `_cold_tools` resolves them as the learner does.
+_POINTED_AT = """
+    SELECT top1 FROM turns WHERE top1 IS NOT NULL AND (:since IS NULL OR at >= :since)
+    UNION SELECT used_tool FROM turns WHERE :since IS NULL OR at >= :since
+    UNION SELECT value FROM turns, json_each(turns.used_tools)
+        WHERE used_tools IS NOT NULL AND (:since IS NULL OR at >= :since)
+    UNION SELECT tool FROM exemplars WHERE :since IS NULL OR created_at >= :since"""
 
 _LABELLED_TURNS = """
     SELECT request, label, tier, COUNT(*) FROM turns
@@ -131,6 +129,20 @@ def _oracle_usage(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]
     return rows
 
 
+def _confusions(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
+    """A label for the tool the agent used under another prefix is no confusion (`same_tool`)."""
+    return [row for row in conn.execute(_CONFUSIONS, params) if not same_tool(row[0], row[1])]
+
+
+def _cold_tools(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
+    """Tools no name pointed at, a name standing for its tool as `CatalogNames.resolve` says
+    (agents may report `mcp__server__tool` for the catalog's `server__tool`)."""
+    catalog = [row[0] for row in conn.execute("SELECT name FROM tools")]
+    names = CatalogNames(catalog)
+    seen = {names.resolve(row[0]) for row in conn.execute(_POINTED_AT, params)}
+    return [(name,) for name in catalog if name not in seen]
+
+
 def _label_conflicts(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
     """One row per exact request, as the Cypher file returns (merging is shared, in finish)."""
     labels: dict[str, set[str]] = {}
@@ -147,10 +159,10 @@ def _label_conflicts(conn: sqlite3.Connection, params: dict[str, Any]) -> list[R
 
 _ANALYSES: Mapping[str, Callable[[sqlite3.Connection, dict[str, Any]], list[Row]]] = {
     "misroute_rate": _rows(_MISROUTE_RATE),
-    "confusions": _rows(_CONFUSIONS),
+    "confusions": _confusions,
     "oracle_usage": _oracle_usage,
     "exemplar_growth": _rows(_EXEMPLAR_GROWTH),
-    "cold_tools": _rows(_COLD_TOOLS),
+    "cold_tools": _cold_tools,
     "label_conflicts": _label_conflicts,
     "drift": _rows(_DRIFT),
     "online_recall": _rows(_ONLINE_RECALL),

@@ -27,6 +27,7 @@ _SCHEMA = (
         tool TEXT NOT NULL REFERENCES tools(name) ON DELETE CASCADE, pack TEXT NOT NULL,
         PRIMARY KEY (tool, pack))""",
     "CREATE INDEX IF NOT EXISTS tool_packs_pack ON tool_packs(pack)",
+    "CREATE INDEX IF NOT EXISTS tools_bare_name ON tools(bare_name)",
     """CREATE TABLE IF NOT EXISTS turns (
         id TEXT PRIMARY KEY, request TEXT NOT NULL, used_tool TEXT NOT NULL, at TEXT NOT NULL,
         agent_id TEXT, pack TEXT, outcome TEXT, top1 TEXT, margin REAL, flagged INTEGER NOT NULL,

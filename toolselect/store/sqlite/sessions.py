@@ -1,5 +1,5 @@
 """The SQLite store's sessions and tool counts: what recording new turns adds, by the rules of
-`store/rules.plan_sessions` (the Neo4j store applies the same ones as a graph).
+`store/session_session_rules.plan_sessions` (the Neo4j store applies the same ones as a graph).
 
 Tables: `sessions` (each session's last turn and its catalog tools), `turn_next` (a turn and the
 turn of its session before it), `tool_pairs` (a < b: turns that used both) and
@@ -14,8 +14,15 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
+from toolselect.names import CatalogNames
 from toolselect.records import Turn
-from toolselect.store.rules import SessionTail, plan_sessions, touches_sessions, turn_tools
+from toolselect.store.session_rules import (
+    SessionTail,
+    catalog_lookup,
+    plan_sessions,
+    touches_sessions,
+    turn_tools,
+)
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS sessions (
@@ -37,7 +44,7 @@ _TAIL = """INSERT INTO sessions (id, last_turn, last_tools) VALUES (?, ?, ?)
         last_tools = excluded.last_tools"""
 
 
-# Retention (`rules.kept_relations`): each tool's top counts, by count then the other's name
+# Retention (`session_rules.kept_relations`): each tool's top counts, by count then the other's name
 # (BINARY collation: code-point order, as Python sorts).
 _PRUNE_TRANSITIONS = """
     DELETE FROM tool_transitions WHERE (src, dst) IN (
@@ -66,7 +73,7 @@ def stored_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
 
 def record(conn: sqlite3.Connection, new_turns: Sequence[Turn], keep: int) -> None:
     """Link the turns recorded for the first time to their sessions and count their tools,
-    then keep `keep` counts per tool (`rules.kept_relations`)."""
+    then keep `keep` counts per tool (`session_rules.kept_relations`)."""
     if not touches_sessions(new_turns):
         return
     sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
@@ -78,18 +85,16 @@ def record(conn: sqlite3.Connection, new_turns: Sequence[Turn], keep: int) -> No
             (json.dumps(sessions),),
         )
     }
-    names = sorted(
-        {name for t in new_turns for name in turn_tools(t)}
-        | {name for tail in tails.values() for name in tail.tools}
+    names, bares = catalog_lookup(
+        [name for t in new_turns for name in turn_tools(t)]
+        + [name for tail in tails.values() for name in tail.tools]
     )
-    known = {
-        row[0]
-        for row in conn.execute(
-            "SELECT name FROM tools WHERE name IN (SELECT value FROM json_each(?))",
-            (json.dumps(names),),
-        )
-    }
-    plan = plan_sessions(new_turns, tails, known)
+    rows = conn.execute(
+        "SELECT name FROM tools WHERE name IN (SELECT value FROM json_each(?)) "
+        "OR bare_name IN (SELECT value FROM json_each(?))",
+        (json.dumps(names), json.dumps(bares)),
+    )
+    plan = plan_sessions(new_turns, tails, CatalogNames(row[0] for row in rows))
     conn.executemany(
         "INSERT OR IGNORE INTO turn_next (next, prev) VALUES (?, ?)",
         [(turn_id, prev) for _, prev, turn_id in plan.links if prev is not None],

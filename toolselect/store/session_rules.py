@@ -1,0 +1,101 @@
+"""The session rules both stores apply as turns are recorded: which tools a turn used, how a
+new turn links to its session's last one, and the pair and transition counts each keeps
+(`tool_pairs`, `tool_transitions`), a reported name counted as the catalog tool it stands for.
+
+Nothing here does I/O or imports a backend library (`tests/unit/test_purity.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from toolselect.names import CatalogNames, bare_name
+from toolselect.records import Turn, utc
+
+
+def turn_tools(turn: Turn) -> tuple[str, ...]:
+    """The tools a turn used: `used_tools` when set, else its one `used_tool`."""
+    return turn.used_tools or (turn.used_tool,)
+
+
+def touches_sessions(turns: Iterable[Turn]) -> bool:
+    """Whether any of `turns` links to a session or counts a pair: a turn without a session that
+    used one tool does neither, and most turns are such, so the stores skip the session work
+    (its reads of session tails and catalog names) for a batch of them."""
+    return any(t.session_id is not None or len(turn_tools(t)) > 1 for t in turns)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTail:
+    """A session's last recorded turn: its id and the catalog tools it used."""
+
+    turn_id: str
+    tools: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPlan:
+    """What recording new turns adds to sessions and to the tool counts, decided before any
+    write: `links` are (session, previous turn id or None, turn id) in order, `tails` each
+    session's last turn afterwards; `pairs` (a < b) and `transitions` (src, dst) are the counts
+    to add."""
+
+    links: tuple[tuple[str, str | None, str], ...] = ()
+    tails: Mapping[str, SessionTail] = field(default_factory=dict)
+    pairs: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    transitions: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+
+def catalog_lookup(names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The names and the bare names a store reads the catalog tools of, to resolve `names`
+    (`CatalogNames`): every tool of those names or of their bare names."""
+    unique = sorted(set(names))
+    return unique, sorted({bare_name(name) for name in unique})
+
+
+def plan_sessions(
+    new_turns: Sequence[Turn], tails: Mapping[str, SessionTail], catalog: CatalogNames
+) -> SessionPlan:
+    """Link and count turns recorded for the first time (a resent turn is never passed, so it
+    counts once). Only catalog tools count, each once per turn, a reported name as the tool it
+    stands for (`catalog.resolve`: `mcp__srv__read` is `srv__read`). Every new turn counts its
+    pairs of tools used together; a turn with a session also follows the session's last turn
+    (`tails`, then the batch's turns of that session by `at`, then id) and counts a transition
+    from each tool of that turn to each of its own (a tail's tool deleted since counts nothing:
+    `catalog` must cover the tails' tools too)."""
+    current = dict(tails)
+    links: list[tuple[str, str | None, str]] = []
+    pairs: dict[tuple[str, str], int] = {}
+    transitions: dict[tuple[str, str], int] = {}
+    for turn in sorted(new_turns, key=lambda t: (utc(t.at), t.id)):
+        resolved = (catalog.resolve(name) for name in turn_tools(turn))
+        tools = tuple(sorted({name for name in resolved if name is not None}))
+        for a, b in ((a, b) for i, a in enumerate(tools) for b in tools[i + 1 :]):
+            pairs[(a, b)] = pairs.get((a, b), 0) + 1
+        if turn.session_id is None:
+            continue
+        previous = current.get(turn.session_id)
+        links.append((turn.session_id, previous.turn_id if previous else None, turn.id))
+        for src in (name for name in previous.tools if name in catalog) if previous else ():
+            for dst in tools:
+                transitions[(src, dst)] = transitions.get((src, dst), 0) + 1
+        current[turn.session_id] = SessionTail(turn.id, tools)
+    changed = {session for session, _, _ in links}
+    return SessionPlan(
+        tuple(links), {s: t for s, t in current.items() if s in changed}, pairs, transitions
+    )
+
+
+def kept_relations(
+    counts: Mapping[tuple[str, str], int], keep: int, *, pairs: bool
+) -> set[tuple[str, str]]:
+    """The tool counts retention keeps: each tool's top `keep` by count, then the other tool's
+    name. Transitions (`pairs=False`) belong to their src; a pair (a < b) stays while it is
+    among the top of a or of b. The rule the stores' pruning queries implement."""
+    ends: dict[str, list[tuple[int, str, tuple[str, str]]]] = {}
+    for (x, y), count in counts.items():
+        ends.setdefault(x, []).append((-count, y, (x, y)))
+        if pairs:
+            ends.setdefault(y, []).append((-count, x, (x, y)))
+    return {key for mine in ends.values() for _, _, key in sorted(mine)[: max(keep, 0)]}
