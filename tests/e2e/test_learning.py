@@ -228,3 +228,32 @@ async def _has_tool(client: TestClient[Any, Any], name: str) -> bool:
 
 async def _top1_is(client: TestClient[Any, Any], query: str, tool: str) -> bool:
     return await top1(client, query) == tool
+
+
+async def test_catalog_writes_through_two_replicas_between_polls_reach_both(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """Replica A adds a tool, then replica B adds or deletes another before it polled: at its
+    next poll B holds A's tool too (its own write must not pass for the whole change), and A
+    holds B's change."""
+    client_a, a = await services.serve(aiohttp_client, poll_interval_s=3600.0)
+    client_b, b = await services.serve(aiohttp_client, poll_interval_s=3600.0)
+    await client_a.put("/v1/tools", json=CATALOG)
+    for service in (a, b):
+        await service.index.refresh()
+    tool = {"name": "pdf_summarize", "description": "Summarize a PDF document"}
+    assert (await client_a.put("/v1/tools", json={"tools": [tool]})).status == 200
+    resp = await client_b.put("/v1/tools", json={"tools": [{"name": "ledger", "description": "x"}]})
+    assert resp.status == 200
+    for service in (a, b):
+        await service.index.refresh()
+    for client in (client_a, client_b):
+        assert await _has_tool(client, "pdf_summarize") and await _has_tool(client, "ledger")
+
+    tool = {"name": "ocr_scan", "description": "Read the text of a scanned page"}
+    assert (await client_a.put("/v1/tools", json={"tools": [tool]})).status == 200
+    assert (await client_b.delete("/v1/tools/ledger")).status == 200
+    for service in (a, b):
+        await service.index.refresh()
+    for client in (client_a, client_b):
+        assert await _has_tool(client, "ocr_scan") and not await _has_tool(client, "ledger")

@@ -157,7 +157,7 @@ class LiveIndex:
         if fresh:
             self.ranker.upsert_tools(fresh, vectors[rows])
         self._held.update((t.name, t) for t in fresh)
-        self.catalog_version = (await self.store.state()).catalog_version
+        await self._wrote_catalog()
         self._publish_sizes("upsert")
 
     async def remove(self, names: Iterable[str]) -> None:
@@ -166,8 +166,16 @@ class LiveIndex:
         self.ranker.remove_tools(names)
         for name in names:
             self._held.pop(name, None)
-        self.catalog_version = (await self.store.state()).catalog_version
+        await self._wrote_catalog()
         self._publish_sizes("delete")
+
+    async def _wrote_catalog(self) -> None:
+        """Take the catalog version this process's own write left, when it is that write's: a
+        write moves it by one. A larger step counts another replica's change too, which only a
+        reload brings in, so the version stays behind and the next poll reloads."""
+        version = (await self.store.state()).catalog_version
+        if version <= self.catalog_version + 1:
+            self.catalog_version = version
 
     async def fold_since(self, version: int) -> int:
         """Fold exemplars written after `version`; re-embed those of another embedder."""
