@@ -144,11 +144,13 @@ async def test_batches_wait_in_the_backlog_while_down(down: tuple[BufferedStore,
 
 async def test_flush_replays_in_order_and_rejects_unknown(tmp_path: Path) -> None:
     """A replayed spool lands labels in the order they were acknowledged, and a label for a
-    tool the catalog lacks is dropped, not retried forever."""
+    tool the catalog lacks is dropped, not retried forever: counted dropped, not replayed."""
     inner = SqliteStore(tmp_path / "live.db")
     await inner.migrate()
     await inner.upsert_tools([Tool("a", "tool a")])
-    store = BufferedStore(inner, exemplar_batch=1)  # one save call per label: order shows
+    metrics = Metrics()
+    # One save call per label: the order shows.
+    store = BufferedStore(inner, exemplar_batch=1, metrics=metrics)
     store.last_error = "simulated outage"
     await store.save_exemplars(
         [
@@ -158,11 +160,14 @@ async def test_flush_replays_in_order_and_rejects_unknown(tmp_path: Path) -> Non
             exemplar("ghost", "nope", "feedback"),
         ]
     )
-    assert await store.flush() == 4
+    assert await store.flush() == 3
     assert store.backlog == 0 and not store.down
     delta = await inner.exemplars_since(0)
     assert [e.query for e in delta.upserted] == ["r", "t", "f"]  # by version
     assert await lookup_one(inner, "ghost") is None
+    count = metrics.value
+    assert count("toolselect_spool_replayed_total", {"kind": "exemplar"}) == 3
+    assert count("toolselect_store_backlog_dropped_total", {"kind": "exemplar_refused"}) == 1
     await store.close()
 
 

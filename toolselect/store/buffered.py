@@ -146,9 +146,10 @@ class BufferedStore:
             try:
                 while entries := await self._on_spool(lambda: self.spool.head(_FLUSH_RECORDS)):
                     for run in _runs(entries):
-                        written += await self._bounded("replay", self._replay(run))
+                        took = await self._bounded("replay", self._replay(run))
+                        written += took
                         await self._on_spool(partial(self.spool.remove, run))
-                        self._metrics.spool_replayed.labels(run[0].kind).inc(len(run))
+                        self._metrics.spool_replayed.labels(run[0].kind).inc(took)
                         self._publish()
             except StoreUnavailable as exc:
                 self.last_error = str(exc)
@@ -169,11 +170,15 @@ class BufferedStore:
         for call in calls:
             await self.inner.record_oracle_call(call)
         labels = [e.record for e in run if isinstance(e.record, Exemplar)]
+        refused = 0
         for start in range(0, len(labels), self._exemplar_batch):
             result = await self.inner.save_exemplars(labels[start : start + self._exemplar_batch])
             for rejected in result.unknown_tool:
                 log.warning("spooled_exemplar_rejected", tool=rejected.tool)
-        return len(calls) + len(labels)
+            refused += len(result.unknown_tool)
+        if refused:  # their tool was deleted meanwhile: the store keeps no label without one
+            self._drop("exemplar_refused", refused)
+        return len(calls) + len(labels) - refused
 
     async def _flush_turns(self, batch: list[Turn]) -> int:
         """Record a run of spooled turns; when the store refuses it (not unreachable), record
