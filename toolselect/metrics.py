@@ -231,6 +231,12 @@ class Metrics:
         self.backlog = gauge(
             "toolselect_store_backlog", "Writes waiting for the store to return", "livesum"
         )
+        self.store_up = gauge(
+            "toolselect_store_up",
+            "1 when the store answered the service's last poll (every TOOLSELECT_POLL_INTERVAL),"
+            " 0 when it could not be reached",
+            "livemin",
+        )
         self.backlog_dropped = counter(
             "toolselect_store_backlog_dropped",
             "Spooled writes dropped by the spool bound (turns first, labels last) or refused",

@@ -179,12 +179,18 @@ async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
     metrics = await (await client.get("/metrics")).text()
     assert 'toolselect_store_backlog{tenant="default"} ' in metrics
 
+    async def store_up(up: float) -> bool:
+        return service.metrics.value("toolselect_store_up", {}) == up
+
+    await eventually(lambda: store_up(0.0), within=30)  # seen by the poll, traffic or not
+
     await asyncio.to_thread(private_neo4j.start)
 
     async def flushed() -> bool:
         return service.store.backlog == 0
 
     await eventually(flushed, within=90)
+    await eventually(lambda: store_up(1.0), within=30)
     assert await count(private_neo4j, "Turn") >= 20
     for i in range(20):
         turn = await service.store.get_turn(f"down-{i}")

@@ -237,6 +237,7 @@ class Service:
                     since_poll = 0.0
                     await self.reload_keys()
                     await self.index.refresh()
+                    self.metrics.store_up.set(1)
                 if self.loaded and since_abandoned >= ABANDONED_CHECK_S:
                     since_abandoned = 0.0
                     await self.learner.close_abandoned()
@@ -246,6 +247,8 @@ class Service:
                     log.info("store_recovered", store=self.store.uri)
                 failing = None
             except ToolselectError as exc:
+                if isinstance(exc, StoreUnavailable):
+                    self.metrics.store_up.set(0)
                 if not self.loaded:
                     self.index.not_ready_reason = f"store unreachable: {exc}"
                 if str(exc) != failing:
