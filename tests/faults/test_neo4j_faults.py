@@ -22,8 +22,10 @@ from aiohttp.test_utils import TestClient
 from tests.neo4j_server import start_local, stop_local
 from tests.services import service_of
 from toolselect.api.app import create_app_from_settings
+from toolselect.api.http import TENANTS
 from toolselect.config import Settings
 from toolselect.errors import StoreUnavailable
+from toolselect.keys import TENANT_HEADER
 from toolselect.records import Turn
 from toolselect.service.root import READY_PING_S
 from toolselect.store.neo4j.store import Neo4jStore
@@ -264,6 +266,16 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
                   "turn_id": f"hung-{i}", "outcome": "ok"} for i in range(5)]  # fmt: skip
         observed = await client.post("/v1/observe/batch", json={"turns": turns})
         assert observed.status == 202
+        # A tenant whose service is not running yet starts not ready instead of holding the
+        # request on the hung store (it took the whole request timeout: 503).
+        started = time.monotonic()
+        team = await client.post(
+            "/v1/observe",
+            json={"request": "weather in Oslo", "used_tool": "get_weather", "turn_id": "team-1"},
+            headers={TENANT_HEADER: "team-h"},
+        )
+        assert team.status == 202 and (await team.json())["queued"] is True
+        assert time.monotonic() - started < READY_PING_S + 3
 
         async def spooled() -> bool:
             return service.store.spool.depth["turn"] == len(turns)
@@ -284,3 +296,9 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
             return False
 
     await eventually(all_stored, within=60)
+    team_service = await client.app[TENANTS].get("team-h")
+
+    async def team_stored() -> bool:
+        return await team_service.store.get_turn("team-1") is not None
+
+    await eventually(team_stored, within=60)

@@ -134,6 +134,8 @@ class Service:
         service._owns_models = beside is None
         try:
             try:
+                if wait_for_store:
+                    await service._reachable()
                 await service.connect()
             except StoreUnavailable as exc:
                 if not wait_for_store:
@@ -163,14 +165,20 @@ class Service:
         """`NotReady` until loaded, and while the store does not answer."""
         self.index.check_ready()
         try:
-            # A store that hangs (a stopped process, a partition dropping packets) would hold
-            # the probe until the orchestrator's own timeout: answer not-ready in time instead.
+            await self._reachable()
+        except ToolselectError as exc:
+            raise NotReady(f"store unreachable: {exc}") from None
+
+    async def _reachable(self) -> None:
+        """`StoreUnavailable` unless the store answers a ping within `READY_PING_S`. A store
+        that hangs (a stopped process, a partition dropping packets) or refuses for seconds
+        would hold whoever waits: a readiness probe, or the request (an observe, say) that
+        starts a tenant's service, which then starts not ready and connects in its upkeep."""
+        try:
             async with asyncio.timeout(READY_PING_S):
                 await self.store.ping()
         except TimeoutError:
-            raise NotReady(f"store unreachable: no answer within {READY_PING_S:g} s") from None
-        except ToolselectError as exc:
-            raise NotReady(f"store unreachable: {exc}") from None
+            raise StoreUnavailable(f"no answer within {READY_PING_S:g} s") from None
 
     async def connect(self) -> None:
         """Migrate the store, load the demo catalog if asked and the store is empty, then load."""
