@@ -347,3 +347,41 @@ def test_plot_without_matplotlib_names_the_install(
     with pytest.raises(ToolselectError, match="pip install matplotlib"):
         charts.plot(MISROUTE, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def _with_dollars(value: object) -> object:
+    """`value` with a `$` pair that is bad mathtext appended to its text."""
+    if isinstance(value, str):
+        return value + " $\\frac{1$ a$b$"
+    if isinstance(value, tuple):
+        return tuple(_with_dollars(v) for v in value)
+    return value
+
+
+PAIRS = AnalyticsResult(
+    "tool_pairs", ("a", "b", "together"), (("a$b", "price $\\frac{1", 2), ("x", "y$", 1))
+)
+
+
+@pytest.mark.parametrize("result", [*SAMPLES, PAIRS], ids=lambda r: r.name)
+def test_plot_draws_names_with_dollars(result: AnalyticsResult, tmp_path: Path) -> None:
+    """Names holding `$` (bad mathtext included) plot into a PNG, whatever the chart kind."""
+    dollars = AnalyticsResult(
+        result.name, result.columns, tuple(tuple(_with_dollars(v) for v in r) for r in result.rows)
+    )
+    path = charts.plot(dollars, tmp_path / f"{result.name}.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_figure_reads_every_text_literally() -> None:
+    """A name that is valid mathtext (`$x^2$`) is drawn as typed, not as math: every text of
+    the figure has mathtext off, tick labels included."""
+    from matplotlib.text import Text
+
+    result = AnalyticsResult("tool_pairs", ("a", "b", "together"), (("$x^2$", "b", 2),))
+    fig = charts.figure(result)
+    with charts.literal_text():
+        fig.draw_without_rendering()
+    texts = fig.findobj(Text)
+    assert "$x^2$ / b" in [t.get_text() for t in texts]
+    assert not [t.get_text() for t in texts if t.get_parse_math()]
