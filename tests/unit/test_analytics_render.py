@@ -99,8 +99,8 @@ def test_table_joins_list_values() -> None:
     assert "ranker, teacher" in table
 
 
-def test_csv_has_header_empty_nulls_and_joined_lists() -> None:
-    """CSV has the column header, an empty field for null and `;`-joined lists."""
+def test_csv_has_header_empty_nulls_and_json_lists() -> None:
+    """CSV has the column header, an empty field for null and lists as JSON array text."""
     parsed = list(csv.reader(io.StringIO(render.render_csv(MISROUTE))))
     assert parsed == [
         ["used_tool", "turns", "flagged", "rate", "top_reason"],
@@ -110,9 +110,57 @@ def test_csv_has_header_empty_nulls_and_joined_lists() -> None:
     conflicts = list(csv.reader(io.StringIO(render.render_csv(SAMPLES[5]))))
     assert conflicts[1] == [
         "find the weather in paris",
-        "search_web;send_email",
-        "ranker;teacher",
+        '["search_web","send_email"]',
+        '["ranker","teacher"]',
         "3",
+    ]
+
+
+def test_csv_lists_read_back_item_by_item() -> None:
+    """A list cell reads back as the very items, whatever separators they hold (`;`, `,`,
+    quotes, newlines), and an empty list as an empty one."""
+    labels = ("semi;colon", "x", 'a "quoted", line\nbreak', "日本")
+    result = AnalyticsResult(
+        "label_conflicts", ("query", "labels", "tiers", "turns"), (("q", labels, (), 2),)
+    )
+    [_, row] = list(csv.reader(io.StringIO(render.render_csv(result))))
+    assert json.loads(row[1]) == list(labels)
+    assert json.loads(row[2]) == []
+
+
+def test_table_shows_control_characters_escaped() -> None:
+    """A newline, tab, escape or bidi override in a cell is shown escaped, so every row stays one
+    line and reads in order."""
+    result = AnalyticsResult(
+        "cold_tools",
+        ("tool",),
+        (("line\nbreak",), ("tab\there",), ("esc\x1b[31m",), ("rtl\u202eabc",), ("crlf\r\n",)),
+    )
+    lines = render.render_table(result).splitlines()
+    assert lines[2:] == [
+        "line\\nbreak",
+        "tab\\there",
+        "esc\\x1b[31m",
+        "rtl\\u202eabc",
+        "crlf\\r\\n",
+    ]
+
+
+def test_table_aligns_by_display_width() -> None:
+    """Wide characters (CJK, emoji) take two columns and combining marks none, so the next
+    column starts at one display column on every row."""
+    result = AnalyticsResult(
+        "misroute_rate",
+        ("used_tool", "turns"),
+        (("日本語ツール", 1), ("cafe\u0301", 22), ("👍", 3), ("plain", 4)),
+    )
+    assert render.render_table(result).splitlines() == [
+        "used_tool     turns",
+        "------------  -----",
+        "日本語ツール      1",
+        "cafe\u0301             22",
+        "👍                3",
+        "plain             4",
     ]
 
 

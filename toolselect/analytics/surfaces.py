@@ -74,7 +74,8 @@ async def cli_analytics(
                 raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}", "plot") from None
     render = RENDERERS[fmt]
     if name is not None:
-        return render(results[0])
+        # The caller prints it with a newline: CSV's own last one would make a blank record.
+        return render(results[0]).removesuffix("\n")
     if fmt == "json":
         return "\n".join(render(r) for r in results)
     title = "== {} ==" if fmt == "table" else "# {}"
