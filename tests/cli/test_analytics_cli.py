@@ -1,5 +1,6 @@
 """`toolselect analytics` as a user runs it on a real embedded store holding awkward names: `$`,
-newlines, wide characters and separators."""
+newlines, wide characters and separators, and the mistakes a caller can make on the command line.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import csv
 import io
 import json
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -66,6 +68,12 @@ def store_env(tmp_path: Path) -> dict[str, str]:
     return cli_env(db, TOOLSELECT_DATA_DIR=str(tmp_path / "data"))
 
 
+def _refused(done: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+    assert done.stdout == ""
+
+
 def test_plot_draws_names_with_dollars(store_env: dict[str, str], tmp_path: Path) -> None:
     """Tool names holding `$` (valid mathtext or not) plot without error, one analysis or all."""
     png = tmp_path / "transitions.png"
@@ -78,6 +86,51 @@ def test_plot_draws_names_with_dollars(store_env: dict[str, str], tmp_path: Path
     assert sorted(p.name for p in (tmp_path / "charts").iterdir()) == sorted(
         f"{name}.png" for name in NAMES
     )
+
+
+def test_unknown_analysis_is_a_usage_error(store_env: dict[str, str]) -> None:
+    """An unknown analysis name exits 2 with one line naming the known ones, learning too."""
+    done = run(["analytics", "nope"], store_env)
+    _refused(done, "no analysis named 'nope'; known: misroute_rate,")
+    assert done.stderr.rstrip().endswith("tool_transitions, learning")
+
+
+@pytest.mark.parametrize("name", ["drift", "learning", None])
+def test_missing_store_is_refused_and_not_created(tmp_path: Path, name: str | None) -> None:
+    """A store file that is not there exits 2 with one line, and neither the file, its
+    folders nor the data folder are created."""
+    env = cli_env(tmp_path / "typo" / "dir" / "x.db", TOOLSELECT_DATA_DIR=str(tmp_path / "data"))
+    done = run(["analytics", *([name] if name else [])], env)
+    _refused(done, f"expected an existing SQLite store file, got {tmp_path / 'typo'}")
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_plot_into_a_missing_folder_is_refused(store_env: dict[str, str], tmp_path: Path) -> None:
+    """`--plot` into a folder that is not there exits 2 and creates nothing; without a name
+    the chart folder itself is made, only when its parent exists."""
+    before = sorted(tmp_path.iterdir())
+    one = run(["analytics", "drift", "--plot", str(tmp_path / "typo" / "dir" / "x.png")], store_env)
+    _refused(one, f"cannot write {tmp_path / 'typo' / 'dir' / 'x.png'}: no folder")
+    every = run(["analytics", "--plot", str(tmp_path / "typo" / "charts")], store_env)
+    _refused(every, f"no folder {tmp_path / 'typo'}")
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_learning_refuses_what_it_cannot_honour(store_env: dict[str, str]) -> None:
+    """`learning` prints the fit as JSON over every label: `--since`, a table or CSV format and
+    `--plot` exit 2 with one line saying so; without `--format` it prints indented JSON."""
+    cases = [
+        (["--since", "garbage"], "learning takes no --since"),
+        (["--since", "2025-01-01"], "learning takes no --since"),
+        (["--format", "csv"], "expected --format json or none, got 'csv'"),
+        (["--format", "table"], "expected --format json or none, got 'table'"),
+        (["--plot", "fit.png"], "learning takes no --plot"),
+    ]
+    for args, expected in cases:
+        _refused(run(["analytics", "learning", *args], store_env), expected)
+    fit = run(["analytics", "learning"], store_env)
+    assert fit.returncode == 0, fit.stderr
+    assert fit.stdout.startswith("{\n") and "fold" in json.loads(fit.stdout)
 
 
 def test_table_keeps_one_line_per_row(store_env: dict[str, str]) -> None:

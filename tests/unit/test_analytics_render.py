@@ -373,7 +373,7 @@ def test_parse_since_refuses_other_text(text: str) -> None:
 @pytest.mark.parametrize("result", SAMPLES, ids=lambda r: r.name)
 def test_plot_writes_a_png_for_each_analysis(result: AnalyticsResult, tmp_path: Path) -> None:
     """plot() draws every analysis's chart kind into a non-empty PNG file."""
-    path = charts.plot(result, tmp_path / "out" / f"{result.name}.png")
+    path = charts.plot(result, tmp_path / f"{result.name}.png")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 5_000
@@ -433,3 +433,10 @@ def test_figure_reads_every_text_literally() -> None:
     texts = fig.findobj(Text)
     assert "$x^2$ / b" in [t.get_text() for t in texts]
     assert not [t.get_text() for t in texts if t.get_parse_math()]
+
+
+def test_plot_makes_no_folder(tmp_path: Path) -> None:
+    """A PNG path whose folder is missing is an OSError, and the folder is not created."""
+    with pytest.raises(FileNotFoundError):
+        charts.plot(MISROUTE, tmp_path / "typo" / "x.png")
+    assert not (tmp_path / "typo").exists()

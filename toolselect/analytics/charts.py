@@ -280,9 +280,9 @@ def figure(result: AnalyticsResult, analysis: Analysis | None = None) -> Figure:
 
 
 def plot(result: AnalyticsResult, path: Path, analysis: Analysis | None = None) -> Path:
-    """`figure()` as a PNG at `path`."""
+    """`figure()` as a PNG at `path`, whose folder must exist: a mistyped folder is an
+    `OSError`, never created."""
     fig = figure(result, analysis)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with literal_text():
         fig.savefig(path, format="png", dpi=100)
     return path
