@@ -99,8 +99,8 @@ def test_table_joins_list_values() -> None:
     assert "ranker, teacher" in table
 
 
-def test_csv_has_header_empty_nulls_and_joined_lists() -> None:
-    """CSV has the column header, an empty field for null and `;`-joined lists."""
+def test_csv_has_header_empty_nulls_and_json_lists() -> None:
+    """CSV has the column header, an empty field for null and lists as JSON array text."""
     parsed = list(csv.reader(io.StringIO(render.render_csv(MISROUTE))))
     assert parsed == [
         ["used_tool", "turns", "flagged", "rate", "top_reason"],
@@ -110,9 +110,57 @@ def test_csv_has_header_empty_nulls_and_joined_lists() -> None:
     conflicts = list(csv.reader(io.StringIO(render.render_csv(SAMPLES[5]))))
     assert conflicts[1] == [
         "find the weather in paris",
-        "search_web;send_email",
-        "ranker;teacher",
+        '["search_web","send_email"]',
+        '["ranker","teacher"]',
         "3",
+    ]
+
+
+def test_csv_lists_read_back_item_by_item() -> None:
+    """A list cell reads back as the very items, whatever separators they hold (`;`, `,`,
+    quotes, newlines), and an empty list as an empty one."""
+    labels = ("semi;colon", "x", 'a "quoted", line\nbreak', "日本")
+    result = AnalyticsResult(
+        "label_conflicts", ("query", "labels", "tiers", "turns"), (("q", labels, (), 2),)
+    )
+    [_, row] = list(csv.reader(io.StringIO(render.render_csv(result))))
+    assert json.loads(row[1]) == list(labels)
+    assert json.loads(row[2]) == []
+
+
+def test_table_shows_control_characters_escaped() -> None:
+    """A newline, tab, escape or bidi override in a cell is shown escaped, so every row stays one
+    line and reads in order."""
+    result = AnalyticsResult(
+        "cold_tools",
+        ("tool",),
+        (("line\nbreak",), ("tab\there",), ("esc\x1b[31m",), ("rtl\u202eabc",), ("crlf\r\n",)),
+    )
+    lines = render.render_table(result).splitlines()
+    assert lines[2:] == [
+        "line\\nbreak",
+        "tab\\there",
+        "esc\\x1b[31m",
+        "rtl\\u202eabc",
+        "crlf\\r\\n",
+    ]
+
+
+def test_table_aligns_by_display_width() -> None:
+    """Wide characters (CJK, emoji) take two columns and combining marks none, so the next
+    column starts at one display column on every row."""
+    result = AnalyticsResult(
+        "misroute_rate",
+        ("used_tool", "turns"),
+        (("日本語ツール", 1), ("cafe\u0301", 22), ("👍", 3), ("plain", 4)),
+    )
+    assert render.render_table(result).splitlines() == [
+        "used_tool     turns",
+        "------------  -----",
+        "日本語ツール      1",
+        "cafe\u0301             22",
+        "👍                3",
+        "plain             4",
     ]
 
 
@@ -325,7 +373,7 @@ def test_parse_since_refuses_other_text(text: str) -> None:
 @pytest.mark.parametrize("result", SAMPLES, ids=lambda r: r.name)
 def test_plot_writes_a_png_for_each_analysis(result: AnalyticsResult, tmp_path: Path) -> None:
     """plot() draws every analysis's chart kind into a non-empty PNG file."""
-    path = charts.plot(result, tmp_path / "out" / f"{result.name}.png")
+    path = charts.plot(result, tmp_path / f"{result.name}.png")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 5_000
@@ -347,3 +395,48 @@ def test_plot_without_matplotlib_names_the_install(
     with pytest.raises(ToolselectError, match="pip install matplotlib"):
         charts.plot(MISROUTE, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def _with_dollars(value: object) -> object:
+    """`value` with a `$` pair that is bad mathtext appended to its text."""
+    if isinstance(value, str):
+        return value + " $\\frac{1$ a$b$"
+    if isinstance(value, tuple):
+        return tuple(_with_dollars(v) for v in value)
+    return value
+
+
+PAIRS = AnalyticsResult(
+    "tool_pairs", ("a", "b", "together"), (("a$b", "price $\\frac{1", 2), ("x", "y$", 1))
+)
+
+
+@pytest.mark.parametrize("result", [*SAMPLES, PAIRS], ids=lambda r: r.name)
+def test_plot_draws_names_with_dollars(result: AnalyticsResult, tmp_path: Path) -> None:
+    """Names holding `$` (bad mathtext included) plot into a PNG, whatever the chart kind."""
+    dollars = AnalyticsResult(
+        result.name, result.columns, tuple(tuple(_with_dollars(v) for v in r) for r in result.rows)
+    )
+    path = charts.plot(dollars, tmp_path / f"{result.name}.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_figure_reads_every_text_literally() -> None:
+    """A name that is valid mathtext (`$x^2$`) is drawn as typed, not as math: every text of
+    the figure has mathtext off, tick labels included."""
+    from matplotlib.text import Text
+
+    result = AnalyticsResult("tool_pairs", ("a", "b", "together"), (("$x^2$", "b", 2),))
+    fig = charts.figure(result)
+    with charts.literal_text():
+        fig.draw_without_rendering()
+    texts = fig.findobj(Text)
+    assert "$x^2$ / b" in [t.get_text() for t in texts]
+    assert not [t.get_text() for t in texts if t.get_parse_math()]
+
+
+def test_plot_makes_no_folder(tmp_path: Path) -> None:
+    """A PNG path whose folder is missing is an OSError, and the folder is not created."""
+    with pytest.raises(FileNotFoundError):
+        charts.plot(MISROUTE, tmp_path / "typo" / "x.png")
+    assert not (tmp_path / "typo").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from toolselect.records import TIER_STRENGTH, AnalyticsResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
 def require_matplotlib() -> None:
@@ -248,22 +250,39 @@ CHARTS: Mapping[ChartKind, Callable[[Axes, AnalyticsResult], None]] = {
 }
 
 
-def plot(result: AnalyticsResult, path: Path, analysis: Analysis | None = None) -> Path:
-    """Draw the chart of `analysis` (by default the registered one of the result's name) to a
-    PNG at `path`; an empty result says so in the image."""
+def literal_text() -> AbstractContextManager[None]:
+    """Mathtext off for the texts made inside: tool names, queries and packs are the user's
+    text, so `a$b$` must read as typed and `$\\frac{1$` must not stop the chart."""
+    from matplotlib import rc_context
+
+    return rc_context({"text.parse_math": False})
+
+
+def figure(result: AnalyticsResult, analysis: Analysis | None = None) -> Figure:
+    """The chart of `analysis` (by default the registered one of the result's name); an empty
+    result says so. Draw or save it inside `literal_text()` too: tick labels are made then."""
     require_matplotlib()
     from matplotlib.figure import Figure
 
     analysis = analysis or get_analysis(result.name)
-    # A Figure without pyplot: no global backend or figure registry is touched.
-    fig = Figure(figsize=(10, max(4.0, 0.35 * len(result.rows) + 2)), layout="constrained")
-    ax = fig.add_subplot()
-    ax.set_title(f"{result.name}\n{textwrap.fill(analysis.description, 110)}", fontsize=10)
-    if result.rows:
-        CHARTS[analysis.chart](ax, result)
-    else:
-        ax.text(0.5, 0.5, "no rows", ha="center", va="center", transform=ax.transAxes)
-        ax.set_axis_off()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=100)
+    with literal_text():
+        # A Figure without pyplot: no backend or figure registry is touched (rcParams only
+        # while it is drawn, by `literal_text`).
+        fig = Figure(figsize=(10, max(4.0, 0.35 * len(result.rows) + 2)), layout="constrained")
+        ax = fig.add_subplot()
+        ax.set_title(f"{result.name}\n{textwrap.fill(analysis.description, 110)}", fontsize=10)
+        if result.rows:
+            CHARTS[analysis.chart](ax, result)
+        else:
+            ax.text(0.5, 0.5, "no rows", ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+    return fig
+
+
+def plot(result: AnalyticsResult, path: Path, analysis: Analysis | None = None) -> Path:
+    """`figure()` as a PNG at `path`, whose folder must exist: a mistyped folder is an
+    `OSError`, never created."""
+    fig = figure(result, analysis)
+    with literal_text():
+        fig.savefig(path, format="png", dpi=100)
     return path

@@ -16,6 +16,7 @@ from toolselect.analytics.charts import require_matplotlib
 from toolselect.analytics.registry import NAMES, get_analysis
 from toolselect.analytics.render import FORMATS, RENDERERS, to_payload
 from toolselect.errors import InvalidInput
+from toolselect.records import AnalyticsResult
 from toolselect.store.port import AnalyticsStore
 
 _SPACED_OFFSET = re.compile(r"(?<=\d) (\d{2}(?::?\d{2})?)$")
@@ -50,6 +51,29 @@ async def analysis_payload(store: AnalyticsStore, name: str, since: str | None) 
     return to_payload(result)
 
 
+def _check_plot(plot: Path, every: bool) -> None:
+    """Refuse, before any query, a chart path whose folder is missing: a read-only command does
+    not make the folders of a mistyped path. With every analysis `plot` is the folder itself, made
+    when its parent exists."""
+    folder = plot if every and plot.is_dir() else plot.parent
+    if not folder.is_dir():
+        raise InvalidInput(f"cannot write {plot}: no folder {folder}", "plot")
+    if every and plot.exists() and not plot.is_dir():
+        raise InvalidInput(f"cannot write {plot}: not a folder", "plot")
+
+
+def _write_charts(results: list[AnalyticsResult], plot: Path, every: bool) -> None:
+    path = plot
+    try:
+        if every:
+            plot.mkdir(exist_ok=True)  # its parent exists: `_check_plot`
+        for result in results:
+            path = plot / f"{result.name}.png" if every else plot
+            draw_png(result, path)
+    except OSError as exc:  # a folder where the file goes, a file where the folder does
+        raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}", "plot") from None
+
+
 async def cli_analytics(
     store: AnalyticsStore, name: str | None, since: datetime | None, fmt: str, plot: Path | None
 ) -> str:
@@ -57,24 +81,22 @@ async def cli_analytics(
 
     Without a name every analysis runs, one after another: `table` gives each a `== name ==`
     title line, `csv` a `# name` line, `json` one JSON object per line (JSON Lines). `--plot`
-    writes the PNG to PATH for one analysis, or `PATH/<name>.png` for each when all run.
+    writes the PNG to PATH for one analysis, or `PATH/<name>.png` for each when all run; PATH's
+    parent folder must exist.
     """
     if fmt not in RENDERERS:
         raise InvalidInput(f"expected format in {', '.join(FORMATS)}, got {fmt!r}", "format")
     names = NAMES if name is None else (get_analysis(name).name,)
     if plot is not None:
         require_matplotlib()  # before any query: fail fast
+        _check_plot(plot, every=name is None)
     results = [await store.analytics(n, since) for n in names]
     if plot is not None:
-        for result in results:
-            path = plot if name is not None else plot / f"{result.name}.png"
-            try:
-                draw_png(result, path)
-            except OSError as exc:  # a folder where the file goes, a file where the folder does
-                raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}", "plot") from None
+        _write_charts(results, plot, every=name is None)
     render = RENDERERS[fmt]
     if name is not None:
-        return render(results[0])
+        # The caller prints it with a newline: CSV's own last one would make a blank record.
+        return render(results[0]).removesuffix("\n")
     if fmt == "json":
         return "\n".join(render(r) for r in results)
     title = "== {} ==" if fmt == "table" else "# {}"

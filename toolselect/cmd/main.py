@@ -257,38 +257,20 @@ def cmd_observe(args: argparse.Namespace) -> int:
 def cmd_analytics(args: argparse.Namespace) -> int:
     """Run named analyses against the store alone (no embedder or ranker is built); `learning`
     builds the service instead, fits it to the stored labels and prints what it chose."""
-    from pathlib import Path
+    from toolselect.cmd.analytics import check_analytics, run_analyses
 
-    if args.name == "learning":
+    settings = _settings(args)
+    check_analytics(args, settings)
+    if args.name != "learning":
+        return _run(run_analyses(args, settings))
 
-        async def fitted(service: Service) -> int:
-            await service.learning.settle()
-            payload = service.learning.fit()
-            print(json.dumps(payload, indent=None if args.format == "json" else 2))
-            return 0
-
-        return _run(_with_service(args, fitted))
-
-    from toolselect.analytics.surfaces import cli_analytics, parse_since
-    from toolselect.store.factory import open_store
-
-    since = parse_since(args.since)
-    plot = Path(args.plot) if args.plot else None
-
-    async def body() -> int:
-        from toolselect.logs import configure_logging
-
-        settings = _settings(args)
-        configure_logging("warning", settings.log_format)
-        store = await open_store(settings)
-        try:
-            await store.migrate()
-            print(await cli_analytics(store, args.name, since, args.format, plot))
-        finally:
-            await store.close()
+    async def fitted(service: Service) -> int:
+        await service.learning.settle()
+        payload = service.learning.fit()
+        print(json.dumps(payload, indent=None if args.format == "json" else 2))
         return 0
 
-    return _run(body())
+    return _run(_with_service(args, fitted))
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -415,8 +397,12 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--since", help="ISO-8601 date or time; only data at or after it")
     # analytics.render.FORMATS, spelled out: importing it (and the store records it renders)
     # would cost every command's start, `select` included (tests/cli pins the two equal).
-    an.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    an.add_argument("--plot", help="PNG file (a folder when NAME is omitted); needs matplotlib")
+    an.add_argument("--format", choices=["table", "csv", "json"], help="default: table")
+    an.add_argument(
+        "--plot",
+        help="PNG file in an existing folder (without NAME: a folder, made if its parent "
+        "exists); needs matplotlib",
+    )
     an.set_defaults(func=cmd_analytics)
 
     add_key_commands(sub)  # keys create|list|revoke (toolselect/cmd/keys.py)
