@@ -62,6 +62,7 @@ __all__ = [
     "mcp_rule",
     "new_key",
     "required_role",
+    "shown",
     "tenant_file",
 ]
 
@@ -154,7 +155,7 @@ def check_tenant(tenant: object, field: str = "tenant") -> str:
     """`tenant` when it is a tenant id; `InvalidInput` otherwise."""
     if not isinstance(tenant, str) or _TENANT.fullmatch(tenant) is None:
         raise InvalidInput(
-            f"expected a tenant id matching {TENANT_PATTERN}, got {_shown(tenant)}", field
+            f"expected a tenant id matching {TENANT_PATTERN}, got {shown(tenant)}", field
         )
     return tenant
 
@@ -168,9 +169,9 @@ def tenant_file(path: Path, tenant: str) -> Path:
     return path.with_name(f"{path.stem}.tenant-{check_tenant(tenant)}{path.suffix}")
 
 
-def _shown(value: object) -> str:
-    """A refused value as a message shows it: never a key pasted in the wrong place, and a
-    long value cut."""
+def shown(value: object) -> str:
+    """A value a caller sent, as a message repeats it (a refused field, an id not found): never
+    a key pasted in the wrong place, and a long value cut."""
     if isinstance(value, str) and value.startswith(KEY_PREFIX):
         return "what looks like an API key (not shown)"
     text = repr(value)
@@ -182,7 +183,7 @@ def check_role(role: object, field: str = "role") -> Role:
     for known in ROLES:
         if role == known:
             return known
-    raise InvalidInput(f"expected a role among {', '.join(ROLES)}, got {_shown(role)}", field)
+    raise InvalidInput(f"expected a role among {', '.join(ROLES)}, got {shown(role)}", field)
 
 
 def check_name(name: str | None, field: str = "name") -> str | None:

@@ -68,6 +68,17 @@ def test_create_list_revoke(env: dict[str, str], tmp_path: Path) -> None:
     assert unknown.stderr.strip() == "toolselect keys: no API key with id '000000000000'"
 
 
+def test_revoking_a_key_pasted_for_its_id_does_not_print_it(env: dict[str, str]) -> None:
+    """`keys revoke <the key itself>` exits 1 without the key on stderr or stdout."""
+    key = create(env, "--tenant", "team-a", "--role", "agent")["key"]
+    done = run(["keys", "revoke", key], env)
+    assert done.returncode == 1
+    assert key not in done.stderr and key not in done.stdout
+    assert done.stderr.strip() == (
+        "toolselect keys: no API key with id what looks like an API key (not shown)"
+    )
+
+
 def test_serve_reads_every_key_file_of_the_list(env: dict[str, str], tmp_path: Path) -> None:
     """Rotating as the README says (the old key listed beside a file of the new one): both
     keys work, and the text `@FILE` is no key at all."""

@@ -13,6 +13,7 @@ from toolselect.keys import (
     KeyRegistry,
     bearer_token,
     check_tenant,
+    shown,
 )
 
 
@@ -64,7 +65,7 @@ def acting_as(wanted: str | None, caller: Caller) -> Caller:
             403,
             "forbidden",
             f"expected an admin key to act on another tenant, got a {caller.role} key of "
-            f"tenant {caller.tenant!r} asking for {tenant!r}",
+            f"tenant {caller.tenant!r} asking for {shown(tenant)}",
             TENANT_HEADER,
         )
     return Caller(tenant, caller.role, caller.key_id)
