@@ -43,6 +43,7 @@ __all__ = [
     "ROLES",
     "ROUTE_ROLES",
     "TENANT_HEADER",
+    "TENANT_MAX",
     "TENANT_PATTERN",
     "ApiKey",
     "Caller",
@@ -69,8 +70,11 @@ __all__ = [
 ROLES: tuple[Role, ...] = get_args(Role)
 _RANK: Mapping[str, int] = {role: rank for rank, role in enumerate(ROLES)}
 DEFAULT_TENANT = "default"
-TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-_TENANT = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+TENANT_MAX = 63  # characters of a tenant id
+# The one statement of the tenant rule: what `check_tenant` enforces, the OpenAPI document and
+# the key models state, and the client checks before sending `X-Toolselect-Tenant`.
+TENANT_PATTERN = rf"^[a-z0-9][a-z0-9_-]{{0,{TENANT_MAX - 1}}}$"
+_TENANT = re.compile(TENANT_PATTERN)
 TENANT_HEADER = "X-Toolselect-Tenant"
 KEY_PREFIX = "tsk_"
 PREFIX_CHARS = 12  # shown in listings: `tsk_` and 8 characters of the secret

@@ -9,6 +9,7 @@ from toolselect.errors import InvalidInput
 from toolselect.keys import (
     OPEN_CALLER,
     TENANT_HEADER,
+    TENANT_MAX,
     Caller,
     KeyRegistry,
     bearer_token,
@@ -57,7 +58,7 @@ def acting_as(wanted: str | None, caller: Caller) -> Caller:
             422,
             "invalid_request",
             f"expected {TENANT_HEADER} to be a tenant id (lower-case letters, digits, _ and -, "
-            "1..63 characters, starting with a letter or digit)",
+            f"1..{TENANT_MAX} characters, starting with a letter or digit)",
             TENANT_HEADER,
         ) from None
     if caller.role != "admin":
