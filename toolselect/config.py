@@ -210,7 +210,7 @@ class Settings:
     request_timeout_s: float = setting(10.0, "TOOLSELECT_REQUEST_TIMEOUT", _float(0.01, 3600.0), "seconds a request may take (`PUT /v1/tools`: see the next)")
     import_timeout_per_tool_s: float = setting(0.1, "TOOLSELECT_IMPORT_TIMEOUT_PER_TOOL", _float(0.0, 60.0), "seconds `PUT /v1/tools` may take per tool, on top of `TOOLSELECT_REQUEST_TIMEOUT`; the clock also restarts after every batch of tools embedded, so an import that keeps working is not cut off")
     shutdown_timeout_s: float = setting(10.0, "TOOLSELECT_SHUTDOWN_TIMEOUT", _float(0.0, 3600.0), "seconds to drain on shutdown")
-    api_keys: tuple[str, ...] = setting((), "TOOLSELECT_API_KEYS", _names, "comma list of API keys, or `@FILE` (one key a line): `admin` keys of tenant `default`, never stored; with these or any key made by `toolselect keys create`, `/v1/*` needs `Authorization: Bearer` (README, Operating for several teams)")
+    api_keys: tuple[str, ...] = setting((), "TOOLSELECT_API_KEYS", _names, "comma list of API keys, where a piece `@FILE` stands for the keys of that file (one a line, `#` comments): `admin` keys of tenant `default`, never stored; set but naming no key stops the start; with these or any key made by `toolselect keys create`, `/v1/*` needs `Authorization: Bearer` (README, Operating for several teams)")
     metrics_auth: bool = setting(False, "TOOLSELECT_METRICS_AUTH", _bool, "require a key on `/metrics` too (when keys are on): an `editor` key reads its tenant's series, an `admin` key every tenant's")
     tenant_rps: float = setting(0.0, "TOOLSELECT_TENANT_RPS", _float(0.0, 1_000_000.0), "`/v1/*` (and MCP over HTTP) requests per second each tenant may send to one process (a token bucket in its memory), beyond them `429 rate_limited` with `Retry-After`; 0: no limit")
     tenant_burst: int = setting(0, "TOOLSELECT_TENANT_BURST", _int(0, 1_000_000), "requests a tenant may send at once before `TOOLSELECT_TENANT_RPS` paces it (the bucket's size); 0: one second's worth (at least 1)")
@@ -345,15 +345,48 @@ def _read_secret(variable: str, path_text: str) -> str:
         raise ConfigError(f"{variable}: cannot read {path}: {exc}") from exc
 
 
-def _read_keys_file(spec: tuple[str, ...]) -> tuple[str, ...]:
-    if len(spec) == 1 and spec[0].startswith("@"):
-        path = Path(spec[0][1:]).expanduser()
-        try:
-            lines = path.read_text().splitlines()
-        except OSError as exc:
-            raise ConfigError(f"TOOLSELECT_API_KEYS: cannot read {path}: {exc}") from exc
-        return tuple(line.strip() for line in lines if line.strip() and not line.startswith("#"))
-    return spec
+def _read_keys(spec: tuple[str, ...]) -> tuple[str, ...]:
+    """The keys `TOOLSELECT_API_KEYS` names: each piece of its comma list is a key, or with `@`
+    the keys of a file (one a line; blank lines and `#` comments skipped), so a rotation can
+    list an old key beside a file, or two files. A value that names no key is refused: read as
+    none, it would leave open the API the operator set it to close."""
+    keys: list[str] = []
+    files: list[str] = []
+    for piece in spec:
+        if piece.startswith("@"):
+            files.append(piece[1:].strip())
+            keys.extend(_keys_in_file(files[-1]))
+        else:
+            keys.append(piece)
+    if not keys:
+        held = f" ({', '.join(files)}: no key in {'it' if len(files) == 1 else 'them'})"
+        raise ConfigError(
+            f"TOOLSELECT_API_KEYS names no key{held if files else ''}: expected a comma list "
+            "of keys or @FILE (one key a line); unset it to run without configured keys"
+        )
+    return tuple(keys)
+
+
+def _keys_in_file(name: str) -> list[str]:
+    if not name:
+        raise ConfigError("TOOLSELECT_API_KEYS: expected a file name after '@'")
+    path = Path(name).expanduser()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"TOOLSELECT_API_KEYS: cannot read {path}: {exc}") from exc
+    keys: list[str] = []
+    for number, line in enumerate(lines, 1):
+        key = line.strip()
+        if key.startswith("@"):
+            # Not read in turn, nor taken as a key: a mistyped nesting must not make a file
+            # name an admin key.
+            raise ConfigError(
+                f"TOOLSELECT_API_KEYS: {path} line {number}: expected a key, got a file name"
+            )
+        if key and not key.startswith("#"):
+            keys.append(key)
+    return keys
 
 
 def load_settings(
@@ -384,7 +417,7 @@ def load_settings(
     if not values.get("data_dir"):
         values["data_dir"] = _default_data_dir(env)
     if "api_keys" in values:
-        values["api_keys"] = _read_keys_file(values["api_keys"])
+        values["api_keys"] = _read_keys(values["api_keys"])
     settings = Settings(**values)
     settings.validate()
     return settings

@@ -43,6 +43,7 @@ __all__ = [
     "ROLES",
     "ROUTE_ROLES",
     "TENANT_HEADER",
+    "TENANT_MAX",
     "TENANT_PATTERN",
     "ApiKey",
     "Caller",
@@ -62,14 +63,18 @@ __all__ = [
     "mcp_rule",
     "new_key",
     "required_role",
+    "shown",
     "tenant_file",
 ]
 
 ROLES: tuple[Role, ...] = get_args(Role)
 _RANK: Mapping[str, int] = {role: rank for rank, role in enumerate(ROLES)}
 DEFAULT_TENANT = "default"
-TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-_TENANT = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+TENANT_MAX = 63  # characters of a tenant id
+# The one statement of the tenant rule: what `check_tenant` enforces, the OpenAPI document and
+# the key models state, and the client checks before sending `X-Toolselect-Tenant`.
+TENANT_PATTERN = rf"^[a-z0-9][a-z0-9_-]{{0,{TENANT_MAX - 1}}}$"
+_TENANT = re.compile(TENANT_PATTERN)
 TENANT_HEADER = "X-Toolselect-Tenant"
 KEY_PREFIX = "tsk_"
 PREFIX_CHARS = 12  # shown in listings: `tsk_` and 8 characters of the secret
@@ -154,7 +159,7 @@ def check_tenant(tenant: object, field: str = "tenant") -> str:
     """`tenant` when it is a tenant id; `InvalidInput` otherwise."""
     if not isinstance(tenant, str) or _TENANT.fullmatch(tenant) is None:
         raise InvalidInput(
-            f"expected a tenant id matching {TENANT_PATTERN}, got {_shown(tenant)}", field
+            f"expected a tenant id matching {TENANT_PATTERN}, got {shown(tenant)}", field
         )
     return tenant
 
@@ -168,9 +173,9 @@ def tenant_file(path: Path, tenant: str) -> Path:
     return path.with_name(f"{path.stem}.tenant-{check_tenant(tenant)}{path.suffix}")
 
 
-def _shown(value: object) -> str:
-    """A refused value as a message shows it: never a key pasted in the wrong place, and a
-    long value cut."""
+def shown(value: object) -> str:
+    """A value a caller sent, as a message repeats it (a refused field, an id not found): never
+    a key pasted in the wrong place, and a long value cut."""
     if isinstance(value, str) and value.startswith(KEY_PREFIX):
         return "what looks like an API key (not shown)"
     text = repr(value)
@@ -182,7 +187,7 @@ def check_role(role: object, field: str = "role") -> Role:
     for known in ROLES:
         if role == known:
             return known
-    raise InvalidInput(f"expected a role among {', '.join(ROLES)}, got {_shown(role)}", field)
+    raise InvalidInput(f"expected a role among {', '.join(ROLES)}, got {shown(role)}", field)
 
 
 def check_name(name: str | None, field: str = "name") -> str | None:

@@ -150,6 +150,27 @@ async def test_create_use_revoke_refused(
     assert (await error_of(unknown, 404))["code"] == "not_found"
 
 
+async def test_a_key_pasted_for_an_id_or_tenant_is_never_echoed(
+    sqlite: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """A key sent where its id belongs (`DELETE /v1/keys/{key}`) is a 404 that does not repeat
+    it; nor does the 403 of a key naming a key-shaped tenant in X-Toolselect-Tenant."""
+    client, _ = await sqlite.serve(aiohttp_client, api_keys=(ADMIN,))
+    key = (await create(client, "default", "agent"))["key"]
+    resp = await client.delete(f"/v1/keys/{key}", headers=bearer(ADMIN))
+    error = await error_of(resp, 404)
+    assert error == {
+        "code": "not_found",
+        "message": "no API key with id what looks like an API key (not shown)",
+        "field": "id",
+    }
+    # A tenant id may start `tsk_`: a key made of its characters passes the tenant rule.
+    lower = "tsk_" + "a0-_" * 10 + "abc"
+    resp = await client.get("/v1/whoami", headers=bearer(key, lower))
+    error = await error_of(resp, 403)
+    assert lower not in error["message"] and "(not shown)" in error["message"]
+
+
 async def test_key_requests_are_validated(
     sqlite: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:

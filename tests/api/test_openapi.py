@@ -3,6 +3,7 @@ and `/v1/*` names the bearer key and the refusals of keys and limits (401, 403, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from tests.services import ClientFactory, ServiceFactory
 from toolselect.api.app import _app
 from toolselect.api.openapi import openapi_document, served_document
 from toolselect.config import Settings
+from toolselect.keys import TENANT_HEADER
 from toolselect.records import Tool
 
 # Served but not API operations: the document itself, Prometheus text and the dashboard's files.
@@ -53,7 +55,7 @@ def test_key_routes_have_their_models() -> None:
     assert _ref(create["responses"]["201"]["content"]) == "KeyCreated"
     listing = doc["paths"]["/v1/keys"]["get"]
     assert _ref(listing["responses"]["200"]["content"]) == "KeyList"
-    assert [p["name"] for p in listing["parameters"]] == ["tenant"]
+    assert [p["name"] for p in listing["parameters"]] == ["tenant", TENANT_HEADER]
     revoke = doc["paths"]["/v1/keys/{id}"]["delete"]
     assert _ref(revoke["responses"]["200"]["content"]) == "KeyRevoked"
     assert revoke["parameters"][0] == {
@@ -73,7 +75,8 @@ def test_key_routes_have_their_models() -> None:
 def test_v1_operations_name_the_key_and_its_refusals() -> None:
     """Every `/v1/*` operation needs the `bearer` scheme and may answer 401 (with
     `WWW-Authenticate`), 403 and 429 (with `Retry-After`) in the error model; health and
-    readiness need no key and answer none of the three."""
+    readiness need no key and answer none of the three. Each `/v1/*` operation may be sent
+    the optional X-Toolselect-Tenant header."""
     doc = openapi_document()
     scheme = doc["components"]["securitySchemes"]["bearer"]
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
@@ -82,6 +85,7 @@ def test_v1_operations_name_the_key_and_its_refusals() -> None:
             refusals = KEY_REFUSALS & set(op["responses"])
             if not path.startswith("/v1/"):
                 assert refusals == set() and "security" not in op, (method, path)
+                assert "parameters" not in op, (method, path)
                 continue
             assert refusals == KEY_REFUSALS, (method, path)
             assert op["security"] == [{"bearer": []}]
@@ -92,6 +96,8 @@ def test_v1_operations_name_the_key_and_its_refusals() -> None:
             assert op["responses"]["401"]["description"].startswith("unauthorized")
             assert op["responses"]["403"]["description"].startswith("forbidden")
             assert op["responses"]["429"]["description"].startswith("rate_limited")
+            [tenant] = [p for p in op["parameters"] if p["in"] == "header"]
+            assert (tenant["name"], tenant["required"]) == (TENANT_HEADER, False), (method, path)
 
 
 @pytest_asyncio.fixture(loop_scope="function")
@@ -185,3 +191,32 @@ async def test_documented_pack_limits_are_the_enforced_ones(
     assert (await client.post("/v1/rank", json={"query": "x", "pack": ""})).status == 422
     assert (await client.post("/v1/select", json=select(""))).status == 200
     assert (await client.get("/v1/tools", params={"pack": ""})).status == 200
+
+
+async def test_documented_tenant_header_limits_are_the_enforced_ones(
+    sqlite: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """The X-Toolselect-Tenant the document states is the one the server takes: a name at its
+    maxLength acts on that tenant, one past it is refused 422 naming the header, and its
+    pattern accepts exactly the names the server accepts."""
+    client, _ = await sqlite.serve(aiohttp_client)  # no key: any request may name a tenant
+    doc = await (await client.get("/openapi.json")).json()
+    [header] = [p for p in doc["paths"]["/v1/whoami"]["get"]["parameters"] if p["in"] == "header"]
+    schema = header["schema"]
+    assert (header["name"], schema["minLength"]) == (TENANT_HEADER, 1)
+
+    async def acts_on(tenant: str) -> bool:
+        resp = await client.get("/v1/whoami", headers={TENANT_HEADER: tenant})
+        if resp.status == 200:
+            assert (await resp.json())["tenant"] == tenant
+            return True
+        assert resp.status == 422, await resp.text()
+        assert (await resp.json())["error"]["field"] == TENANT_HEADER
+        return False
+
+    longest = schema["maxLength"]
+    assert await acts_on("t" * longest)
+    assert not await acts_on("t" * (longest + 1))
+    names = ("a", "0", "team-a", "team_b", "-team", "_team", "Team", "team a", "team.a", "tëam")
+    for name in names:
+        assert await acts_on(name) == (re.search(schema["pattern"], name) is not None), name

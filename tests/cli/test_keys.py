@@ -68,6 +68,42 @@ def test_create_list_revoke(env: dict[str, str], tmp_path: Path) -> None:
     assert unknown.stderr.strip() == "toolselect keys: no API key with id '000000000000'"
 
 
+def test_revoking_a_key_pasted_for_its_id_does_not_print_it(env: dict[str, str]) -> None:
+    """`keys revoke <the key itself>` exits 1 without the key on stderr or stdout."""
+    key = create(env, "--tenant", "team-a", "--role", "agent")["key"]
+    done = run(["keys", "revoke", key], env)
+    assert done.returncode == 1
+    assert key not in done.stderr and key not in done.stdout
+    assert done.stderr.strip() == (
+        "toolselect keys: no API key with id what looks like an API key (not shown)"
+    )
+
+
+def test_serve_reads_every_key_file_of_the_list(env: dict[str, str], tmp_path: Path) -> None:
+    """Rotating as the README says (the old key listed beside a file of the new one): both
+    keys work, and the text `@FILE` is no key at all."""
+    new = tmp_path / "new-key"
+    new.write_text("tsk_new-key-in-a-file\n")
+    keyed = {**env, "TOOLSELECT_API_KEYS": f"tsk_old-literal-key,@{new}"}
+    with serving(keyed) as url:
+        assert _status(url, "tsk_old-literal-key") == 200
+        assert _status(url, "tsk_new-key-in-a-file") == 200
+        assert _status(url, f"@{new}") == 401
+
+
+def test_serve_refuses_to_start_on_a_key_source_naming_no_key(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """TOOLSELECT_API_KEYS set to a file without keys (or to blanks) stops `serve` with one
+    line naming the variable, rather than serving without the keys it was meant to require."""
+    empty = tmp_path / "keys"
+    empty.write_text("# none yet\n")
+    for value in (f"@{empty}", " , "):
+        done = run(["serve", "--port", "0"], {**env, "TOOLSELECT_API_KEYS": value})
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("toolselect serve: TOOLSELECT_API_KEYS names no key")
+
+
 def test_bad_arguments_are_one_line(env: dict[str, str]) -> None:
     """A bad tenant is one line naming the rule (exit 2); a bad role is argparse's (exit 2)."""
     bad = run(["keys", "create", "--tenant", "Team A", "--role", "agent"], env)

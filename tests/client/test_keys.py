@@ -110,3 +110,44 @@ async def test_key_methods_of_the_async_client(keyed_server: LiveServer) -> None
                 await agent.list_keys()
         assert (forbidden.value.status, forbidden.value.code) == (403, "forbidden")
         assert await admin.revoke_key(made.id) is True
+
+
+def test_a_client_naming_a_tenant_sees_that_tenants_catalog(keyed_server: LiveServer) -> None:
+    """`tenant="team-a"` sends X-Toolselect-Tenant on every request: the admin key then acts on
+    team-a's catalog, not on default's, and the other client still sees default's alone."""
+    team_tool = {"name": "team_a_deploy", "description": "Deploy team A's service to production."}
+    with (
+        Client(keyed_server.url, api_key=API_KEY, tenant="team-a") as team,
+        Client(keyed_server.url, api_key=API_KEY) as default,
+    ):
+        assert team.tenant == "team-a" and default.tenant is None
+        assert team.whoami().tenant == "team-a"
+        assert team.tools.list() == []  # default's hand-made catalog is not team-a's
+        team.tools.put([team_tool])
+        assert [t.name for t in team.tools.list()] == ["team_a_deploy"]
+        assert team.rank("deploy to production", k=1).results[0].tool == "team_a_deploy"
+        default_tools = {t.name for t in default.tools.list()}
+        assert "team_a_deploy" not in default_tools and "get_weather" in default_tools
+        assert default.rank(WEATHER, k=1).results[0].tool == "get_weather"
+
+
+async def test_the_async_client_names_its_tenant_and_checks_it_first(
+    keyed_server: LiveServer,
+) -> None:
+    """The async client sends its tenant too; a name breaking the server's tenant rule is
+    `InvalidInput` at construction, before any request; one admin key naming two tenants
+    counts as two credentials (two catalogs to upload)."""
+    async with AsyncClient(keyed_server.url, api_key=API_KEY, tenant="team-b") as team:
+        assert (await team.whoami()).tenant == "team-b"
+        assert await team.tools.list() == []
+    for bad in ("Team B", "", "t" * 64, "-team"):
+        with pytest.raises(InvalidInput) as refused:
+            AsyncClient(keyed_server.url, api_key=API_KEY, tenant=bad)
+        assert refused.value.field == "tenant"
+    with pytest.raises(InvalidInput):
+        Client(keyed_server.url, tenant="Team B")
+    credentials = {
+        AsyncClient(keyed_server.url, api_key=API_KEY, tenant=tenant).credential
+        for tenant in (None, "team-a", "team-b")
+    }
+    assert len(credentials) == 3

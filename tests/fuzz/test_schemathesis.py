@@ -18,6 +18,7 @@ so schema-valid bodies with a repeated tool name or candidate ID are rightly ref
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -49,6 +50,7 @@ from toolselect.api.openapi import served_document
 from toolselect.api.routes import add_routes
 from toolselect.catalog import load_demo_catalog
 from toolselect.config import Settings
+from toolselect.keys import TENANT_HEADER, TENANT_PATTERN
 from toolselect.service import Service
 
 pytestmark = pytest.mark.slow
@@ -214,10 +216,14 @@ def _utf8_bytes(turn: object, field: str) -> int:
 
 
 def _observe_well_formed(case: schemathesis.Case[Any], settings: Settings) -> bool:
-    """Whether an observe case is a JSON body the request model accepts, within the limits."""
+    """Whether an observe case is a JSON body the request model accepts, within the limits,
+    naming a well-formed tenant if any."""
     headers = {k.lower(): v for k, v in (case.headers or {}).items()}
     content_type = headers.get("content-type", case.media_type or "")
     if content_type.split(";")[0].strip().lower() != "application/json":
+        return False
+    tenant = headers.get(TENANT_HEADER.lower())
+    if tenant is not None and re.search(TENANT_PATTERN, tenant) is None:
         return False
     single = case.path == "/v1/observe"
     body = case.body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,39 @@ def test_api_keys_from_a_file(tmp_path: Path) -> None:
     keys.write_text("# ops\nalpha\n\n beta \n")
     assert load_settings({"TOOLSELECT_API_KEYS": f"@{keys}"}).api_keys == ("alpha", "beta")
     assert load_settings({"TOOLSELECT_API_KEYS": "a, b"}).api_keys == ("a", "b")
+
+
+def test_api_keys_mix_literal_keys_and_files(tmp_path: Path) -> None:
+    """Each `@FILE` piece of a comma list is read as a file, so a rotation can list an old key
+    with a file, or two files; no piece starting with `@` is ever a key itself."""
+    new, other = tmp_path / "new", tmp_path / "other"
+    new.write_text("tsk_new\n  # the next one\n")
+    other.write_text("tsk_other\n")
+    mixed = load_settings({"TOOLSELECT_API_KEYS": f"tsk_old, @{new}"}).api_keys
+    assert mixed == ("tsk_old", "tsk_new")
+    both = load_settings({"TOOLSELECT_API_KEYS": f"@{new},@{other}"}).api_keys
+    assert both == ("tsk_new", "tsk_other")
+    missing = tmp_path / "missing"
+    with pytest.raises(ConfigError, match=re.escape(f"TOOLSELECT_API_KEYS: cannot read {missing}")):
+        load_settings({"TOOLSELECT_API_KEYS": f"tsk_old,@{missing}"})
+    with pytest.raises(ConfigError, match="TOOLSELECT_API_KEYS: expected a file name after '@'"):
+        load_settings({"TOOLSELECT_API_KEYS": "tsk_old,@"})
+    other.write_text(f"@{new}\n")
+    nested = re.escape(f"TOOLSELECT_API_KEYS: {other} line 1: expected a key")
+    with pytest.raises(ConfigError, match=nested):
+        load_settings({"TOOLSELECT_API_KEYS": f"@{other}"})
+
+
+@pytest.mark.parametrize("value", [" , ", ",", "@{empty}", "@{comments}", "@{empty}, @{comments}"])
+def test_api_keys_set_but_naming_no_key_are_refused(value: str, tmp_path: Path) -> None:
+    """A set TOOLSELECT_API_KEYS that yields no key stops the start: read as none, it would
+    leave the API open where the operator meant it never to be; unset is still no key."""
+    (tmp_path / "empty").write_text("")
+    (tmp_path / "comments").write_text("# rotated out\n\n")
+    spec = value.format(empty=tmp_path / "empty", comments=tmp_path / "comments")
+    with pytest.raises(ConfigError, match=r"^TOOLSELECT_API_KEYS names no key"):
+        load_settings({"TOOLSELECT_API_KEYS": spec})
+    assert load_settings({}).api_keys == ()
 
 
 def test_override_ignores_none_and_validates() -> None:

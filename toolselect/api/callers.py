@@ -9,10 +9,12 @@ from toolselect.errors import InvalidInput
 from toolselect.keys import (
     OPEN_CALLER,
     TENANT_HEADER,
+    TENANT_MAX,
     Caller,
     KeyRegistry,
     bearer_token,
     check_tenant,
+    shown,
 )
 
 
@@ -56,7 +58,7 @@ def acting_as(wanted: str | None, caller: Caller) -> Caller:
             422,
             "invalid_request",
             f"expected {TENANT_HEADER} to be a tenant id (lower-case letters, digits, _ and -, "
-            "1..63 characters, starting with a letter or digit)",
+            f"1..{TENANT_MAX} characters, starting with a letter or digit)",
             TENANT_HEADER,
         ) from None
     if caller.role != "admin":
@@ -64,7 +66,7 @@ def acting_as(wanted: str | None, caller: Caller) -> Caller:
             403,
             "forbidden",
             f"expected an admin key to act on another tenant, got a {caller.role} key of "
-            f"tenant {caller.tenant!r} asking for {tenant!r}",
+            f"tenant {caller.tenant!r} asking for {shown(tenant)}",
             TENANT_HEADER,
         )
     return Caller(tenant, caller.role, caller.key_id)

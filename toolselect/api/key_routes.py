@@ -12,7 +12,7 @@ from toolselect.api import key_models as km
 from toolselect.api.http import CALLER, SERVICE, json_response, read_model
 from toolselect.clock import utc_now
 from toolselect.errors import NotFound
-from toolselect.keys import check_tenant, new_key
+from toolselect.keys import check_tenant, new_key, shown
 
 log = structlog.get_logger("toolselect.api")
 
@@ -50,7 +50,7 @@ async def revoke_key(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     key_id = request.match_info["id"]
     if not await service.store.revoke_key(key_id):
-        raise NotFound(f"no API key with id {key_id!r}", "id")
+        raise NotFound(f"no API key with id {shown(key_id)}", "id")
     service.keys.drop(key_id)
     log.info("api_key_revoked", key_id=key_id, by=request[CALLER].key_id)
     return json_response(km.KeyRevoked(id=key_id, revoked=True))

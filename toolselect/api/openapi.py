@@ -1,7 +1,8 @@
 """`/openapi.json`, generated from the same pydantic models that validate requests.
 
-Every `/v1/*` operation names the `bearer` security scheme (an API key: `toolselect.keys`) and
-the refusals of the middleware's keys and limits (401, 403, 429); health and readiness are open.
+Every `/v1/*` operation names the `bearer` security scheme (an API key: `toolselect.keys`), the
+optional `X-Toolselect-Tenant` header (its rule: `keys.TENANT_PATTERN`) and the refusals of the
+middleware's keys and limits (401, 403, 429); health and readiness are open.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from toolselect import __version__
 from toolselect.api import key_models as km
 from toolselect.api import models as m
 from toolselect.config import DEFAULT_K, Settings
+from toolselect.keys import TENANT_HEADER, TENANT_MAX, TENANT_PATTERN
 
 _REF = "#/components/schemas/{model}"
 
@@ -70,6 +72,22 @@ _KEY_ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
     "403": ("forbidden: the key's role is below the route's, or it names another tenant", {}),
     "429": ("rate_limited: the tenant's or the process's request rate is spent", _RETRY_AFTER),
 }
+# Read by the middleware on every `/v1/*` request, before the route: it picks the tenant the
+# request acts on (and whose rate it spends), so every `/v1/*` operation may be sent it.
+_TENANT_PARAMETER: dict[str, Any] = {
+    "name": TENANT_HEADER,
+    "in": "header",
+    "required": False,
+    "description": "The tenant the request acts on (absent: the key's own; `default` while no "
+    "key exists). An admin key, or any request while no key exists, may name any tenant; "
+    "another key only its own (else 403). A name breaking the rule is 422.",
+    "schema": {
+        "type": "string",
+        "pattern": TENANT_PATTERN,
+        "minLength": 1,
+        "maxLength": TENANT_MAX,
+    },
+}
 _SECURITY_SCHEMES = {
     "bearer": {
         "type": "http",
@@ -122,6 +140,8 @@ def openapi_document(routes: frozenset[str] | None = None) -> dict[str, Any]:
             {"name": p, "in": "query", "required": False, "schema": _QUERY_SCHEMAS.get(p, _STRING)}
             for p in query_params
         ]
+        if path.startswith("/v1/"):
+            params.append(_TENANT_PARAMETER)
         if params:
             op["parameters"] = params
         if request is not None:

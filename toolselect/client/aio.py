@@ -30,6 +30,7 @@ from toolselect.client.observer import (
 )
 from toolselect.client.transport import AiohttpTransport, Response, Transport
 from toolselect.errors import ApiError, ClientError, InvalidInput, Unreachable
+from toolselect.keys import TENANT_HEADER, check_tenant
 from toolselect.retry_after import parse_retry_after
 from toolselect.turns import TurnFields
 
@@ -53,6 +54,9 @@ class AsyncClient:
     `Retry-After` when it sent one, else `backoff_s * 2**attempt` (jittered, at most
     `max_backoff_s`). Turns given to `observe` are sent in the background, in batches of
     `observe_batch`, at least every `observe_interval_s`; `close` sends what is left.
+    `tenant` goes as `X-Toolselect-Tenant` on every request: the tenant an admin key (or any
+    request while the server has no key) acts on; `InvalidInput` here when it breaks the
+    server's tenant rule.
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class AsyncClient:
         base_url: str,
         *,
         api_key: str | None = None,
+        tenant: str | None = None,
         timeout_s: float = 10.0,
         retries: int = 3,
         backoff_s: float = 0.25,
@@ -74,6 +79,9 @@ class AsyncClient:
         self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        if tenant is not None:
+            self._headers[TENANT_HEADER] = check_tenant(tenant)
+        self.tenant = tenant
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
@@ -91,10 +99,14 @@ class AsyncClient:
 
     @property
     def credential(self) -> str:
-        """A short hash naming the bearer key this client presents, never the key itself (what
-        a cache per credential may keep, or a log show); "" without a key."""
-        header = self._headers.get("Authorization", "")
-        return hashlib.sha256(header.encode()).hexdigest()[:16] if header else ""
+        """A short hash naming the bearer key this client presents and the tenant it names,
+        never the key itself (what a cache per credential may keep, or a log show); "" with
+        neither. One admin key naming two tenants holds two catalogs, so both count."""
+        key = self._headers.get("Authorization", "")
+        tenant = self._headers.get(TENANT_HEADER, "")
+        if not key and not tenant:
+            return ""
+        return hashlib.sha256(f"{key}\n{tenant}".encode()).hexdigest()[:16]
 
     async def __aenter__(self) -> AsyncClient:
         return self

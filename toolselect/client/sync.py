@@ -66,6 +66,11 @@ class Client:
     def base_url(self) -> str:
         return self._async.base_url
 
+    @property
+    def tenant(self) -> str | None:
+        """The tenant named on every request (`X-Toolselect-Tenant`), if any."""
+        return self._async.tenant
+
     def rank(
         self,
         query: str,

@@ -98,10 +98,11 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
     """Revoke a key by id; exit 1 when no key has it."""
     from toolselect.errors import NotFound
+    from toolselect.keys import shown
 
     async def body(store: Store) -> int:
         if not await store.revoke_key(args.id):
-            raise NotFound(f"no API key with id {args.id!r}")
+            raise NotFound(f"no API key with id {shown(args.id)}")
         print(json.dumps({"id": args.id, "revoked": True}))
         return 0
 
