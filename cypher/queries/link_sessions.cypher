@@ -1,4 +1,4 @@
-// What turns recorded for the first time add (`store/session_session_rules.plan_sessions`), in the transaction
+// What turns recorded for the first time add (`store/session_rules.plan_sessions`), in the transaction
 // that recorded them: $links [{session, prev, turn}] give (:Session)-[:HAS]->(:Turn) and
 // (prev)-[:NEXT]->(turn); $tails [{session, turn, tools}] each session's last turn;
 // $pairs [{a, b, count}] (a < b) add to (:Tool)-[:USED_WITH]->(:Tool); $transitions

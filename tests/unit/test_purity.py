@@ -26,6 +26,8 @@ PURE = (
     "store/port.py",
     "records.py",
     "store/rules.py",
+    "store/session_rules.py",
+    "names.py",
 )
 FORBIDDEN = frozenset({"neo4j", "anthropic", "aiohttp", "sqlite3", "structlog"})
 

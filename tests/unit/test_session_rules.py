@@ -1,4 +1,4 @@
-"""The session rules (`store/session_session_rules.plan_sessions`) both stores apply when turns are recorded."""
+"""The session rules (`store/session_rules.plan_sessions`) both stores apply when turns are recorded."""
 
 from __future__ import annotations
 
@@ -70,6 +70,17 @@ def test_unknown_tools_count_nothing_and_sessionless_turns_are_not_linked() -> N
 def test_nothing_new_plans_nothing() -> None:
     plan = plan_sessions([], {"s1": SessionTail("t1", ("a",))}, KNOWN)
     assert plan.links == () and not plan.pairs and not plan.transitions and not plan.tails
+
+
+def test_a_turn_older_than_the_stored_tail_is_linked_without_a_step() -> None:
+    tail = SessionTail("t8", ("a",), T0 + timedelta(minutes=5))
+    plan = plan_sessions([turn("t7", 4, "b"), turn("t9", 6, "c")], {"s1": tail}, KNOWN)
+    assert plan.links == (("s1", None, "t7"), ("s1", "t8", "t9"))
+    assert dict(plan.transitions) == {("a", "c"): 1}
+    assert plan.tails == {"s1": SessionTail("t9", ("c",))}
+    late = plan_sessions([turn("t7", 4, "b")], {"s1": tail}, KNOWN)
+    assert late.links == (("s1", None, "t7"),) and not late.transitions
+    assert late.tails == {"s1": tail}
 
 
 def test_a_tail_tool_no_longer_in_the_catalog_counts_nothing() -> None:

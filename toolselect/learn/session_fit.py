@@ -10,7 +10,7 @@ Three signals, each zero (off) until the sessions show it helps:
   the ranked tool's pairs.
 
 Validation is two-fold by session: the relations a fold is scored with are counted (by the
-stores' own rule, `store/session_session_rules.plan_sessions`) from the other fold's sessions only, so a turn
+stores' own rule, `store/session_rules.plan_sessions`) from the other fold's sessions only, so a turn
 never predicts itself. Prior and context are chosen together on the follow-up turns (share of
 the used tools in the top k plus top-1 among them: a prior that buys recall with the order of
 the top is no help), never worse than the message alone in either measure on either fold, then

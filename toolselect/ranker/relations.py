@@ -1,6 +1,6 @@
 """Tools used together and one after the other, as a ranking reads them: companions and the
 session prior. Pure: built from counts (the store's `tool_pairs` and `tool_transitions`, or a
-fit's sample of sessions, both counted by `store/session_session_rules.plan_sessions`).
+fit's sample of sessions, both counted by `store/session_rules.plan_sessions`).
 
 Shares, not counts, so a tool seen in many turns does not outweigh a rare one: a partner's
 share is the part of the tool's pair counts it takes, a successor's share the part of the

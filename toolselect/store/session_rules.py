@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from toolselect.names import CatalogNames, bare_name
 from toolselect.records import Turn, utc
@@ -28,10 +29,12 @@ def touches_sessions(turns: Iterable[Turn]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class SessionTail:
-    """A session's last recorded turn: its id and the catalog tools it used."""
+    """A session's last recorded turn: its id, the catalog tools it used and when it was
+    observed (None when a store cannot say)."""
 
     turn_id: str
     tools: tuple[str, ...]
+    at: datetime | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +66,8 @@ def plan_sessions(
     pairs of tools used together; a turn with a session also follows the session's last turn
     (`tails`, then the batch's turns of that session by `at`, then id) and counts a transition
     from each tool of that turn to each of its own (a tail's tool deleted since counts nothing:
-    `catalog` must cover the tails' tools too)."""
+    `catalog` must cover the tails' tools too). A turn older than its session's recorded last
+    turn (replayed late) joins the session without following it or counting a step."""
     current = dict(tails)
     links: list[tuple[str, str | None, str]] = []
     pairs: dict[tuple[str, str], int] = {}
@@ -76,11 +80,17 @@ def plan_sessions(
         if turn.session_id is None:
             continue
         previous = current.get(turn.session_id)
+        if previous is not None and previous.at is not None and utc(turn.at) < utc(previous.at):
+            # Older than the session's recorded last turn (it waited in a spool through an
+            # outage, say): in the session, but neither followed nor counted as a step, so
+            # the chain and the transitions keep time order.
+            links.append((turn.session_id, None, turn.id))
+            continue
         links.append((turn.session_id, previous.turn_id if previous else None, turn.id))
         for src in (name for name in previous.tools if name in catalog) if previous else ():
             for dst in tools:
                 transitions[(src, dst)] = transitions.get((src, dst), 0) + 1
-        current[turn.session_id] = SessionTail(turn.id, tools)
+        current[turn.session_id] = SessionTail(turn.id, tools, turn.at)
     changed = {session for session, _, _ in links}
     return SessionPlan(
         tuple(links), {s: t for s, t in current.items() if s in changed}, pairs, transitions

@@ -132,7 +132,11 @@ async def lock_sessions(tx: Scoped, turns: Sequence[Turn]) -> dict[str, SessionT
     if not sessions:
         return {}
     return {
-        row["session"]: SessionTail(row["turn"], tuple(row["tools"] or ()))
+        row["session"]: SessionTail(
+            row["turn"],
+            tuple(row["tools"] or ()),
+            None if row["at"] is None else from_db(row["at"]),
+        )
         for row in await rows(tx, "session_tails", {"sessions": sessions})
     }
 

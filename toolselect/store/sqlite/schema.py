@@ -9,12 +9,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
 from toolselect.errors import StoreError, StoreUnavailable
-from toolselect.records import utc
 from toolselect.store.sqlite.sessions import SCHEMA as SESSIONS_SCHEMA
+from toolselect.store.sqlite.times import dt as dt
+from toolselect.store.sqlite.times import ts as ts
 
 SCHEMA_VERSION = 2
 
@@ -108,15 +108,6 @@ def create(conn: sqlite3.Connection) -> None:
             if column not in present:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
-
-
-def ts(value: datetime) -> str:
-    """Fixed-width ISO-8601 UTC text, so text order is time order (naive means UTC)."""
-    return utc(value).isoformat(timespec="microseconds")
-
-
-def dt(text: str) -> datetime:
-    return datetime.fromisoformat(text).astimezone(UTC)
 
 
 @contextmanager

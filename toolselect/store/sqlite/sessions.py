@@ -1,5 +1,5 @@
 """The SQLite store's sessions and tool counts: what recording new turns adds, by the rules of
-`store/session_session_rules.plan_sessions` (the Neo4j store applies the same ones as a graph).
+`store/session_rules.plan_sessions` (the Neo4j store applies the same ones as a graph).
 
 Tables: `sessions` (each session's last turn and its catalog tools), `turn_next` (a turn and the
 turn of its session before it), `tool_pairs` (a < b: turns that used both) and
@@ -23,6 +23,7 @@ from toolselect.store.session_rules import (
     touches_sessions,
     turn_tools,
 )
+from toolselect.store.sqlite.times import dt
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS sessions (
@@ -78,10 +79,13 @@ def record(conn: sqlite3.Connection, new_turns: Sequence[Turn], keep: int) -> No
         return
     sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
     tails = {
-        row[0]: SessionTail(row[1], tuple(json.loads(row[2])))
+        row[0]: SessionTail(
+            row[1], tuple(json.loads(row[2])), None if row[3] is None else dt(row[3])
+        )
         for row in conn.execute(
-            "SELECT id, last_turn, last_tools FROM sessions "
-            "WHERE id IN (SELECT value FROM json_each(?))",
+            "SELECT s.id, s.last_turn, s.last_tools, t.at FROM sessions s "
+            "LEFT JOIN turns t ON t.id = s.last_turn "
+            "WHERE s.id IN (SELECT value FROM json_each(?))",
             (json.dumps(sessions),),
         )
     }
