@@ -118,17 +118,19 @@ def setting(
     *,
     unset: str = "auto",
     secret: bool = False,
+    hidden: bool = False,
 ) -> T:
     """A field of `Settings`, declared once: its default, its variable, the parser of the
     variable's text (whose `ValueError` is the message a bad value gets) and its meaning; a
     `secret` may instead be in the file its variable's `_FILE` twin names, and is left out of
-    the settings' repr, so a logged or printed `Settings` does not show it.
+    the settings' repr, so a logged or printed `Settings` does not show it; a `hidden` one is
+    left out of the repr only (it has a form of its own for files).
 
     What pydantic-settings' `Field` would hold; pydantic itself is not imported here because
     `toolselect select` is spawned once per agent turn and reads these settings, and importing
     pydantic-settings adds 50-80 ms to that spawn."""
     metadata = {"env": env, "parse": parse, "doc": doc, "unset": unset, "secret": secret}
-    return field(default=default, repr=not secret, metadata=metadata)
+    return field(default=default, repr=not (secret or hidden), metadata=metadata)
 
 
 # The k of a search that names none (`/v1/rank`, MCP `search_tools`), or `max_k` when lower.
@@ -210,7 +212,7 @@ class Settings:
     request_timeout_s: float = setting(10.0, "TOOLSELECT_REQUEST_TIMEOUT", _float(0.01, 3600.0), "seconds a request may take (`PUT /v1/tools`: see the next)")
     import_timeout_per_tool_s: float = setting(0.1, "TOOLSELECT_IMPORT_TIMEOUT_PER_TOOL", _float(0.0, 60.0), "seconds `PUT /v1/tools` may take per tool, on top of `TOOLSELECT_REQUEST_TIMEOUT`; the clock also restarts after every batch of tools embedded, so an import that keeps working is not cut off")
     shutdown_timeout_s: float = setting(10.0, "TOOLSELECT_SHUTDOWN_TIMEOUT", _float(0.0, 3600.0), "seconds to drain on shutdown")
-    api_keys: tuple[str, ...] = setting((), "TOOLSELECT_API_KEYS", _names, "comma list of API keys, where a piece `@FILE` stands for the keys of that file (one a line, `#` comments): `admin` keys of tenant `default`, never stored; set but naming no key stops the start; with these or any key made by `toolselect keys create`, `/v1/*` needs `Authorization: Bearer` (README, Operating for several teams)")
+    api_keys: tuple[str, ...] = setting((), "TOOLSELECT_API_KEYS", _names, "comma list of API keys, where a piece `@FILE` stands for the keys of that file (one a line, `#` comments): `admin` keys of tenant `default`, never stored; set but naming no key stops the start; with these or any key made by `toolselect keys create`, `/v1/*` needs `Authorization: Bearer` (README, Operating for several teams)", hidden=True)
     metrics_auth: bool = setting(False, "TOOLSELECT_METRICS_AUTH", _bool, "require a key on `/metrics` too (when keys are on): an `editor` key reads its tenant's series, an `admin` key every tenant's")
     tenant_rps: float = setting(0.0, "TOOLSELECT_TENANT_RPS", _float(0.0, 1_000_000.0), "`/v1/*` (and MCP over HTTP) requests per second each tenant may send to one process (a token bucket in its memory), beyond them `429 rate_limited` with `Retry-After`; 0: no limit")
     tenant_burst: int = setting(0, "TOOLSELECT_TENANT_BURST", _int(0, 1_000_000), "requests a tenant may send at once before `TOOLSELECT_TENANT_RPS` paces it (the bucket's size); 0: one second's worth (at least 1)")

@@ -165,6 +165,16 @@ def test_a_secret_is_read_from_the_file_its_FILE_variable_names(
     assert "s3cret" not in repr(settings)  # a logged Settings does not show it
 
 
+def test_configured_api_keys_are_left_out_of_the_repr(tmp_path: Path) -> None:
+    """The keys of `TOOLSELECT_API_KEYS` are admin credentials: a logged or printed Settings
+    does not show them, given inline or in a file."""
+    path = tmp_path / "keys"
+    path.write_text("tsk_fromfile_0123456789abcdef\n")
+    settings = load_settings({"TOOLSELECT_API_KEYS": f"tsk_inline_0123456789abcdef,@{path}"})
+    assert len(settings.api_keys) == 2
+    assert "tsk_" not in repr(settings)
+
+
 def test_a_secret_given_twice_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "password"
     path.write_text("from-file")
