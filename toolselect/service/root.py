@@ -178,7 +178,9 @@ class Service:
             async with asyncio.timeout(READY_PING_S):
                 await self.store.ping()
         except TimeoutError:
-            raise StoreUnavailable(f"no answer within {READY_PING_S:g} s") from None
+            raise StoreUnavailable(
+                f"{self.store_uri}: no answer within {READY_PING_S:g} s"
+            ) from None
 
     async def connect(self) -> None:
         """Migrate the store, load the demo catalog if asked and the store is empty, then load."""
