@@ -107,6 +107,40 @@ def server(catalog_env: dict[str, str]) -> Iterator[str]:
         yield url
 
 
+def _raw_exchange(url: str, request: bytes) -> tuple[int, str, dict[str, Any]]:
+    """Send `request` as bytes on a fresh connection: the status, Content-Type and JSON body."""
+    port = int(url.rsplit(":", 1)[1])
+    with closing(socket.create_connection(("127.0.0.1", port), timeout=10)) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers["Content-Type"], json.loads(body)
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03",  # TLS to the HTTP port
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",
+        b"POST /v1/rank HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n",
+    ],
+    ids=["not-http", "header-too-long", "bad-content-length"],
+)
+def test_requests_the_server_cannot_parse_get_json_errors(
+    server: str, request_bytes: bytes
+) -> None:
+    """Bytes that are not HTTP the server reads are answered before the app, by aiohttp's
+    connection handler: in JSON with a stable code as every other error, not its plain text."""
+    status, content_type, body = _raw_exchange(server, request_bytes)
+    assert status == 400 and content_type.startswith("application/json")
+    assert body["error"]["code"] == "bad_request" and body["error"]["field"] == "request"
+    assert body["error"]["message"].startswith("the request is not HTTP the server reads: ")
+
+
 def test_select_in_process_round_trip(catalog_env: dict[str, str]) -> None:
     """`toolselect select` reads a PromptKit request on stdin and writes only candidate IDs."""
     done = run(["select"], catalog_env, stdin=json.dumps(SELECT))

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from toolselect.api.app import create_app_from_settings
 from toolselect.api.http import SERVICE
+from toolselect.api.protocol import answer_protocol_errors_in_json
 from toolselect.config import Settings
 from toolselect.errors import ConfigError, ToolselectError
 from toolselect.metrics import Metrics
@@ -85,6 +86,7 @@ async def run_server(
     )
     try:
         await runner.setup()
+        answer_protocol_errors_in_json(runner)
         site = web.TCPSite(
             runner,
             settings.host,
