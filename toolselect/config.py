@@ -206,7 +206,7 @@ class Settings:
     spool_max_mb: float = setting(256.0, "TOOLSELECT_SPOOL_MAX_MB", _float(0.001, 1_000_000.0), "megabytes of writes (turns, labels, oracle calls) the durable spool `spool.db` in the data folder keeps while the store is unreachable; past it turns are dropped first, labels last (counted in `toolselect_store_backlog_dropped_total`)")
     max_body_bytes: int = setting(DEFAULT_MAX_BODY_BYTES, "TOOLSELECT_MAX_BODY_BYTES", _int(1024, 1 << 30), "largest request body")
     max_query_bytes: int = setting(8 << 10, "TOOLSELECT_MAX_QUERY_BYTES", _int(16, 1 << 20), "longest query or request text (UTF-8 bytes)")
-    max_k: int = setting(100, "TOOLSELECT_MAX_K", _int(1, 10_000), "largest k (a search that names none gets 5, or this when lower)")
+    max_k: int = setting(100, "TOOLSELECT_MAX_K", _int(1, 10_000), "largest k (a search that names none gets 5, or this when lower); a `k` above it is `422` on `/v1/rank`, while PromptKit's `K` (`/v1/select`, `toolselect select`: at most K) is served as this many")
     max_batch: int = setting(1000, "TOOLSELECT_MAX_BATCH", _int(1, 1_000_000), "most turns in one observe batch")
     max_concurrency: int = setting(256, "TOOLSELECT_MAX_CONCURRENCY", _int(1, 100_000), "concurrent requests before `503 overloaded`")
     request_timeout_s: float = setting(10.0, "TOOLSELECT_REQUEST_TIMEOUT", _float(0.01, 3600.0), "seconds a request may take (`PUT /v1/tools`: see the next)")
