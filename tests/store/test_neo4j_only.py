@@ -30,7 +30,8 @@ from toolselect.records import (
     Turn,
     UpsertResult,
 )
-from toolselect.store.neo4j.store import Neo4jStore, connect_neo4j
+from toolselect.store.neo4j.connect import connect_neo4j
+from toolselect.store.neo4j.store import Neo4jStore
 from toolselect.store.port import lookup_one, save_one
 
 pytestmark = pytest.mark.neo4j

@@ -29,7 +29,8 @@ async def open_store(
         max_age_days=settings.exemplar_max_age_days,
     )
     if settings.store_kind == "neo4j":
-        from toolselect.store.neo4j.store import Neo4jStore, connect_neo4j
+        from toolselect.store.neo4j.connect import connect_neo4j
+        from toolselect.store.neo4j.store import Neo4jStore
 
         if isinstance(beside, Neo4jStore):
             return beside.for_tenant(tenant)

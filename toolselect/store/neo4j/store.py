@@ -25,15 +25,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
-from urllib.parse import unquote, urlsplit
 
 import structlog
-from neo4j import AsyncDriver, AsyncGraphDatabase, AsyncManagedTransaction, Record, RoutingControl
-from neo4j.exceptions import ConstraintError, DriverError, Neo4jError
+from neo4j import AsyncDriver, AsyncManagedTransaction, Record, RoutingControl
+from neo4j.exceptions import ConstraintError
 
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.clock import Clock, utc_now
-from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row
 from toolselect.names import normalise_query
 from toolselect.records import (
@@ -74,8 +72,6 @@ R = TypeVar("R")
 Work = Callable[Concatenate[Scoped, P], Awaitable[R]]
 
 _TURN_CHUNK = 2_000  # turns per transaction: bounded transaction memory for large batches
-_CONNECT_TIMEOUT_S = 5.0
-_RETRY_TIME_S = 5.0  # managed transactions retry transient errors (deadlocks, failover) this long
 
 
 def _exemplar(props: Mapping[str, Any], tool: str) -> Exemplar:
@@ -394,57 +390,3 @@ class Neo4jStore:
     async def active_keys(self) -> list[ApiKey]:
         check_key_tenant(self._tenant)
         return [key_from_row(r["key"], from_db) for r in await self._read("active_api_keys", {})]
-
-
-async def connect_neo4j(
-    uri: str,
-    username: str,
-    password: str,
-    database: str,
-    *,
-    retention: Retention = Retention(),  # noqa: B008 - frozen, so sharing it is safe
-    verify: bool = True,
-    tenant: str = DEFAULT_TENANT,
-) -> Neo4jStore:
-    """A store on a reachable, authenticated Neo4j; `StoreUnavailable` otherwise.
-
-    Credentials may also come in the URI (`bolt://user:pw@host`); the arguments win. They are
-    passed to the driver as auth and never appear in `uri` or in messages. With
-    `verify=False` nothing is checked now (a server that starts before its database may wait
-    for it); a malformed URI still raises at once.
-    """
-    parts = urlsplit(uri)
-    username = username or unquote(parts.username or "")
-    password = password or unquote(parts.password or "")
-    shown = without_credentials(uri)
-
-    def unavailable(exc: BaseException) -> StoreUnavailable:
-        cause = str(exc).replace(uri, shown)
-        if password:
-            cause = cause.replace(password, "***")
-        return StoreUnavailable(f"cannot reach Neo4j at {shown}: {cause}")
-
-    try:
-        driver = AsyncGraphDatabase.driver(
-            shown,
-            auth=(username, password) if password else None,
-            # Fail within seconds when the server is gone: callers degrade on StoreUnavailable,
-            # and the driver's default retries a transaction for 30 s.
-            connection_timeout=_CONNECT_TIMEOUT_S,
-            max_transaction_retry_time=_RETRY_TIME_S,
-            # No notices of properties never written (a store without teacher calls, say).
-            notifications_min_severity="OFF",
-        )
-    except (DriverError, Neo4jError, ValueError) as exc:  # a malformed URI or unknown scheme
-        raise unavailable(exc) from exc
-    store = Neo4jStore(driver, database, uri=shown, retention=retention, tenant=tenant)
-    if not verify:
-        return store
-    try:
-        await driver.verify_connectivity()
-        await store.ping()  # also proves the database exists
-    except (StoreError, DriverError, Neo4jError, OSError) as exc:
-        await driver.close()
-        cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
-        raise unavailable(cause) from cause
-    return store
