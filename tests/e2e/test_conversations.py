@@ -12,6 +12,8 @@ from aiohttp.test_utils import TestClient
 
 from tests.e2e.test_learning import eventually
 from tests.services import ServiceFactory
+from toolselect.records import Tool
+from toolselect.service import Service
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
@@ -108,7 +110,7 @@ async def test_sessions_fit_the_signals_and_rank_with_them(
     # A session's previous tools come from its last observed turn (session_id alone).
     prior = {"session_id": "new-trip", "used_tool": "search_flights", "request": "flights to Rome"}
     assert (await client.post("/v1/observe", json=prior)).status == 202
-    assert service.sessions.previous("new-trip") == ("search_flights",)
+    assert await service.sessions.previous("new-trip") == ("search_flights",)
 
     metrics = await (await client.get("/metrics")).text()
     assert 'toolselect_session_weight{signal="companion_share",tenant="default"}' in metrics
@@ -162,3 +164,31 @@ async def test_conversation_fields_are_checked_at_the_boundary(
     # At the limits: accepted.
     ok: dict[str, Any] = {"companions": 10, "context": ["hi"] * 50, "previous_tools": ["t"] * 64}
     assert (await client.post("/v1/rank", json={"query": "flights", **ok})).status == 200
+
+
+async def test_a_session_observed_by_another_process_gives_its_last_tools(
+    services: ServiceFactory,
+) -> None:
+    """With other processes on the store (`serve --workers`, replicas), a ranking given only a
+    `session_id` gets the session's last tools though its turns were observed elsewhere: the
+    later of the turn noted here and the one the store recorded."""
+    here = await services.start(workers=2)
+    there = await services.start(workers=2)
+    await here.catalog.upsert_tools([Tool(t["name"], t["description"]) for t in CATALOG["tools"]])
+    await there.index.refresh()
+    first = {"request": "flights to Rome", "used_tool": "search_flights", "turn_id": "r1"}
+    assert here.learning.observe(session_id="trip", **first)
+    assert await here.learning.turn_when_done("r1", 10.0) is not None
+
+    async def previous_is(service: Service, tools: tuple[str, ...]) -> bool:
+        # A store's first read of a query may take longer than a ranking waits (its plan).
+        return await service.sessions.previous("trip") == tools
+
+    await eventually(lambda: previous_is(there, ("search_flights",)), within=5.0)
+
+    later = {"request": "book it", "used_tool": "book_flight", "turn_id": "r2"}
+    assert there.learning.observe(session_id="trip", **later)
+    assert await there.learning.turn_when_done("r2", 10.0) is not None
+    # `here` noted r1 itself; the store's r2 is later.
+    await eventually(lambda: previous_is(here, ("book_flight",)), within=5.0)
+    assert await here.sessions.previous("no-such-session") == ()

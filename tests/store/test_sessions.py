@@ -121,6 +121,17 @@ async def test_a_turn_older_than_its_sessions_last_joins_without_a_step(store: S
     assert steps == {("b", "c"): 1}
 
 
+async def test_a_sessions_tail_is_its_last_recorded_turn(store: Store) -> None:
+    """`session_tail`: the session's last turn recorded, with its catalog tools and time; None
+    for a session with no turn recorded."""
+    await catalog(store, "a", "b")
+    await store.record_turns([turn("t1", 0, "a"), turn("t2", 1, "b", "zz")])
+    tail = await store.session_tail("s1")
+    assert tail is not None and (tail.turn_id, tail.tools) == ("t2", ("b",))
+    assert tail.at == T0 + timedelta(minutes=1)
+    assert await store.session_tail("s9") is None
+
+
 async def test_a_turn_of_unknown_tools_counts_nothing(store: Store) -> None:
     await catalog(store, "a")
     await store.record_turns([turn("t1", 0, "zz", "yy"), turn("t2", 1, "a", "zz")])

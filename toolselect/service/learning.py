@@ -108,7 +108,7 @@ class LearningFacade:
                     self._recent_turns.popitem(last=False)
         if (session_id := turn.get("session_id")) is not None:
             self._sessions.note(
-                session_id, turn.get("used_tools") or ((used_tool,) if used_tool else ())
+                session_id, turn.get("used_tools") or ((used_tool,) if used_tool else ()), at
             )
         return queued
 

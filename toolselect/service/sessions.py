@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Protocol
 
 import numpy as np
@@ -25,15 +26,19 @@ import structlog
 
 from toolselect.config import Settings
 from toolselect.embed import Embedder
+from toolselect.errors import ToolselectError
 from toolselect.learn.session_fit import SessionFit, SessionWeights, fit_sessions
 from toolselect.metrics import Metrics
 from toolselect.ranker import CentroidRanker
 from toolselect.ranker.relations import EMPTY_RELATIONS, Relations
-from toolselect.records import AnalyticsResult, Turn
+from toolselect.records import AnalyticsResult, Turn, utc
+from toolselect.store.session_rules import SessionTail
 
 log = structlog.get_logger("toolselect.sessions")
 
 _EMBED_CHUNK = 256
+# How long a ranking waits for a session's recorded last turn (`SessionSignals.previous`).
+STORE_READ_S = 0.1
 # A burst of new session turns (a tenth of what the last fit saw, at least this many) refits
 # before the interval is over, so a fresh store starts using its sessions early.
 _GROWTH_FLOOR = 20
@@ -43,6 +48,8 @@ class SessionSource(Protocol):
     """What the signals read from the store."""
 
     async def session_turns(self, limit: int) -> list[Turn]: ...
+
+    async def session_tail(self, session_id: str) -> SessionTail | None: ...
 
     async def analytics(self, name: str) -> AnalyticsResult: ...
 
@@ -65,7 +72,11 @@ class SessionSignals:
         self._metrics = metrics
         self.relations: Relations = EMPTY_RELATIONS
         self.fit = SessionFit()
-        self._recent: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # Each session's last turn noted here: its tools and when it was observed.
+        self._recent: OrderedDict[str, tuple[tuple[str, ...], datetime]] = OrderedDict()
+        # Other processes write this store's sessions too (`serve --workers`, replicas on a
+        # shared Neo4j): a ranking also reads the session's recorded last turn.
+        self._shared = settings.worker_count > 1 or settings.store_kind == "neo4j"
         self._lock = threading.Lock()
         self._noted = 0  # session turns noted since the last refresh
         self._refreshed_at = float("-inf")
@@ -87,24 +98,42 @@ class SessionSignals:
 
     # ---- the observe side ----------------------------------------------------------------
 
-    def note(self, session_id: str | None, tools: Sequence[str]) -> None:
-        """A turn of `session_id` used `tools`: its session's previous tools from now on."""
+    def note(self, session_id: str | None, tools: Sequence[str], at: datetime) -> None:
+        """A turn of `session_id` observed at `at` used `tools`: its session's previous tools
+        from now on."""
         kept = self._settings.sessions_kept
         if not session_id or kept <= 0:  # "" is no session
             return
         with self._lock:
-            self._recent[session_id] = tuple(tools)
+            self._recent[session_id] = (tuple(tools), at)
             self._recent.move_to_end(session_id)
             while len(self._recent) > kept:
                 self._recent.popitem(last=False)
             self._noted += 1
 
-    def previous(self, session_id: str | None) -> tuple[str, ...]:
-        """The tools of the session's last turn noted here (none when unknown)."""
+    async def previous(self, session_id: str | None) -> tuple[str, ...]:
+        """The tools of the session's last turn: the one noted here, or where other processes
+        write the store too, the later of it and the store's recorded last turn (their turns
+        are noted in their memory); none when neither knows the session. The store is given
+        `STORE_READ_S`: a ranking does not wait longer for the prior."""
         if not session_id:
             return ()
         with self._lock:
-            return self._recent.get(session_id, ())
+            noted = self._recent.get(session_id)
+        if noted is not None and not self._shared:
+            return noted[0]
+        if self._settings.sessions_kept <= 0:
+            return ()
+        try:
+            async with asyncio.timeout(STORE_READ_S):
+                stored = await self._store.session_tail(session_id)
+        except (TimeoutError, ToolselectError):
+            stored = None
+        if stored is None:
+            return noted[0] if noted is not None else ()
+        if noted is not None and (stored.at is None or utc(noted[1]) >= utc(stored.at)):
+            return noted[0]
+        return stored.tools
 
     # ---- refits ---------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from toolselect.records import (
 )
 from toolselect.store.port import Store
 from toolselect.store.rules import check_tiers
+from toolselect.store.session_rules import SessionTail
 from toolselect.store.spool import KINDS, Entry, Kind, Spool
 
 log = structlog.get_logger("toolselect.store")
@@ -264,6 +265,16 @@ class BufferedStore:
             )
         except StoreUnavailable:
             return set()
+
+    async def session_tail(self, session_id: str) -> SessionTail | None:
+        """None while the store is down (a ranking then goes without the stored tail)."""
+        try:
+            return await self._through(
+                "session_tail",
+                lambda: self._bounded("session_tail", self.inner.session_tail(session_id)),
+            )
+        except StoreUnavailable:
+            return None
 
     async def undecided_turns(self, before: datetime, limit: int) -> list[Turn]:
         """None while the store is down: the turns are closed once it is back."""

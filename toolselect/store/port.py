@@ -50,6 +50,7 @@ from toolselect.store.rules import (
     retention_plan,
     supersedes,
 )
+from toolselect.store.session_rules import SessionTail
 
 # Everything that used to live here stays importable from here.
 __all__ = [
@@ -183,6 +184,11 @@ class TurnStore(Protocol):
     async def undecided_turns(self, before: datetime, limit: int) -> list[Turn]:
         """At most `limit` turns the teacher tier took up and never finished (`tier` teacher,
         no `result`), observed before `before`, oldest first (by `at`, then id)."""
+        ...
+
+    async def session_tail(self, session_id: str) -> SessionTail | None:
+        """The session's last recorded turn: its id, catalog tools and time (None: no turn of
+        that session recorded)."""
         ...
 
     async def session_turns(self, limit: int) -> list[Turn]:

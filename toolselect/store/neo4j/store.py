@@ -63,7 +63,7 @@ from toolselect.store.rules import (
     turn_from_row,
     turn_row,
 )
-from toolselect.store.session_rules import turn_tools
+from toolselect.store.session_rules import SessionTail, turn_tools
 
 log = structlog.get_logger(__name__)
 
@@ -270,6 +270,10 @@ class Neo4jStore:
         return await self._turns(
             "undecided_turns", {"before": to_db_text(before), "limit": max(limit, 0)}
         )
+
+    async def session_tail(self, session_id: str) -> SessionTail | None:
+        rows = await self._read("session_tail", {"id": session_id})
+        return neo4j_tx.tail(rows[0]) if rows else None
 
     async def session_turns(self, limit: int) -> list[Turn]:
         return await self._turns("session_turns", {"limit": max(limit, 0)})

@@ -131,14 +131,14 @@ async def lock_sessions(tx: Scoped, turns: Sequence[Turn]) -> dict[str, SessionT
     sessions = sorted({t.session_id for t in turns if t.session_id is not None})
     if not sessions:
         return {}
-    return {
-        row["session"]: SessionTail(
-            row["turn"],
-            tuple(row["tools"] or ()),
-            None if row["at"] is None else from_db(row["at"]),
-        )
-        for row in await rows(tx, "session_tails", {"sessions": sessions})
-    }
+    found = await rows(tx, "session_tails", {"sessions": sessions})
+    return {row["session"]: tail(row) for row in found}
+
+
+def tail(row: Record) -> SessionTail:
+    """A session's last turn as `session_tails` and `session_tail` return it."""
+    at = None if row["at"] is None else from_db(row["at"])
+    return SessionTail(row["turn"], tuple(row["tools"] or ()), at)
 
 
 async def record_sessions(

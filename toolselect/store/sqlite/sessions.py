@@ -72,23 +72,29 @@ def stored_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
     return {row[0] for row in found}
 
 
+def read_tails(conn: sqlite3.Connection, sessions: Sequence[str]) -> dict[str, SessionTail]:
+    """The last recorded turn of each of `sessions` that has one."""
+    rows = conn.execute(
+        "SELECT s.id, s.last_turn, s.last_tools, t.at FROM sessions s "
+        "LEFT JOIN turns t ON t.id = s.last_turn "
+        "WHERE s.id IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(sessions)),),
+    )
+    return {
+        row[0]: SessionTail(
+            row[1], tuple(json.loads(row[2])), None if row[3] is None else dt(row[3])
+        )
+        for row in rows
+    }
+
+
 def record(conn: sqlite3.Connection, new_turns: Sequence[Turn], keep: int) -> None:
     """Link the turns recorded for the first time to their sessions and count their tools,
     then keep `keep` counts per tool (`session_rules.kept_relations`)."""
     if not touches_sessions(new_turns):
         return
     sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
-    tails = {
-        row[0]: SessionTail(
-            row[1], tuple(json.loads(row[2])), None if row[3] is None else dt(row[3])
-        )
-        for row in conn.execute(
-            "SELECT s.id, s.last_turn, s.last_tools, t.at FROM sessions s "
-            "LEFT JOIN turns t ON t.id = s.last_turn "
-            "WHERE s.id IN (SELECT value FROM json_each(?))",
-            (json.dumps(sessions),),
-        )
-    }
+    tails = read_tails(conn, sessions)
     names, bares = catalog_lookup(
         [name for t in new_turns for name in turn_tools(t)]
         + [name for tail in tails.values() for name in tail.tools]

@@ -54,6 +54,7 @@ from toolselect.store.rules import (
     turn_from_row,
     turn_row,
 )
+from toolselect.store.session_rules import SessionTail
 from toolselect.store.sqlite import analytics as sqlite_analytics
 from toolselect.store.sqlite import exemplars as sqlite_exemplars
 from toolselect.store.sqlite import schema as sqlite_schema
@@ -339,6 +340,10 @@ class SqliteStore:
 
     async def undecided_turns(self, before: datetime, limit: int) -> list[Turn]:
         return await self._turns(_UNDECIDED_TURNS, (ts(before), max(limit, 0)))
+
+    async def session_tail(self, session_id: str) -> SessionTail | None:
+        tails = await self._run(lambda conn: sqlite_sessions.read_tails(conn, [session_id]))
+        return tails.get(session_id)
 
     async def session_turns(self, limit: int) -> list[Turn]:
         return await self._turns(_SESSION_TURNS, (max(limit, 0),))
