@@ -35,9 +35,11 @@ def namespace(name: str) -> str:
 class CatalogNames:
     """Which catalog tool a reported name stands for: the tool of that name, else the tools
     with its bare name (an agent may report `mcp__server__tool` for the catalog's
-    `server__tool`, or the bare `tool`). One rule for the labels, the session counts, the
-    session prior and the analyses; `catalog` needs to hold every tool of the names asked
-    about and of their bare names, not the whole catalog."""
+    `server__tool`, or the bare `tool`), narrowed, when several have it, to the one the name
+    ends with after a `__` (`mcp__jira__create_issue` is `jira__create_issue`, not
+    `github__create_issue`). One rule for the labels, the session counts, the session prior
+    and the analyses; `catalog` needs to hold every tool of the names asked about and of their
+    bare names, not the whole catalog."""
 
     def __init__(self, catalog: Iterable[str]) -> None:
         self._exact = frozenset(catalog)
@@ -50,11 +52,16 @@ class CatalogNames:
         return name in self._exact
 
     def matches(self, name: str) -> list[str]:
-        """The tool of that name, else every tool with its bare name (sorted)."""
-        return [name] if name in self._exact else self._by_bare.get(bare_name(name), [])
+        """The tool of that name; else the tools with its bare name (sorted), or of those, when
+        several, the longest that `name` ends with after a `__`."""
+        if name in self._exact:
+            return [name]
+        found = self._by_bare.get(bare_name(name), [])
+        within = [tool for tool in found if name.endswith("__" + tool)]
+        return [max(within, key=len)] if len(found) > 1 and within else found
 
     def resolve(self, name: str) -> str | None:
-        """The one tool `name` stands for, or None (no tool, or several with its bare name)."""
+        """The one tool `name` stands for, or None (no tool, or several it may be)."""
         found = self.matches(name)
         return found[0] if len(found) == 1 else None
 

@@ -204,6 +204,47 @@ async def test_a_teacher_label_for_a_tool_gone_from_the_catalog_is_declined(
     assert harness.counter("oracle_decisions", tier="teacher", result="declined") == 1
 
 
+async def test_a_stored_label_the_agent_passed_over_is_taught_again(harness: Harness) -> None:
+    """The teacher labelled a query wrongly; later the agent's search showed that tool and the
+    agent fell back: the stored label does not settle the turn (it would answer every fallback
+    its own pull causes) but the teacher is asked again, and its new answer replaces it."""
+    harness.stub.reply(teacher_answers("web_search"), teacher_answers("crypto_price"))
+    harness.learner.observe(LOW_MARGIN, "shell_exec", turn_id="first")
+    assert await harness.learner.drain(30.0)
+    wrong = await lookup_one(harness.store, LOW_MARGIN)
+    assert wrong is not None and (wrong.tool, wrong.tier) == ("web_search", "teacher")
+    passed = Observation.of(
+        LOW_MARGIN, "shell_exec", {"turn_id": "passed"}, at=utc_now(),
+        search_status="not_shown", shown=("web_search", "get_weather"),
+    )  # fmt: skip
+    assert harness.learner.offer(passed)
+    assert await harness.learner.drain(30.0)
+    turn = await harness.store.get_turn("passed")
+    assert turn is not None and (turn.tier, turn.label) == ("teacher", "crypto_price")
+    fixed = await lookup_one(harness.store, LOW_MARGIN)
+    assert fixed is not None and (fixed.tool, fixed.tier) == ("crypto_price", "teacher")
+    assert len(harness.stub.received) == 2
+
+
+async def test_a_top1_the_agent_saw_and_skipped_is_no_free_label_though_it_found_its_tool(
+    harness: Harness,
+) -> None:
+    """The agent's search showed the ranker's confident top-1 and the tool it used, which
+    failed: the ranker does not label the request with the top-1 the agent looked at and
+    chose against; the teacher is asked."""
+    harness.stub.reply(teacher_answers("send_email"))
+    shown = Observation.of(
+        "send an email message to Marco", "web_search", {"turn_id": "seen", "outcome": "error"},
+        at=utc_now(), search_status="shown", shown=("send_email", "web_search"),
+        shown_position=2,
+    )  # fmt: skip
+    assert harness.learner.offer(shown)
+    assert await harness.learner.drain(30.0)
+    turn = await harness.store.get_turn("seen")
+    assert turn is not None and turn.flagged and turn.top1 == "send_email"
+    assert turn.tier == "teacher" and len(harness.stub.received) == 1
+
+
 async def test_ratchet_reuses_a_label_without_a_teacher_call(harness: Harness) -> None:
     """A query that already has a label reuses it: no second teacher call."""
     harness.stub.reply(teacher_answers("crypto_price"))

@@ -652,9 +652,9 @@ async def test_a_tool_reported_under_another_prefix_is_that_tool(
     """Agents may report `mcp__srv__read` (or the bare `read`) for the catalog's `srv__read`:
     the analyses count it as that tool, as the learner labels it. It is not cold, a teacher
     label for it is no confusion, and it pairs and follows as itself; a bare name two tools
-    share stands for neither."""
+    share stands for neither, unless the name ends with one of them (`mcp__d__find`)."""
     store = await store_factory.make()
-    names = ("srv__read", "srv__write", "a__search", "b__search", "zz_idle")
+    names = ("srv__read", "srv__write", "a__search", "b__search", "c__find", "d__find", "zz_idle")
     await store.upsert_tools([Tool(name) for name in names])
     now = datetime(2026, 3, 2, 12, tzinfo=UTC)
     await store.record_turns(
@@ -663,6 +663,7 @@ async def test_a_tool_reported_under_another_prefix_is_that_tool(
             Turn("u2", "save it", "write", now + timedelta(minutes=1), session_id="s"),
             Turn("u3", "both", "read", now + timedelta(minutes=2), used_tools=("read", "write")),
             Turn("u4", "find it", "x__search", now + timedelta(minutes=3)),
+            Turn("u7", "find it", "mcp__d__find", now + timedelta(minutes=4)),
             replace(
                 flagged_turn(
                     "u5", now, "open it", "mcp__srv__read", "srv__read", "fallback", "teacher",
@@ -677,7 +678,7 @@ async def test_a_tool_reported_under_another_prefix_is_that_tool(
         ]
     )  # fmt: skip
     cold = rows(await store.analytics("cold_tools"))
-    assert cold == [("a__search",), ("b__search",), ("zz_idle",)]
+    assert cold == [("a__search",), ("b__search",), ("c__find",), ("zz_idle",)]
     assert rows(await store.analytics("confusions")) == [("mcp__srv__read", "srv__write", 1)]
     assert rows(await store.analytics("tool_pairs")) == [("srv__read", "srv__write", 1)]
     transitions = rows(await store.analytics("tool_transitions"))

@@ -119,6 +119,28 @@ def test_an_agents_own_usage_label_never_settles_the_turn_it_flags() -> None:
     assert with_ratchet(DISAGREE, "ok", used, "teacher") == Plan("ratchet", used)
 
 
+def test_a_stored_label_the_agent_was_shown_and_passed_over_does_not_settle_the_turn() -> None:
+    """A fallback after a search that showed the stored label's tool (its pull on the ranking
+    put it there, say): the agent looked at it and used another, so the label does not answer;
+    the next tier does, and the ranker may not answer with that tool either. Shown and used,
+    or not shown, the label settles the turn as before."""
+    label = "github__create_issue"
+
+    def with_ratchet(shown: tuple[str, ...], signal: RankSignal = UNSURE) -> Plan:
+        return plan(FALLBACK, None, signal, margin_floor=FLOOR, ratchet_label=label,
+                    ratchet_tier="teacher", used_tool="shell_exec", shown=shown)  # fmt: skip
+
+    assert with_ratchet((label, "github__close_issue")).tier == "teacher"
+    assert with_ratchet(("mcp__github__create_issue",)).tier == "teacher"
+    passed = with_ratchet((label,), RankSignal(label, 0.9))
+    assert passed.tier == "teacher"
+    assert passed.reason == "ranker top-1 was shown to the agent, which did not use it"
+    assert with_ratchet(("github__close_issue",)) == Plan("ratchet", label=label)
+    used = plan(Flag("failed"), "error", UNSURE, margin_floor=FLOOR, ratchet_label=label,
+                ratchet_tier="teacher", used_tool=label, shown=(label,))  # fmt: skip
+    assert used == Plan("ratchet", label=label)
+
+
 def test_empty_ratchet_label_falls_through() -> None:
     """An empty ratchet label is no label: the next tier decides."""
     assert decide(FALLBACK, None, CONFIDENT, ratchet="").tier == "ranker"

@@ -89,28 +89,23 @@ def test_a_tail_tool_no_longer_in_the_catalog_counts_nothing() -> None:
 
 
 def test_a_reported_name_counts_as_the_catalog_tool_it_stands_for() -> None:
-    """`mcp__srv__read` and the bare `read` count as the catalog's `srv__read`, the tool of
-    an exact name first; a bare name two tools share counts nothing (the learner's rule)."""
-    catalog = CatalogNames({"srv__read", "srv__write", "a__search", "b__search", "search"})
+    """`mcp__srv__read` and the bare `read` count as the catalog's `srv__read`, and
+    `mcp__a__search` as `a__search` though `b__search` shares its bare name; the bare `search`
+    two tools share counts nothing (the learner's rule)."""
+    catalog = CatalogNames({"srv__read", "srv__write", "a__search", "b__search"})
     turns = [
         turn("t1", 0, "mcp__srv__read", "write"),
-        turn("t2", 1, "read", "search"),
-        turn("t3", 2, "x__search", "srv__write"),
+        turn("t2", 1, "read", "mcp__a__search"),
+        turn("t3", 2, "search", "srv__write"),
     ]
     plan = plan_sessions(turns, {}, catalog)
-    assert dict(plan.pairs) == {
-        ("srv__read", "srv__write"): 1,
-        ("search", "srv__read"): 1,
-    }
+    assert dict(plan.pairs) == {("srv__read", "srv__write"): 1, ("a__search", "srv__read"): 1}
     assert plan.tails == {"s1": SessionTail("t3", ("srv__write",))}
     assert dict(plan.transitions) == {
-        ("srv__read", "search"): 1,
-        ("srv__read", "srv__read"): 1,
-        ("srv__write", "search"): 1,
-        ("srv__write", "srv__read"): 1,
-        ("search", "srv__write"): 1,
-        ("srv__read", "srv__write"): 1,
-    }
+        ("srv__read", "a__search"): 1, ("srv__read", "srv__read"): 1,
+        ("srv__write", "a__search"): 1, ("srv__write", "srv__read"): 1,
+        ("a__search", "srv__write"): 1, ("srv__read", "srv__write"): 1,
+    }  # fmt: skip
 
 
 def test_retention_keeps_each_tools_top_relations() -> None:

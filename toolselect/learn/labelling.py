@@ -165,7 +165,7 @@ class Labeller:
                 tiers=self._config.tiers,
                 used_tool=obs.used_tool,
                 teacher_worth=tuner is None or not rationed or tuner.worth_teaching(probability),
-                shown=obs.shown if obs.search_status == "not_shown" else (),
+                shown=obs.shown,
             )
             # A stopping service drains its queue without paying for calls it would cut short.
             teach = decision.escalate and self._oracle.active and not self.stopping

@@ -23,8 +23,11 @@ fallback and failed turns, where the agent could not find its tool, are always w
 The `ratchet` tier (a label that already exists for the normalised query) is free and runs
 wherever it sits in the tier order; by default first. It does not settle a turn with a `usage`
 label for the very tool the turn used: that label is the agents' own earlier claim, which the
-flag questions, and letting it answer would confirm (and count again) a mis-route for good. Tiers are tried in the configured order and the first that applies wins; when
-none applies the turn is `declined` with the reason.
+flag questions, and letting it answer would confirm (and count again) a mis-route for good. Nor
+does it answer with a tool the agent was shown and passed over (`passed_over`): a stored label the
+agent has just looked at and refused is what the teacher must see again, or a wrong label would
+answer every fallback its own pull on the ranking causes. Tiers are tried in the configured order
+and the first that applies wins; when none applies the turn is `declined` with the reason.
 """
 
 from __future__ import annotations
@@ -82,6 +85,12 @@ def outcome_class(outcome: str | None) -> OutcomeClass:
     return "ok" if outcome.strip().lower() == "ok" else "failed"
 
 
+def passed_over(tool: str, used_tool: str, shown: Collection[str]) -> bool:
+    """Whether the agent was shown `tool` for this request and used another: it looked at it
+    and chose otherwise, so neither the ranker nor a stored label may answer with it."""
+    return not same_tool(tool, used_tool) and any(same_tool(tool, s) for s in shown)
+
+
 def ranker_refusal(
     flag: Flag,
     outcome: str | None,
@@ -98,7 +107,7 @@ def ranker_refusal(
         if flag.reason == "fallback":
             return "ranker top-1 is the fallback tool that flagged the turn"
         return "ranker top-1 is the tool that failed"
-    if not same_tool(signal.top1, used_tool) and any(same_tool(signal.top1, s) for s in shown):
+    if passed_over(signal.top1, used_tool, shown):
         return "ranker top-1 was shown to the agent, which did not use it"
     if not signal.margin >= margin_floor:  # written so that a NaN margin is refused too
         return f"ranker margin {signal.margin:.4f} below floor {margin_floor:.4f}"
@@ -129,6 +138,8 @@ def plan(
     )
     teacher_worth = teacher_worth or flag.reason != "disagreement"
     if ratchet_tier == "usage" and used_tool and same_tool(ratchet_label or "", used_tool):
+        ratchet_label = None
+    if ratchet_label and passed_over(ratchet_label, used_tool, shown):
         ratchet_label = None
     for tier in tiers:
         if tier == "ratchet" and ratchet_label:
