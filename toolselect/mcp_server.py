@@ -23,6 +23,7 @@ import anyio
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_REQUEST, ToolAnnotations
 from pydantic import AnyUrl, BaseModel, Field, ValidationError
@@ -30,7 +31,7 @@ from pydantic import AnyUrl, BaseModel, Field, ValidationError
 from toolselect.api.models import Companions, CompanionTool
 from toolselect.config import DEFAULT_K, Settings
 from toolselect.errors import InvalidInput, ToolselectError
-from toolselect.mcp_auth import KeyGate, refusal
+from toolselect.mcp_auth import MAX_SESSIONS_PER_KEY, KeyGate, refusal
 from toolselect.mcp_resources import Running, add_resources
 from toolselect.records import Tool
 from toolselect.service import Service, TenantServices
@@ -337,11 +338,30 @@ def build_server(settings: Settings, service: Service | None = None) -> Toolsele
     return server
 
 
-def http_app(server: ToolselectMCP, settings: Settings) -> KeyGate:
-    """The SDK's streamable HTTP app (at `/mcp`) behind the API keys' `KeyGate`."""
-    app = server.streamable_http_app(host=settings.host)
+def http_app(
+    server: ToolselectMCP,
+    settings: Settings,
+    *,
+    sessions_per_key: int = MAX_SESSIONS_PER_KEY,
+    session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT,
+) -> KeyGate:
+    """The SDK's streamable HTTP app (at `/mcp`) behind the API keys' `KeyGate`, which holds
+    each key to `sessions_per_key` of the sessions the SDK holds."""
+    app = server.streamable_http_app(
+        host=settings.host, session_idle_timeout=session_idle_timeout_s
+    )
+    manager = server.session_manager
     running = server.running
-    return KeyGate(app, lambda: running.service, settings, lambda: running.tenants)
+    return KeyGate(
+        app,
+        lambda: running.service,
+        settings,
+        lambda: running.tenants,
+        # The SDK tells no one when a session ends (a DELETE, idling out): the gate asks its
+        # table of live sessions, which it has no public name for.
+        live=lambda: manager._server_instances,
+        sessions_per_key=sessions_per_key,
+    )
 
 
 def run(server: ToolselectMCP, settings: Settings, transport: Literal["stdio", "http"]) -> None:
