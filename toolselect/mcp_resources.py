@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.server.mcpserver.resources import FunctionResource
@@ -38,6 +39,8 @@ class Running:
     def __init__(self) -> None:
         self.service: Service | None = None
         self.tenants: TenantServices | None = None  # around `service`, while it runs
+        # Set once the lifespan has closed the service (stdio's signal handling waits for it).
+        self.stopped: anyio.Event | None = None
 
     def get(self) -> Service:
         if self.service is None:

@@ -33,6 +33,7 @@ from toolselect.config import DEFAULT_K, Settings
 from toolselect.errors import InvalidInput, ToolselectError
 from toolselect.mcp_auth import MAX_SESSIONS_PER_KEY, KeyGate, refusal
 from toolselect.mcp_resources import Running, add_resources
+from toolselect.mcp_stdio import serve_stdio
 from toolselect.records import Tool
 from toolselect.service import Service, TenantServices
 from toolselect.service.ranking import Conversation
@@ -301,22 +302,30 @@ def build_server(settings: Settings, service: Service | None = None) -> Toolsele
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[Service]) -> AsyncIterator[Service]:
-        # An unreachable store does not stop the start (a host would see a dead server):
-        # tools answer `not ready` until the background connect succeeds.
-        current = service or await Service.start(settings, wait_for_store=True)
-        running.service = current
-        running.tenants = TenantServices(current)
         try:
-            yield current
-        finally:
+            # An unreachable store does not stop the start (a host would see a dead server):
+            # tools answer `not ready` until the background connect succeeds.
+            current = service or await Service.start(settings, wait_for_store=True)
+            running.service = current
+            running.tenants = TenantServices(current)
             try:
-                await running.tenants.close_others()
+                yield current
             finally:
-                running.service = None
-                running.tenants = None
-            if service is None:
-                await current.close()
-                log.info("mcp_service_closed")
+                # Shielded: a signal ends stdio by cancelling the serving, and the turns
+                # already answered `queued` must still reach the store (`Service.close` drains
+                # the learner within the shutdown timeout).
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await running.tenants.close_others()
+                    finally:
+                        running.service = None
+                        running.tenants = None
+                    if service is None:
+                        await current.close()
+                        log.info("mcp_service_closed")
+        finally:
+            if running.stopped is not None:
+                running.stopped.set()
 
     server = ToolselectMCP(
         SERVER_NAME,
@@ -365,14 +374,12 @@ def http_app(
 
 
 def run(server: ToolselectMCP, settings: Settings, transport: Literal["stdio", "http"]) -> None:
-    """Serve until stdin closes (stdio) or SIGINT/SIGTERM (HTTP, at `settings.host:port/mcp`,
-    behind the API keys' `KeyGate`).
-
-    Over HTTP uvicorn shuts down gracefully on a signal (the service closes, its learner drained),
-    then raises the signal again, so the process ends as killed by it, the Unix convention.
-    """
+    """Serve until stdin closes, SIGINT or SIGTERM (stdio, `mcp_stdio`: exit 0), or until SIGINT
+    or SIGTERM (HTTP, at `settings.host:port/mcp`, behind the API keys' `KeyGate`), the service
+    closed and its learner drained either way. Over HTTP uvicorn then raises the signal again,
+    so the process ends as killed by it, the Unix convention."""
     if transport == "stdio":
-        server.run("stdio")
+        anyio.run(serve_stdio, server, server.running)
         return
     import uvicorn
 
