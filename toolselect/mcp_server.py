@@ -31,6 +31,7 @@ from pydantic import AnyUrl, BaseModel, Field, ValidationError
 from toolselect.api.models import Companions, CompanionTool
 from toolselect.config import DEFAULT_K, Settings
 from toolselect.errors import InvalidInput, ToolselectError
+from toolselect.keys import shown
 from toolselect.mcp_auth import MAX_SESSIONS_PER_KEY, KeyGate, refusal
 from toolselect.mcp_resources import Running, add_resources
 from toolselect.mcp_stdio import serve_stdio
@@ -255,7 +256,8 @@ async def label_turn(
 
 
 def explain(exc: ValidationError) -> str:
-    """Pydantic's argument errors as one line: each field, the rule it broke, the value sent."""
+    """Pydantic's argument errors as one line: each field, the rule it broke, the value sent
+    as the HTTP API repeats one (`keys.shown`: cut to 80 characters, a key never shown)."""
     parts = []
     for error in exc.errors(include_url=False):
         field = ".".join(str(p) for p in error["loc"]) or "arguments"
@@ -263,7 +265,7 @@ def explain(exc: ValidationError) -> str:
             parts.append(f"expected {field}, got nothing")
         else:
             rule = error["msg"][0].lower() + error["msg"][1:]
-            parts.append(f"expected {field}: {rule}, got {error['input']!r}")
+            parts.append(f"expected {field}: {rule}, got {shown(error['input'])}")
     return "; ".join(parts)
 
 

@@ -249,6 +249,20 @@ async def test_bad_arguments_are_tool_errors(connect: Connect) -> None:
     assert not after.is_error
 
 
+async def test_a_bad_value_is_repeated_cut_and_a_key_never(connect: Connect) -> None:
+    """An argument error repeats the value sent as the HTTP API does (`keys.shown`): a long
+    one cut to 80 characters, a key pasted in the wrong field not at all."""
+    key = "tsk_" + "a1b2" * 10
+    async with connect() as client:
+        long = await client.call_tool("search_tools", {"query": "q", "session_id": "s" * 200_000})
+        keyed = await client.call_tool("search_tools", {"query": "q", "k": key})
+    assert long.is_error and keyed.is_error
+    assert text(long).endswith("got '" + "s" * 76 + "..."), text(long)
+    assert len(text(long)) < 300, len(text(long))
+    assert text(keyed).endswith("got what looks like an API key (not shown)"), text(keyed)
+    assert key not in text(keyed)
+
+
 async def test_resources_list_and_read(connect: Connect) -> None:
     """The catalog and every analysis are listed resources that read as JSON."""
     async with connect() as client:
