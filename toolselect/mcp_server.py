@@ -22,10 +22,14 @@ from typing import Annotated, Any, Literal
 import anyio
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import (
+    ResourceNotFoundError,
+    ToolError,
+    UnexpectedToolError,
+)
 from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_REQUEST, ToolAnnotations
+from mcp.types import INVALID_PARAMS, INVALID_REQUEST, ToolAnnotations
 from pydantic import AnyUrl, BaseModel, Field, ValidationError
 
 from toolselect.api.models import Companions, CompanionTool
@@ -33,7 +37,7 @@ from toolselect.config import DEFAULT_K, Settings
 from toolselect.errors import InvalidInput, ToolselectError
 from toolselect.keys import shown
 from toolselect.mcp_auth import MAX_SESSIONS_PER_KEY, KeyGate, refusal
-from toolselect.mcp_resources import Running, add_resources
+from toolselect.mcp_resources import BadParameter, Running, add_resources, serves
 from toolselect.mcp_stdio import serve_stdio
 from toolselect.records import Tool
 from toolselect.service import Service, TenantServices
@@ -292,9 +296,15 @@ class ToolselectMCP(MCPServer[Service]):
 
     async def read_resource(self, uri: AnyUrl | str, context: ToolContext | None = None) -> Any:
         refused = refusal("resource", str(uri))
+        # A URI no resource has is the SDK's "Unknown resource", not a role the caller lacks.
+        if refused is not None and not await serves(self, str(uri)):
+            raise ResourceNotFoundError(f"Unknown resource: {uri}")
         if refused is not None:
             raise MCPError(INVALID_REQUEST, refused, {"uri": str(uri)})
-        return await super().read_resource(uri, context)
+        try:
+            return await super().read_resource(uri, context)
+        except BadParameter as exc:
+            raise MCPError(INVALID_PARAMS, str(exc), {"uri": str(uri)}) from exc
 
 
 def build_server(settings: Settings, service: Service | None = None) -> ToolselectMCP:

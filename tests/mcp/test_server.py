@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
-from mcp.types import CallToolResult, TextContent, TextResourceContents
+from mcp.types import INVALID_PARAMS, CallToolResult, TextContent, TextResourceContents
 
 from tests.mcp.conftest import CATALOG, EXE, Connect, run_cli, stdio_params
 from tests.neo4j_server import Neo4jServer
@@ -298,10 +298,12 @@ async def test_resources_list_and_read(connect: Connect) -> None:
 async def test_bad_resource_reads_are_protocol_errors(
     connect: Connect, uri: str, message: str
 ) -> None:
-    """An unknown analysis or a bad `since` is a JSON-RPC error with toolselect's message."""
+    """An unknown analysis or a bad `since` is a JSON-RPC error with toolselect's message,
+    -32602 Invalid params: the caller's to fix, not the server's failing."""
     async with connect() as client:
-        with pytest.raises(MCPError, match=message):
+        with pytest.raises(MCPError, match=message) as caught:
             await client.read_resource(uri)
+    assert caught.value.code == INVALID_PARAMS, caught.value
 
 
 async def test_the_catalog_resource_says_why_the_store_cannot_answer(tmp_path: Path) -> None:
