@@ -15,6 +15,7 @@ started on first use, as the HTTP API's are).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -30,6 +31,7 @@ from mcp.server.mcpserver.exceptions import (
 from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, INVALID_REQUEST, ToolAnnotations
+from mcp.types import Tool as MCPTool
 from pydantic import AnyUrl, BaseModel, Field, ValidationError
 
 from toolselect.api.models import Companions, CompanionTool
@@ -41,7 +43,7 @@ from toolselect.mcp_resources import BadParameter, Running, add_resources, serve
 from toolselect.mcp_stdio import serve_stdio
 from toolselect.records import Tool
 from toolselect.service import Service, TenantServices
-from toolselect.service.ranking import Conversation
+from toolselect.service.ranking import MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS, Conversation
 from toolselect.turns import Name, Outcome, ReportedTurn, UsedTools, turn_problem
 
 log = structlog.get_logger("toolselect.mcp")
@@ -121,12 +123,16 @@ def _tool_error(exc: ToolselectError) -> ToolError:
 async def search_tools(
     query: Annotated[str, Field(description="The user's request, as they wrote it.")],
     ctx: ToolContext,
-    # Strict, as `POST /v1/rank` takes k: "5" or true is a mistake, not a 5 or a 1.
+    # Strict, as `POST /v1/rank` takes k: "5" or true is a mistake, not a 5 or a 1. The bounds
+    # are declared, not validated here: the service words the refusal (`expected k in 1..N`),
+    # and the maximum is this server's `max_k` (`ToolselectMCP.list_tools`).
     k: Annotated[
         int | None,
         Field(
             strict=True,
-            description=f"How many tools to return (1..100; {DEFAULT_K} or less when absent).",
+            description="How many tools to return (1..maximum, the server's max_k; "
+            f"{DEFAULT_K}, or max_k when lower, when absent).",
+            json_schema_extra={"minimum": 1},
         ),
     ] = None,
     pack: Annotated[
@@ -135,13 +141,21 @@ async def search_tools(
     session_id: Annotated[
         Name | None, Field(description="The conversation (the one report_turn names).")
     ] = None,
+    # The list bounds too are the service's to enforce and word; the schema declares them.
     previous_tools: Annotated[
         list[Name] | None,
-        Field(description="Tools used earlier in the conversation (else the session's last)."),
+        Field(
+            description="Tools used earlier in the conversation (else the session's last).",
+            json_schema_extra={"maxItems": MAX_PREVIOUS_TOOLS},
+        ),
     ] = None,
     context: Annotated[
         list[str] | None,
-        Field(description="Earlier messages of the conversation, most recent last (<= 50)."),
+        Field(
+            description="Earlier messages of the conversation, most recent last "
+            f"(at most {MAX_CONTEXT_MESSAGES}).",
+            json_schema_extra={"maxItems": MAX_CONTEXT_MESSAGES},
+        ),
     ] = None,
     companions: Annotated[
         Companions,
@@ -273,11 +287,26 @@ def explain(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _with_max_k(tool: MCPTool, max_k: int) -> MCPTool:
+    """`search_tools` declaring the largest k this server takes, a setting (`max_k`)."""
+    schema = copy.deepcopy(tool.input_schema)
+    schema["properties"]["k"]["maximum"] = max_k
+    return tool.model_copy(update={"input_schema": schema})
+
+
 class ToolselectMCP(MCPServer[Service]):
     """The SDK's server, with argument validation errors told in toolselect's words, and each
     tool call and resource read held to the caller's key (`mcp_auth.refusal`)."""
 
     running: Running
+    max_k: int
+
+    async def list_tools(self) -> list[MCPTool]:
+        listed = await super().list_tools()
+        return [
+            _with_max_k(tool, self.max_k) if tool.name == "search_tools" else tool
+            for tool in listed
+        ]
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: ToolContext | None = None
@@ -356,6 +385,7 @@ def build_server(settings: Settings, service: Service | None = None) -> Toolsele
     )
     add_resources(server, running)
     server.running = running
+    server.max_k = settings.max_k
     return server
 
 

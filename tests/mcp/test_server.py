@@ -21,7 +21,9 @@ from tests.neo4j_server import Neo4jServer
 from tests.services import cli_env, free_port, wipe
 from toolselect.analytics import registry
 from toolselect.config import Settings
+from toolselect.mcp_server import build_server
 from toolselect.records import Exemplar, Turn
+from toolselect.service.ranking import MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS
 from toolselect.store.factory import open_store
 from toolselect.store.port import Store, lookup_one
 
@@ -87,6 +89,22 @@ async def test_lists_the_three_tools_with_schemas(connect: Connect) -> None:
     assert set(listed["label_turn"].input_schema["required"]) == {"query", "tool"}
     assert listed["search_tools"].annotations is not None
     assert listed["search_tools"].annotations.read_only_hint is True
+
+
+async def test_search_tools_declares_the_bounds_it_enforces(connect: Connect) -> None:
+    """The input schema states what the service refuses beyond: k in 1..max_k (the server's
+    setting), at most 64 previous_tools and 50 context messages (the service's own bounds)."""
+    async with connect() as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+    small = build_server(Settings(embedder="hashing", max_k=7))
+    tuned = {t.name: t for t in await small.list_tools()}["search_tools"].input_schema
+    schema = listed["search_tools"].input_schema["properties"]
+    assert (schema["k"]["minimum"], schema["k"]["maximum"]) == (1, 100)
+    assert tuned["properties"]["k"]["maximum"] == 7
+    assert schema["previous_tools"]["maxItems"] == MAX_PREVIOUS_TOOLS == 64
+    assert schema["context"]["maxItems"] == MAX_CONTEXT_MESSAGES == 50
+    again = {t.name: t for t in await small.list_tools()}["search_tools"].input_schema
+    assert again == tuned  # declared afresh on each listing, never stacked
 
 
 async def test_search_tools_puts_the_obvious_tool_first(connect: Connect) -> None:
