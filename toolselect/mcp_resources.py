@@ -2,8 +2,10 @@
 
 Static resources take no `Context` in the SDK, so they reach the lifespan's service through a
 `Running` slot, which also starts other tenants' services (`Running.tenant_service`: each read
-acts on the caller's tenant). A failed read is a `ResourceError` (an unknown analysis `ResourceNotFoundError`),
-which the SDK answers as a JSON-RPC error; who may read which resource is `keys.MCP_ROLES`.
+acts on the caller's tenant). A failed read is a `ResourceError`, which the SDK answers as a
+JSON-RPC error: an unknown analysis a `ResourceNotFoundError` and a bad `since` a
+`BadParameter` (both -32602 Invalid params), the store failing -32603; who may read which
+resource is `keys.MCP_ROLES`.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.server.mcpserver.resources import FunctionResource
+from mcp.shared.uri_template import UriTemplate
 
 from toolselect.analytics import registry
-from toolselect.errors import NotFound, ToolselectError
+from toolselect.errors import InvalidInput, NotFound, ToolselectError
 from toolselect.keys import DEFAULT_TENANT
 from toolselect.mcp_auth import current_caller
 from toolselect.service import Service, TenantServices
@@ -25,6 +29,12 @@ from toolselect.service import Service, TenantServices
 ANALYTICS_URI = "toolselect://analytics"
 CATALOG_URI = "toolselect://catalog"
 JSON_MIME = "application/json"
+
+
+class BadParameter(ResourceError):
+    """A parameter of the URI the caller got wrong (`since`): `ToolselectMCP.read_resource`
+    answers it -32602 Invalid params, where the SDK answers any other `ResourceError` -32603
+    Internal error."""
 
 
 def _dumps(value: object) -> str:
@@ -38,6 +48,8 @@ class Running:
     def __init__(self) -> None:
         self.service: Service | None = None
         self.tenants: TenantServices | None = None  # around `service`, while it runs
+        # Set once the lifespan has closed the service (stdio's signal handling waits for it).
+        self.stopped: anyio.Event | None = None
 
     def get(self) -> Service:
         if self.service is None:
@@ -61,6 +73,8 @@ async def _analysis(service: Service, name: str, since: str | None) -> str:
         return _dumps(await service.learning.analysis(name, since))
     except NotFound as exc:
         raise ResourceNotFoundError(str(exc)) from exc
+    except InvalidInput as exc:
+        raise BadParameter(" ".join(exc.message.split())) from exc
     except ToolselectError as exc:
         raise ResourceError(" ".join(str(exc).split())) from exc
 
@@ -135,6 +149,19 @@ def add_resources(server: MCPServer[Service], running: Running) -> None:
     )
     async def analysis(name: str, since: str | None = None) -> str:
         return await _analysis(await running.tenant_service(), name, since)
+
+
+async def serves(server: MCPServer[Service], uri: str) -> bool:
+    """Whether `uri` is a listed resource, or one of them through a template (an analysis by
+    name with `since`), told without reading it."""
+    listed = {str(resource.uri) for resource in await server.list_resources()}
+    if uri in listed:
+        return True
+    for template in await server.list_resource_templates():
+        found = UriTemplate.parse(template.uri_template).match(uri)
+        if found is not None and f"{ANALYTICS_URI}/{found.get('name')}" in listed:
+            return True
+    return False
 
 
 def _analysis_reader(running: Running, name: str) -> Callable[[], Any]:

@@ -15,6 +15,7 @@ started on first use, as the HTTP API's are).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -22,19 +23,27 @@ from typing import Annotated, Any, Literal
 import anyio
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import (
+    ResourceNotFoundError,
+    ToolError,
+    UnexpectedToolError,
+)
+from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_REQUEST, ToolAnnotations
+from mcp.types import INVALID_PARAMS, INVALID_REQUEST, ToolAnnotations
+from mcp.types import Tool as MCPTool
 from pydantic import AnyUrl, BaseModel, Field, ValidationError
 
 from toolselect.api.models import Companions, CompanionTool
 from toolselect.config import DEFAULT_K, Settings
 from toolselect.errors import InvalidInput, ToolselectError
-from toolselect.mcp_auth import KeyGate, refusal
-from toolselect.mcp_resources import Running, add_resources
+from toolselect.keys import shown
+from toolselect.mcp_auth import MAX_SESSIONS_PER_KEY, KeyGate, refusal
+from toolselect.mcp_resources import BadParameter, Running, add_resources, serves
+from toolselect.mcp_stdio import serve_stdio
 from toolselect.records import Tool
 from toolselect.service import Service, TenantServices
-from toolselect.service.ranking import Conversation
+from toolselect.service.ranking import MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS, Conversation
 from toolselect.turns import Name, Outcome, ReportedTurn, UsedTools, turn_problem
 
 log = structlog.get_logger("toolselect.mcp")
@@ -114,12 +123,16 @@ def _tool_error(exc: ToolselectError) -> ToolError:
 async def search_tools(
     query: Annotated[str, Field(description="The user's request, as they wrote it.")],
     ctx: ToolContext,
-    # Strict, as `POST /v1/rank` takes k: "5" or true is a mistake, not a 5 or a 1.
+    # Strict, as `POST /v1/rank` takes k: "5" or true is a mistake, not a 5 or a 1. The bounds
+    # are declared, not validated here: the service words the refusal (`expected k in 1..N`),
+    # and the maximum is this server's `max_k` (`ToolselectMCP.list_tools`).
     k: Annotated[
         int | None,
         Field(
             strict=True,
-            description=f"How many tools to return (1..100; {DEFAULT_K} or less when absent).",
+            description="How many tools to return (1..maximum, the server's max_k; "
+            f"{DEFAULT_K}, or max_k when lower, when absent).",
+            json_schema_extra={"minimum": 1},
         ),
     ] = None,
     pack: Annotated[
@@ -128,13 +141,21 @@ async def search_tools(
     session_id: Annotated[
         Name | None, Field(description="The conversation (the one report_turn names).")
     ] = None,
+    # The list bounds too are the service's to enforce and word; the schema declares them.
     previous_tools: Annotated[
         list[Name] | None,
-        Field(description="Tools used earlier in the conversation (else the session's last)."),
+        Field(
+            description="Tools used earlier in the conversation (else the session's last).",
+            json_schema_extra={"maxItems": MAX_PREVIOUS_TOOLS},
+        ),
     ] = None,
     context: Annotated[
         list[str] | None,
-        Field(description="Earlier messages of the conversation, most recent last (<= 50)."),
+        Field(
+            description="Earlier messages of the conversation, most recent last "
+            f"(at most {MAX_CONTEXT_MESSAGES}).",
+            json_schema_extra={"maxItems": MAX_CONTEXT_MESSAGES},
+        ),
     ] = None,
     companions: Annotated[
         Companions,
@@ -253,7 +274,8 @@ async def label_turn(
 
 
 def explain(exc: ValidationError) -> str:
-    """Pydantic's argument errors as one line: each field, the rule it broke, the value sent."""
+    """Pydantic's argument errors as one line: each field, the rule it broke, the value sent
+    as the HTTP API repeats one (`keys.shown`: cut to 80 characters, a key never shown)."""
     parts = []
     for error in exc.errors(include_url=False):
         field = ".".join(str(p) for p in error["loc"]) or "arguments"
@@ -261,8 +283,15 @@ def explain(exc: ValidationError) -> str:
             parts.append(f"expected {field}, got nothing")
         else:
             rule = error["msg"][0].lower() + error["msg"][1:]
-            parts.append(f"expected {field}: {rule}, got {error['input']!r}")
+            parts.append(f"expected {field}: {rule}, got {shown(error['input'])}")
     return "; ".join(parts)
+
+
+def _with_max_k(tool: MCPTool, max_k: int) -> MCPTool:
+    """`search_tools` declaring the largest k this server takes, a setting (`max_k`)."""
+    schema = copy.deepcopy(tool.input_schema)
+    schema["properties"]["k"]["maximum"] = max_k
+    return tool.model_copy(update={"input_schema": schema})
 
 
 class ToolselectMCP(MCPServer[Service]):
@@ -270,6 +299,14 @@ class ToolselectMCP(MCPServer[Service]):
     tool call and resource read held to the caller's key (`mcp_auth.refusal`)."""
 
     running: Running
+    max_k: int
+
+    async def list_tools(self) -> list[MCPTool]:
+        listed = await super().list_tools()
+        return [
+            _with_max_k(tool, self.max_k) if tool.name == "search_tools" else tool
+            for tool in listed
+        ]
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: ToolContext | None = None
@@ -288,9 +325,15 @@ class ToolselectMCP(MCPServer[Service]):
 
     async def read_resource(self, uri: AnyUrl | str, context: ToolContext | None = None) -> Any:
         refused = refusal("resource", str(uri))
+        # A URI no resource has is the SDK's "Unknown resource", not a role the caller lacks.
+        if refused is not None and not await serves(self, str(uri)):
+            raise ResourceNotFoundError(f"Unknown resource: {uri}")
         if refused is not None:
             raise MCPError(INVALID_REQUEST, refused, {"uri": str(uri)})
-        return await super().read_resource(uri, context)
+        try:
+            return await super().read_resource(uri, context)
+        except BadParameter as exc:
+            raise MCPError(INVALID_PARAMS, str(exc), {"uri": str(uri)}) from exc
 
 
 def build_server(settings: Settings, service: Service | None = None) -> ToolselectMCP:
@@ -300,22 +343,30 @@ def build_server(settings: Settings, service: Service | None = None) -> Toolsele
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[Service]) -> AsyncIterator[Service]:
-        # An unreachable store does not stop the start (a host would see a dead server):
-        # tools answer `not ready` until the background connect succeeds.
-        current = service or await Service.start(settings, wait_for_store=True)
-        running.service = current
-        running.tenants = TenantServices(current)
         try:
-            yield current
-        finally:
+            # An unreachable store does not stop the start (a host would see a dead server):
+            # tools answer `not ready` until the background connect succeeds.
+            current = service or await Service.start(settings, wait_for_store=True)
+            running.service = current
+            running.tenants = TenantServices(current)
             try:
-                await running.tenants.close_others()
+                yield current
             finally:
-                running.service = None
-                running.tenants = None
-            if service is None:
-                await current.close()
-                log.info("mcp_service_closed")
+                # Shielded: a signal ends stdio by cancelling the serving, and the turns
+                # already answered `queued` must still reach the store (`Service.close` drains
+                # the learner within the shutdown timeout).
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await running.tenants.close_others()
+                    finally:
+                        running.service = None
+                        running.tenants = None
+                    if service is None:
+                        await current.close()
+                        log.info("mcp_service_closed")
+        finally:
+            if running.stopped is not None:
+                running.stopped.set()
 
     server = ToolselectMCP(
         SERVER_NAME,
@@ -334,25 +385,43 @@ def build_server(settings: Settings, service: Service | None = None) -> Toolsele
     )
     add_resources(server, running)
     server.running = running
+    server.max_k = settings.max_k
     return server
 
 
-def http_app(server: ToolselectMCP, settings: Settings) -> KeyGate:
-    """The SDK's streamable HTTP app (at `/mcp`) behind the API keys' `KeyGate`."""
-    app = server.streamable_http_app(host=settings.host)
+def http_app(
+    server: ToolselectMCP,
+    settings: Settings,
+    *,
+    sessions_per_key: int = MAX_SESSIONS_PER_KEY,
+    session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT,
+) -> KeyGate:
+    """The SDK's streamable HTTP app (at `/mcp`) behind the API keys' `KeyGate`, which holds
+    each key to `sessions_per_key` of the sessions the SDK holds."""
+    app = server.streamable_http_app(
+        host=settings.host, session_idle_timeout=session_idle_timeout_s
+    )
+    manager = server.session_manager
     running = server.running
-    return KeyGate(app, lambda: running.service, settings, lambda: running.tenants)
+    return KeyGate(
+        app,
+        lambda: running.service,
+        settings,
+        lambda: running.tenants,
+        # The SDK tells no one when a session ends (a DELETE, idling out): the gate asks its
+        # table of live sessions, which it has no public name for.
+        live=lambda: manager._server_instances,
+        sessions_per_key=sessions_per_key,
+    )
 
 
 def run(server: ToolselectMCP, settings: Settings, transport: Literal["stdio", "http"]) -> None:
-    """Serve until stdin closes (stdio) or SIGINT/SIGTERM (HTTP, at `settings.host:port/mcp`,
-    behind the API keys' `KeyGate`).
-
-    Over HTTP uvicorn shuts down gracefully on a signal (the service closes, its learner drained),
-    then raises the signal again, so the process ends as killed by it, the Unix convention.
-    """
+    """Serve until stdin closes, SIGINT or SIGTERM (stdio, `mcp_stdio`: exit 0), or until SIGINT
+    or SIGTERM (HTTP, at `settings.host:port/mcp`, behind the API keys' `KeyGate`), the service
+    closed and its learner drained either way. Over HTTP uvicorn then raises the signal again,
+    so the process ends as killed by it, the Unix convention."""
     if transport == "stdio":
-        server.run("stdio")
+        anyio.run(serve_stdio, server, server.running)
         return
     import uvicorn
 

@@ -21,6 +21,7 @@ import uvicorn
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.types import INVALID_PARAMS
 
 from tests.mcp.conftest import CATALOG, EXE, run_cli, stop, wait_for_port
 from tests.mcp.test_readme import block
@@ -198,6 +199,29 @@ async def test_an_agent_searches_and_reports_but_reads_no_resource(keyed: Keyed)
         "forbidden: expected a key of role editor or above for resource "
         "toolselect://analytics/drift?since=2020-01-01, got role agent",
     ]
+
+
+async def test_a_resource_that_does_not_exist_is_unknown_whatever_the_role(
+    keyed: Keyed,
+) -> None:
+    """A URI no resource has is `Unknown resource` (-32602) for an agent as for an editor, not
+    a role the agent lacks; an analysis that exists is still forbidden to the agent."""
+    unknown = ("toolselect://nope", "toolselect://analytics/nope?since=2020-01-01")
+    for key in (keyed.keys["agent"], keyed.keys["editor"]):
+        async with connected(keyed.url, bearer(key)) as client:
+            with pytest.raises(MCPError) as nope:
+                await client.read_resource(unknown[0])
+            with pytest.raises(MCPError) as analysis:
+                await client.read_resource(unknown[1])
+        assert (nope.value.code, nope.value.message) == (
+            INVALID_PARAMS,
+            "Unknown resource: toolselect://nope",
+        )
+        assert analysis.value.code == INVALID_PARAMS
+        assert "forbidden" not in analysis.value.message, analysis.value.message
+    async with connected(keyed.url, bearer(keyed.keys["agent"])) as client:
+        with pytest.raises(MCPError, match=r"^forbidden"):
+            await client.read_resource("toolselect://analytics/drift")
 
 
 async def test_an_editor_reads_resources_and_labels(keyed: Keyed) -> None:

@@ -14,14 +14,16 @@ from typing import Any
 
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
-from mcp.types import CallToolResult, TextContent, TextResourceContents
+from mcp.types import INVALID_PARAMS, CallToolResult, TextContent, TextResourceContents
 
 from tests.mcp.conftest import CATALOG, EXE, Connect, run_cli, stdio_params
 from tests.neo4j_server import Neo4jServer
 from tests.services import cli_env, free_port, wipe
 from toolselect.analytics import registry
 from toolselect.config import Settings
+from toolselect.mcp_server import build_server
 from toolselect.records import Exemplar, Turn
+from toolselect.service.ranking import MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS
 from toolselect.store.factory import open_store
 from toolselect.store.port import Store, lookup_one
 
@@ -87,6 +89,22 @@ async def test_lists_the_three_tools_with_schemas(connect: Connect) -> None:
     assert set(listed["label_turn"].input_schema["required"]) == {"query", "tool"}
     assert listed["search_tools"].annotations is not None
     assert listed["search_tools"].annotations.read_only_hint is True
+
+
+async def test_search_tools_declares_the_bounds_it_enforces(connect: Connect) -> None:
+    """The input schema states what the service refuses beyond: k in 1..max_k (the server's
+    setting), at most 64 previous_tools and 50 context messages (the service's own bounds)."""
+    async with connect() as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+    small = build_server(Settings(embedder="hashing", max_k=7))
+    tuned = {t.name: t for t in await small.list_tools()}["search_tools"].input_schema
+    schema = listed["search_tools"].input_schema["properties"]
+    assert (schema["k"]["minimum"], schema["k"]["maximum"]) == (1, 100)
+    assert tuned["properties"]["k"]["maximum"] == 7
+    assert schema["previous_tools"]["maxItems"] == MAX_PREVIOUS_TOOLS == 64
+    assert schema["context"]["maxItems"] == MAX_CONTEXT_MESSAGES == 50
+    again = {t.name: t for t in await small.list_tools()}["search_tools"].input_schema
+    assert again == tuned  # declared afresh on each listing, never stacked
 
 
 async def test_search_tools_puts_the_obvious_tool_first(connect: Connect) -> None:
@@ -249,6 +267,20 @@ async def test_bad_arguments_are_tool_errors(connect: Connect) -> None:
     assert not after.is_error
 
 
+async def test_a_bad_value_is_repeated_cut_and_a_key_never(connect: Connect) -> None:
+    """An argument error repeats the value sent as the HTTP API does (`keys.shown`): a long
+    one cut to 80 characters, a key pasted in the wrong field not at all."""
+    key = "tsk_" + "a1b2" * 10
+    async with connect() as client:
+        long = await client.call_tool("search_tools", {"query": "q", "session_id": "s" * 200_000})
+        keyed = await client.call_tool("search_tools", {"query": "q", "k": key})
+    assert long.is_error and keyed.is_error
+    assert text(long).endswith("got '" + "s" * 76 + "..."), text(long)
+    assert len(text(long)) < 300, len(text(long))
+    assert text(keyed).endswith("got what looks like an API key (not shown)"), text(keyed)
+    assert key not in text(keyed)
+
+
 async def test_resources_list_and_read(connect: Connect) -> None:
     """The catalog and every analysis are listed resources that read as JSON."""
     async with connect() as client:
@@ -284,10 +316,12 @@ async def test_resources_list_and_read(connect: Connect) -> None:
 async def test_bad_resource_reads_are_protocol_errors(
     connect: Connect, uri: str, message: str
 ) -> None:
-    """An unknown analysis or a bad `since` is a JSON-RPC error with toolselect's message."""
+    """An unknown analysis or a bad `since` is a JSON-RPC error with toolselect's message,
+    -32602 Invalid params: the caller's to fix, not the server's failing."""
     async with connect() as client:
-        with pytest.raises(MCPError, match=message):
+        with pytest.raises(MCPError, match=message) as caught:
             await client.read_resource(uri)
+    assert caught.value.code == INVALID_PARAMS, caught.value
 
 
 async def test_the_catalog_resource_says_why_the_store_cannot_answer(tmp_path: Path) -> None:
