@@ -135,6 +135,10 @@ def setting(
 
 # The k of a search that names none (`/v1/rank`, MCP `search_tools`), or `max_k` when lower.
 DEFAULT_K = 5
+# The conversation a search may carry (`/v1/rank`, `/v1/select`, MCP `search_tools`).
+MAX_PREVIOUS_TOOLS = 64
+MAX_CONTEXT_MESSAGES = 50
+MAX_COMPANIONS = 10
 # The largest request body by default (`max_body_bytes`): what a client splits its uploads by.
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 

@@ -35,7 +35,7 @@ from mcp.types import Tool as MCPTool
 from pydantic import AnyUrl, BaseModel, Field, ValidationError
 
 from toolselect.api.models import Companions, CompanionTool
-from toolselect.config import DEFAULT_K, Settings
+from toolselect.config import DEFAULT_K, MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS, Settings
 from toolselect.errors import InvalidInput, ToolselectError
 from toolselect.keys import shown
 from toolselect.mcp_auth import MAX_SESSIONS_PER_KEY, KeyGate, refusal
@@ -43,7 +43,7 @@ from toolselect.mcp_resources import BadParameter, Running, add_resources, serve
 from toolselect.mcp_stdio import serve_stdio
 from toolselect.records import Tool
 from toolselect.service import Service, TenantServices
-from toolselect.service.ranking import MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS, Conversation
+from toolselect.service.ranking import Conversation
 from toolselect.turns import Name, Outcome, ReportedTurn, UsedTools, turn_problem
 
 log = structlog.get_logger("toolselect.mcp")

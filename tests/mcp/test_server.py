@@ -20,10 +20,9 @@ from tests.mcp.conftest import CATALOG, EXE, Connect, run_cli, stdio_params
 from tests.neo4j_server import Neo4jServer
 from tests.services import cli_env, free_port, wipe
 from toolselect.analytics import registry
-from toolselect.config import Settings
+from toolselect.config import MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS, Settings
 from toolselect.mcp_server import build_server
 from toolselect.records import Exemplar, Turn
-from toolselect.service.ranking import MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS
 from toolselect.store.factory import open_store
 from toolselect.store.port import Store, lookup_one
 

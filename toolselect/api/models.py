@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel, WithJsonSchema
 
 from toolselect.catalog import MAX_PACK_CHARS
-from toolselect.config import DEFAULT_K
+from toolselect.config import DEFAULT_K, MAX_COMPANIONS, MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS
 from toolselect.turns import MAX_USED_TOOLS as MAX_USED_TOOLS
 from toolselect.turns import Name, ReportedTurn, turn_problem
 
@@ -44,7 +44,12 @@ Companions = Annotated[
     int,
     BeforeValidator(_companions),
     WithJsonSchema(
-        {"oneOf": [{"type": "boolean"}, {"type": "integer", "minimum": 0, "maximum": 10}]}
+        {
+            "oneOf": [
+                {"type": "boolean"},
+                {"type": "integer", "minimum": 0, "maximum": MAX_COMPANIONS},
+            ]
+        }
     ),
 ]
 
@@ -76,20 +81,22 @@ class RankRequest(_Strict):
     previous_tools: list[Name] | None = Field(
         default=None,
         description="The tools used earlier in the conversation (most recent turn's); "
-        "when not empty, overrides what `session_id` would give. At most 64.",
-        json_schema_extra={"maxItems": 64},
+        f"when not empty, overrides what `session_id` would give. At most {MAX_PREVIOUS_TOOLS}.",
+        json_schema_extra={"maxItems": MAX_PREVIOUS_TOOLS},
     )
     context: list[str] | None = Field(
         default=None,
-        description="The conversation so far, most recent last (at most 50 messages, each "
+        description=f"The conversation so far, most recent last (at most {MAX_CONTEXT_MESSAGES} "
+        "messages, each "
         "within the query's size limit). The last one is mixed into the query at its fitted "
         "weight: 0 (the message alone) until the store's sessions show it helps.",
-        json_schema_extra={"maxItems": 50},
+        json_schema_extra={"maxItems": MAX_CONTEXT_MESSAGES},
     )
     companions: Companions = Field(
         default=0,
         description="Also answer up to this many tools often used together with the ranked "
-        "ones (`true`: 2; at most 10), apart in `companions`; none until the store's sessions "
+        f"ones (`true`: {DEFAULT_COMPANIONS}; at most {MAX_COMPANIONS}), apart in `companions`; "
+        "none until the store's sessions "
         "show companions are needed more often than the next-ranked tools.",
     )
 
@@ -163,18 +170,20 @@ class SelectRequest(BaseModel):
     )
     previous_tools: list[Name] | None = Field(
         default=None,
-        description="As in `/v1/rank`: the tools used earlier in the conversation. At most 64.",
-        json_schema_extra={"maxItems": 64},
+        description="As in `/v1/rank`: the tools used earlier in the conversation. At most "
+        f"{MAX_PREVIOUS_TOOLS}.",
+        json_schema_extra={"maxItems": MAX_PREVIOUS_TOOLS},
     )
     context: list[str] | None = Field(
         default=None,
-        description="As in `/v1/rank`: the conversation so far, most recent last (at most 50 "
-        "messages, each within the query's size limit).",
-        json_schema_extra={"maxItems": 50},
+        description="As in `/v1/rank`: the conversation so far, most recent last (at most "
+        f"{MAX_CONTEXT_MESSAGES} messages, each within the query's size limit).",
+        json_schema_extra={"maxItems": MAX_CONTEXT_MESSAGES},
     )
     companions: Companions = Field(
         default=0,
-        description="As in `/v1/rank` (`true`: 2; at most 10), among the candidates, answered "
+        description=f"As in `/v1/rank` (`true`: {DEFAULT_COMPANIONS}; at most {MAX_COMPANIONS}), "
+        "among the candidates, answered "
         "apart in `companions`.",
     )
 

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from toolselect.catalog import check_pack, tool_text
-from toolselect.config import DEFAULT_K, Settings
+from toolselect.config import (
+    DEFAULT_K,
+    MAX_COMPANIONS,
+    MAX_CONTEXT_MESSAGES,
+    MAX_PREVIOUS_TOOLS,
+    Settings,
+)
 from toolselect.embed import Embedder
 from toolselect.errors import InvalidInput
 from toolselect.learn.session_fit import SessionWeights
@@ -31,9 +37,6 @@ from toolselect.service.searches import SearchLog
 from toolselect.service.sessions import SessionSignals
 
 CANDIDATE_CACHE_SIZE = 10_000
-MAX_COMPANIONS = 10
-MAX_CONTEXT_MESSAGES = 50
-MAX_PREVIOUS_TOOLS = 64
 
 
 @dataclass(frozen=True, slots=True)
