@@ -366,3 +366,26 @@ async def test_one_put_takes_at_most_10000_tools(client: Client) -> None:
         err = await error_of(resp, 422, "invalid_request")
         assert (err["field"], err["message"]) == (field, "expected at most 10000 tools, got 10001")
     assert (await client.get("/v1/tools/t0")).status == 404
+
+
+async def test_not_found_messages_cut_long_values_and_never_repeat_a_key(client: Client) -> None:
+    """An id or name a caller sent comes back in a not-found or bad-value message as the key
+    routes word theirs: cut to 80 characters, and never what looks like an API key (pasted in
+    the wrong place, say)."""
+    key = "tsk_" + "s3cret" * 6
+    long = "x" * 5_000
+    for value in (key, long):
+        for method, path, params in (
+            ("GET", f"/v1/tools/{value}", None),
+            ("DELETE", f"/v1/tools/{value}", None),
+            ("GET", f"/v1/tools/{value}/exemplars", None),
+            ("DELETE", f"/v1/exemplars/{value}", None),
+            ("GET", f"/v1/analytics/{value}", None),
+            ("GET", "/v1/analytics/misroute_rate", {"since": value}),
+        ):
+            resp = await client.request(method, path, params=params)
+            assert resp.status in (404, 422), (path, resp.status)
+            message = (await resp.json())["error"]["message"]
+            assert "s3cret" not in message and len(message) < 400, (path, message)
+    resp = await client.post("/v1/exemplars", json={"query": "q", "tool": key})
+    assert resp.status == 404 and "s3cret" not in await resp.text()

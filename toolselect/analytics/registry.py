@@ -19,6 +19,7 @@ from functools import reduce
 from typing import Any, Literal
 
 from toolselect.errors import NotFound
+from toolselect.keys import shown
 from toolselect.names import normalise_query
 from toolselect.records import AnalyticsResult
 
@@ -202,7 +203,9 @@ def get_analysis(name: str) -> Analysis:
     try:
         return ANALYSES[name]
     except KeyError:
-        raise NotFound(f"no analysis named {name!r}; known: {', '.join(NAMES)}", "name") from None
+        raise NotFound(
+            f"no analysis named {shown(name)}; known: {', '.join(NAMES)}", "name"
+        ) from None
 
 
 def nearest_rank(values: Iterable[float], p: float) -> float | None:

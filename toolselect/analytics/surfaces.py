@@ -16,6 +16,7 @@ from toolselect.analytics.charts import require_matplotlib
 from toolselect.analytics.registry import NAMES, get_analysis
 from toolselect.analytics.render import FORMATS, RENDERERS, to_payload
 from toolselect.errors import InvalidInput
+from toolselect.keys import shown
 from toolselect.records import AnalyticsResult
 from toolselect.store.port import AnalyticsStore
 
@@ -35,7 +36,7 @@ def parse_since(text: str | None) -> datetime | None:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except (ValueError, OverflowError):  # OverflowError: an offset past year 1 or 9999 in UTC
         raise InvalidInput(
-            f"expected since as an ISO-8601 date or datetime, got {text!r}", "since"
+            f"expected since as an ISO-8601 date or datetime, got {shown(text)}", "since"
         ) from None
 
 

@@ -9,6 +9,7 @@ import structlog
 
 from toolselect.catalog import tool_text
 from toolselect.errors import NotFound
+from toolselect.keys import shown
 from toolselect.records import Exemplar, Tool, UpsertResult
 from toolselect.service.index import LiveIndex, Progress, guarded
 from toolselect.store.buffered import BufferedStore
@@ -103,7 +104,7 @@ class CatalogFacade:
         """The stored tool; `NotFound` when there is none by that name."""
         tool = await self._store.get_tool(name)
         if tool is None:
-            raise NotFound(f"no tool named {name!r}", "name")
+            raise NotFound(f"no tool named {shown(name)}", "name")
         return tool
 
     async def exemplars_of(self, name: str) -> list[Exemplar]:
@@ -114,5 +115,5 @@ class CatalogFacade:
     async def delete_tool(self, name: str) -> None:
         async with self._index.lock:
             if not await self._store.delete_tool(name):
-                raise NotFound(f"no tool named {name!r}", "name")
+                raise NotFound(f"no tool named {shown(name)}", "name")
             await self._index.remove([name])

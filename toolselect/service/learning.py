@@ -11,6 +11,7 @@ from toolselect.analytics.surfaces import analysis_payload
 from toolselect.clock import Clock
 from toolselect.embed import Embedder
 from toolselect.errors import NotFound
+from toolselect.keys import shown
 from toolselect.learn.learner import Learner
 from toolselect.learn.records import Observation, labelled_tool
 from toolselect.learn.tuning import Tuner, fit_payload
@@ -139,7 +140,7 @@ class LearningFacade:
         # not a 404 that would lose the label.
         self._index.check_ready()
         if not self._index.ranker.has(tool):
-            raise NotFound(f"no tool named {tool!r}", "tool")
+            raise NotFound(f"no tool named {shown(tool)}", "tool")
         vector = (await self._queries.embed([query]))[0]
         exemplar = Exemplar(
             id=uuid.uuid4().hex,
@@ -152,14 +153,14 @@ class LearningFacade:
         )
         result = await self._store.save_exemplars([exemplar])
         if result.unknown_tool:
-            raise NotFound(f"unknown tool {tool!r}", "tool")
+            raise NotFound(f"unknown tool {shown(tool)}", "tool")
         await self._index.saved(result)
         stored = await lookup_one(self._store, query)
         return bool(result.changed), stored or exemplar
 
     async def delete_exemplar(self, exemplar_id: str) -> None:
         if not await self._store.delete_exemplar(exemplar_id):
-            raise NotFound(f"no exemplar with id {exemplar_id!r}", "id")
+            raise NotFound(f"no exemplar with id {shown(exemplar_id)}", "id")
         await self._index.fold_since(self._index.exemplar_version)
 
     async def settle(self) -> None:
