@@ -34,8 +34,9 @@ from mcp.types import INVALID_PARAMS, INVALID_REQUEST, ToolAnnotations
 from mcp.types import Tool as MCPTool
 from pydantic import AnyUrl, BaseModel, Field, ValidationError
 
-from toolselect.api.models import Companions, CompanionTool
-from toolselect.config import DEFAULT_K, MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS, Settings
+from toolselect import config
+from toolselect.api.models import DEFAULT_COMPANIONS, Companions, CompanionTool, Integer
+from toolselect.config import Settings
 from toolselect.errors import InvalidInput, ToolselectError
 from toolselect.keys import shown
 from toolselect.mcp_auth import MAX_SESSIONS_PER_KEY, KeyGate, refusal
@@ -120,6 +121,12 @@ def _tool_error(exc: ToolselectError) -> ToolError:
     return ToolError(" ".join(message.split()))
 
 
+_COMPANIONS = (
+    "Also tools often used with the ranked ones "
+    f"(true: {DEFAULT_COMPANIONS}; 0..{config.MAX_COMPANIONS})."
+)
+
+
 async def search_tools(
     query: Annotated[str, Field(description="The user's request, as they wrote it.")],
     ctx: ToolContext,
@@ -127,11 +134,11 @@ async def search_tools(
     # are declared, not validated here: the service words the refusal (`expected k in 1..N`),
     # and the maximum is this server's `max_k` (`ToolselectMCP.list_tools`).
     k: Annotated[
-        int | None,
+        Integer | None,
         Field(
             strict=True,
             description="How many tools to return (1..maximum, the server's max_k; "
-            f"{DEFAULT_K}, or max_k when lower, when absent).",
+            f"{config.DEFAULT_K}, or max_k when lower, when absent).",
             json_schema_extra={"minimum": 1},
         ),
     ] = None,
@@ -146,21 +153,18 @@ async def search_tools(
         list[Name] | None,
         Field(
             description="Tools used earlier in the conversation (else the session's last).",
-            json_schema_extra={"maxItems": MAX_PREVIOUS_TOOLS},
+            json_schema_extra={"maxItems": config.MAX_PREVIOUS_TOOLS},
         ),
     ] = None,
     context: Annotated[
         list[str] | None,
         Field(
             description="Earlier messages of the conversation, most recent last "
-            f"(at most {MAX_CONTEXT_MESSAGES}).",
-            json_schema_extra={"maxItems": MAX_CONTEXT_MESSAGES},
+            f"(at most {config.MAX_CONTEXT_MESSAGES}).",
+            json_schema_extra={"maxItems": config.MAX_CONTEXT_MESSAGES},
         ),
     ] = None,
-    companions: Annotated[
-        Companions,
-        Field(description="Also tools often used with the ranked ones (true: 2; 0..10)."),
-    ] = 0,
+    companions: Annotated[Companions, Field(strict=True, description=_COMPANIONS)] = 0,
 ) -> SearchResult:
     """Rank the tool catalog for a request: the k most relevant tools, best first, each with
     its score, description and input schema, and the search_id to pass to report_turn. The
@@ -202,10 +206,10 @@ async def search_tools(
 
 async def report_turn(
     request: Annotated[str, Field(description="The user's request of the turn.")],
-    used_tool: Annotated[
-        Name, Field(description="The tool the agent called first for the request.")
-    ],
     ctx: ToolContext,
+    used_tool: Annotated[
+        Name | None, Field(description="The tool the agent called first (or give used_tools).")
+    ] = None,
     outcome: Annotated[
         Outcome | None,
         Field(description="How the call went, when known (`ok` teaches the tool's use)."),

@@ -82,7 +82,7 @@ async def test_lists_the_three_tools_with_schemas(connect: Connect) -> None:
     assert "search_id" in output["required"]
     assert "report_turn" in output["properties"]["search_id"]["description"]
     report = listed["report_turn"].input_schema
-    assert set(report["required"]) == {"request", "used_tool"}
+    assert set(report["required"]) == {"request"}  # used_tool or used_tools: turn_problem
     assert {"search_id", "used_tools", "session_id"} <= set(report["properties"])
     assert "search_id" in (listed["report_turn"].description or "")
     assert set(listed["label_turn"].input_schema["required"]) == {"query", "tool"}
@@ -244,8 +244,10 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("search_tools", {"query": "weather", "k": "many"}, "expected k: input should be a valid integer"),
     ("search_tools", {"query": "weather", "k": "5"}, "expected k: input should be a valid integer"),
     ("search_tools", {"query": "weather", "k": True}, "expected k: input should be a valid integer"),
+    ("search_tools", {"query": "weather", "companions": "2"}, "expected companions: input should be a valid integer"),
     ("search_tools", {"k": 3}, "expected query, got nothing"),
     ("search_tools", {"query": "   "}, "query"),
+    ("report_turn", {"request": "hi"}, "used_tool or a non-empty used_tools"),
     ("report_turn", {"request": "hi", "used_tool": "x", "outcome": "fine"}, "expected outcome: input should be 'ok', 'error' or 'corrected', got 'fine'"),
     ("report_turn", {"request": "é" * 5000, "used_tool": "x"}, "expected request of at most 8192 bytes, got 10000"),
     ("report_turn", {"request": "hi", "used_tool": "x", "used_tools": ["y", "z"]}, "expected used_tool to be one of used_tools, got 'x'"),
@@ -264,6 +266,20 @@ async def test_bad_arguments_are_tool_errors(connect: Connect) -> None:
             assert "\n" not in text(result)
         after = await client.call_tool("search_tools", {"query": "weather in Oslo"})
     assert not after.is_error
+
+
+async def test_the_tools_take_what_the_http_routes_take(connect: Connect) -> None:
+    """At the edges the MCP tools agree with `POST /v1/rank` and `/v1/observe`: a k of 2.0 is
+    2 (JSON Schema counts it an integer), and a turn may give `used_tools` alone."""
+    async with connect() as client:
+        ranked = await client.call_tool("search_tools", {"query": "weather in Oslo", "k": 2.0})
+        reported = await client.call_tool(
+            "report_turn", {"request": "hi", "used_tools": ["get_weather", "send_email"]}
+        )
+    assert not ranked.is_error, text(ranked)
+    assert len((ranked.structured_content or {})["tools"]) == 2
+    assert not reported.is_error, text(reported)
+    assert reported.structured_content == {"queued": True, "reason": None}
 
 
 async def test_a_bad_value_is_repeated_cut_and_a_key_never(connect: Connect) -> None:
