@@ -50,6 +50,9 @@ from toolselect.integrations.narrowing import ToolNarrower
 from toolselect.integrations.pydantic_ai import ToolselectCapability, conversation, prepare_tools
 
 AGENT = "pydantic-ai-test"
+# What a narrowing may wait here: the tests check what is offered, not how fast (a loaded
+# machine can take longer than the default 0.25 s for a first ranking).
+PATIENT = 10.0
 
 
 def tools(failing: Callable[[str], str] | None = None) -> list[Tool[None]]:
@@ -114,7 +117,7 @@ async def test_a_run_offers_the_ranked_tools_and_its_call_is_stored(server: Live
     run's conversation id."""
     model = Scripted("get_weather")
     async with AsyncClient(server.url) as ts:
-        select = ToolselectCapability(ts, agent=AGENT, k=2, always=["handoff"])
+        select = ToolselectCapability(ts, agent=AGENT, k=2, always=["handoff"], timeout_s=PATIENT)
         run = Agent(FunctionModel(model), tools=tools(), capabilities=[select])
         result = await run.run(WEATHER)
     assert result.output == "Done."
@@ -136,7 +139,7 @@ async def test_the_tools_tool_choice_names_are_offered(server: LiveServer) -> No
     (PydanticAI refused the run: a tool_choice naming a tool it was not given)."""
     model = Scripted("get_weather")
     async with AsyncClient(server.url) as ts:
-        select = ToolselectCapability(ts, agent=AGENT, k=1)
+        select = ToolselectCapability(ts, agent=AGENT, k=1, timeout_s=PATIENT)
         settings = ModelSettings(tool_choice=ToolOrOutput(function_tools=["send_email"]))
         run = Agent(
             FunctionModel(model), tools=tools(), capabilities=[select], model_settings=settings
@@ -149,7 +152,7 @@ async def test_each_run_is_ranked_for_its_own_prompt(server: LiveServer) -> None
     """One agent, two questions: each run offers the tools that fit its own question."""
     model = Scripted()
     async with AsyncClient(server.url) as ts:
-        select = ToolselectCapability(ts, agent=AGENT, k=1)
+        select = ToolselectCapability(ts, agent=AGENT, k=1, timeout_s=PATIENT)
         run = Agent(FunctionModel(model), tools=tools(), capabilities=[select])
         await run.run(WEATHER)
         await run.run(STOCKS)
@@ -174,7 +177,7 @@ async def test_concurrent_runs_of_one_agent_are_ranked_apart(server: LiveServer)
         return ModelResponse(parts=[ToolCallPart(info.function_tools[0].name, {"city": "x"})])
 
     async with AsyncClient(server.url) as ts:
-        select = ToolselectCapability(ts, agent=AGENT, k=1)
+        select = ToolselectCapability(ts, agent=AGENT, k=1, timeout_s=PATIENT)
         run = Agent(FunctionModel(model), tools=tools(), capabilities=[select])
         await asyncio.gather(run.run(WEATHER), run.run(STOCKS))
     assert offered == {WEATHER: [["get_weather"]] * 2, STOCKS: [["stock_quote"]] * 2}
@@ -193,7 +196,7 @@ async def test_the_conversation_before_the_latest_prompt_joins_the_ranking(
         ModelResponse(parts=[TextPart("Which market is the ticker on?")]),
     ]
     async with AsyncClient(server.url) as ts:
-        select = ToolselectCapability(ts, agent=AGENT, k=1)
+        select = ToolselectCapability(ts, agent=AGENT, k=1, timeout_s=PATIENT)
         run = Agent(FunctionModel(model), tools=tools(), capabilities=[select])
         await run.run("Milan, please.", message_history=history)
     assert model.offered[0] == ["stock_quote"]
@@ -222,7 +225,7 @@ async def test_a_tool_that_keeps_failing_reports_error(server: LiveServer) -> No
         raise ModelRetry(f"no forecast for {city}")
 
     async with AsyncClient(server.url) as ts:
-        select = ToolselectCapability(ts, agent=AGENT, k=2)
+        select = ToolselectCapability(ts, agent=AGENT, k=2, timeout_s=PATIENT)
         result = await agent(Scripted("get_weather"), select, failing=failing).run(WEATHER)
     assert result.output == "I could not do it."
     stored = wait_for_turn(server, select.reported[0])
@@ -246,7 +249,7 @@ async def test_a_failure_then_success_reports_ok_and_a_raising_run_reports_error
         raise RuntimeError("weather service down")
 
     async with AsyncClient(server.url) as ts:
-        select = ToolselectCapability(ts, agent=AGENT, k=2)
+        select = ToolselectCapability(ts, agent=AGENT, k=2, timeout_s=PATIENT)
         flaky_agent = Agent(
             FunctionModel(Scripted("get_weather", retries_before_text=1)),
             tools=tools(failing=flaky),
@@ -270,7 +273,7 @@ async def test_a_run_that_calls_no_tool_reports_nothing(server: LiveServer) -> N
         return ModelResponse(parts=[TextPart("Hello!")])
 
     async with AsyncClient(server.url) as ts:
-        select = ToolselectCapability(ts, agent=AGENT, k=2)
+        select = ToolselectCapability(ts, agent=AGENT, k=2, timeout_s=PATIENT)
         run = Agent(FunctionModel(answer), tools=tools(), capabilities=[select])
         assert (await run.run(WEATHER)).output == "Hello!"
     assert list(select.reported) == []
@@ -299,7 +302,7 @@ async def test_a_stopped_toolselect_keeps_every_tool_and_logs_once(
     """Nothing listens: every tool is offered, the run completes, one line is logged."""
     model = Scripted("get_weather")
     async with AsyncClient(f"http://127.0.0.1:{free_port()}", retries=0) as ts:
-        select = ToolselectCapability(ts, agent=AGENT, k=1)
+        select = ToolselectCapability(ts, agent=AGENT, k=1, timeout_s=PATIENT)
         with caplog.at_level(logging.WARNING, logger="toolselect.integrations"):
             result = await agent(model, select).run(WEATHER)
     assert result.output == "Done."
