@@ -22,6 +22,7 @@ PURE = (
     "learn/batch.py",
     "learn/window.py",
     "learn/session_fit.py",
+    "learn/candidates.py",
     "oracle/tiers.py",
     "store/port.py",
     "records.py",

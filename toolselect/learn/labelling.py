@@ -30,12 +30,13 @@ from toolselect.clock import Clock
 from toolselect.embed import Embedder
 from toolselect.errors import StoreUnavailable, ToolselectError
 from toolselect.learn.batch import Prepared
+from toolselect.learn.candidates import teacher_candidates
 from toolselect.learn.detect import is_fallback
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.names import CatalogNames, is_blank, normalise_query
-from toolselect.oracle.base import Candidate, within_budget
+from toolselect.oracle.base import Candidate
 from toolselect.oracle.oracle import SHUTDOWN, InFlight, Oracle
 from toolselect.oracle.tiers import plan
 from toolselect.ranker import CentroidRanker, Ranking, Snapshot
@@ -303,15 +304,6 @@ class Labeller:
             return ranking.margin
         return self._tuner.current.calibration.probability(ranking.margin)
 
-    def _rank(self, vector: np.ndarray, pack: str | None, k: int) -> Ranking:
-        """The top `k` for one turn: within its pack when the pack has tools, else over the
-        whole catalog (the teacher's candidates)."""
-        if pack:
-            in_pack = self._ranker.rank(vector, k, pack=pack)
-            if in_pack.results:
-                return in_pack
-        return self._ranker.rank(vector, k)
-
     def _escalate(self, turn: Turn, vector: np.ndarray, passed: tuple[str, ...]) -> None:
         task = asyncio.create_task(self._teach(turn, vector, passed), name=f"teach-{turn.id}")
         self.teaching.add(task)
@@ -331,7 +323,18 @@ class Labeller:
                 answer = self._oracle.refusal(turn.id)
                 candidates: list[Candidate] = []
                 if answer is None:
-                    candidates = self._teacher_candidates(vector, turn.pack, passed)
+                    candidates = teacher_candidates(
+                        self._ranker,
+                        vector,
+                        turn.pack,
+                        passed,
+                        depth=self._tuner.current.teacher_depth
+                        if self._tuner
+                        else self._config.teacher_candidates,
+                        full_catalog=self._config.teacher_full_catalog,
+                        max_tokens=self._config.teacher_max_input_tokens,
+                        describe=self._describe,
+                    )
                     self._metrics.teacher_candidates.observe(len(candidates))
                     answer = await self._oracle.teach(
                         turn.request, turn.used_tool, candidates, turn_id=turn.id
@@ -359,31 +362,6 @@ class Labeller:
             raise
         finally:
             self._in_flight.release(key)
-
-    def _teacher_candidates(
-        self, vector: np.ndarray, pack: str | None, passed: tuple[str, ...] = ()
-    ) -> list[Candidate]:
-        """The whole catalog (or pack) when small, else the ranked top `teacher_depth` (sized
-        from the labels so it contains the true tool), fitted to the token budget; the tools in
-        `passed` (shown to the agent, which used none of them) after the others."""
-        snapshot = self._ranker.snapshot
-        in_pack = snapshot.packs.get(pack) if pack else None
-        size = in_pack.size if in_pack is not None and in_pack.size else snapshot.size
-        depth = (
-            self._tuner.current.teacher_depth if self._tuner else self._config.teacher_candidates
-        )
-        if size <= self._config.teacher_full_catalog:
-            names = self._rank(vector, pack, size).tools
-        else:
-            # A small catalog is shown whole; a deep listing puts what the agent passed over
-            # last, so the budget buys deeper candidates, yet a search that showed nearly
-            # everything still leaves the teacher the tools to choose from.
-            skip = set(passed)
-            ranked = self._rank(vector, pack, min(depth + len(skip), size)).tools
-            unseen = [name for name in ranked if name not in skip]
-            names = tuple([*unseen, *(name for name in ranked if name in skip)][:depth])
-        candidates = [Candidate(name, self._describe(name)) for name in names]
-        return within_budget(candidates, self._config.teacher_max_input_tokens)
 
     async def _finish(self, turn: Turn, why: str | None) -> None:
         self._decided(turn)
