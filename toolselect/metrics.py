@@ -202,6 +202,10 @@ class Metrics:
             "Teacher-tier turns left without a result by a process that stopped (SIGKILL, a"
             " lost host), closed `error` an hour after they were observed",
         )
+        self.teacher_asked_again = counter(
+            "toolselect_teacher_asked_again",
+            "Turns the spent teacher budget refused, asked about once it had room again",
+        )
         self.teacher_budget_spent = counter(
             "toolselect_teacher_budget_spent",
             "Teacher calls not made because an hourly budget was spent, by budget: `tenant`"

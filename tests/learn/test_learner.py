@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import neo4j
 import pytest_asyncio
@@ -243,6 +243,45 @@ async def test_a_top1_the_agent_saw_and_skipped_is_no_free_label_though_it_found
     turn = await harness.store.get_turn("seen")
     assert turn is not None and turn.flagged and turn.top1 == "send_email"
     assert turn.tier == "teacher" and len(harness.stub.received) == 1
+
+
+async def test_turns_the_spent_budget_refused_are_asked_about_once_it_has_room(
+    sqlite_store: SqliteStore, anthropic_stub: Stub
+) -> None:
+    """A burst spends the hour's budget: the turns it refused are asked about, newest first,
+    once the rolling hour frees slots, all but a query labelled meanwhile; none before."""
+    now = [0.0]
+    h = Harness(sqlite_store, anthropic_stub)
+    h.oracle.budget = Budget(1, clock=lambda: now[0])
+    await h.load_catalog()
+    h.learner.start()
+    try:
+        anthropic_stub.reply(teacher_answers("crypto_price"))
+        burst = {"first": LOW_MARGIN, "second": "prezzo BTC ora?", "third": "BTC adesso?"}
+        for turn_id, request in burst.items():
+            assert h.learner.observe(request, "shell_exec", turn_id=turn_id)
+        assert await h.learner.drain(30.0)
+        refused = [await h.store.get_turn(turn_id) for turn_id in ("second", "third")]
+        assert [(t.tier, t.result) for t in refused if t] == [("teacher", "limit_reached")] * 2
+        assert await h.learner.ask_again() == 0  # the hour is not over
+        vector = tuple((await h.embedder.embed(["BTC adesso?"]))[0].tolist())
+        human = Exemplar("h3", "BTC adesso?", "crypto_price", "feedback", "hashing", vector,
+                         datetime.now(UTC))  # fmt: skip
+        await h.store.save_exemplars([human])
+        now[0] += 3601.0
+        h.oracle.budget = Budget(2, clock=lambda: now[0])
+        assert await h.learner.ask_again() == 1
+        assert await h.learner.drain(30.0)
+        second = await h.store.get_turn("second")
+        assert second is not None and (second.tier, second.result, second.label) == (
+            "teacher", "labeled", "crypto_price",
+        )  # fmt: skip
+        assert len(anthropic_stub.received) == 2
+        assert h.counter("teacher_asked_again") == 1
+        assert await h.learner.ask_again() == 0  # nothing left
+    finally:
+        await h.learner.close(1.0)
+        await h.teacher.aclose()
 
 
 async def test_ratchet_reuses_a_label_without_a_teacher_call(harness: Harness) -> None:

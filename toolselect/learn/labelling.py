@@ -88,6 +88,8 @@ class Labeller:
         self._clock = clock
         self.teaching: set[asyncio.Task[None]] = set()
         self._teaching_ids: set[str] = set()
+        # Turns the spent budget refused, newest last (`ask_again`).
+        self._refused: dict[str, tuple[Turn, np.ndarray, tuple[str, ...]]] = {}
         # Set by the learner's close: turns still drained are not escalated to the teacher.
         self.stopping = False
         self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
@@ -340,6 +342,11 @@ class Labeller:
                         turn.request, turn.used_tool, candidates, turn_id=turn.id
                     )
             done = replace(turn, result=answer.result, label=answer.label)
+            if answer.result == "limit_reached":  # asked again once the hour frees a slot
+                self._refused.pop(turn.id, None)
+                self._refused[turn.id] = (turn, vector, passed)
+                if len(self._refused) > self._config.queue_size:
+                    del self._refused[next(iter(self._refused))]
             called = answer.attempts > 0  # not the kill switch, the budget or an error
             if self._tuner is not None and called and answer.result in ("labeled", "declined"):
                 names = [c.name for c in candidates]
@@ -367,6 +374,21 @@ class Labeller:
         self._decided(turn)
         self._log_finished(turn, why)
         await self._record_finished([turn])
+
+    async def ask_again(self) -> int:
+        """Escalate turns the spent budget refused, newest first, as far as it has room beyond
+        the calls in progress: a burst that spent the hour is labelled as the rolling hour
+        frees slots, not only the turns that came first. A query labelled meanwhile is left."""
+        room = self._oracle.budget.remaining() - len(self.teaching)
+        if not self._refused or room <= 0 or self.stopping or not self._oracle.active:
+            return 0
+        picked = [self._refused.popitem()[1] for _ in range(min(room, len(self._refused)))]
+        labelled = await self._store.exemplars_for_queries([turn.request for turn, _, _ in picked])
+        again = [p for p in picked if normalise_query(p[0].request) not in labelled]
+        for turn, vector, passed in again:
+            self._escalate(replace(turn, result=None), vector, passed)
+        self._metrics.teacher_asked_again.inc(len(again))
+        return len(again)
 
     async def close_abandoned(self) -> int:
         """Close `error` the teacher-tier turns observed over `ABANDONED_AFTER` ago that no

@@ -101,6 +101,10 @@ class Learner:
     def depth(self) -> int:
         return self._intake.depth
 
+    async def ask_again(self) -> int:
+        """Escalate turns the spent budget refused, once it has room (`Labeller.ask_again`)."""
+        return await self._labeller.ask_again()
+
     async def close_abandoned(self) -> int:
         """Close the teacher-tier turns a stopped process left undecided (`Labeller`)."""
         return await self._labeller.close_abandoned()

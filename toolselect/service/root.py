@@ -226,7 +226,8 @@ class Service:
 
     async def _maintain(self) -> None:
         """Background upkeep: connect until loaded, flush the write backlog, poll for replicas,
-        close the teacher turns a stopped process left (once loaded, then every 10 minutes)."""
+        ask the teacher about turns its spent budget refused once it has room, close the
+        teacher turns a stopped process left (once loaded, then every 10 minutes)."""
         interval = self.settings.poll_interval_s
         tick = min(1.0, interval)
         since_poll = 0.0
@@ -248,6 +249,8 @@ class Service:
                     await self.reload_keys()
                     await self.index.refresh()
                     self.metrics.store_up.set(1)
+                if self.loaded:
+                    await self.learner.ask_again()
                 if self.loaded and since_abandoned >= ABANDONED_CHECK_S:
                     since_abandoned = 0.0
                     await self.learner.close_abandoned()
