@@ -31,6 +31,7 @@ from toolselect.clock import utc_now
 from toolselect.config import Settings
 from toolselect.keys import MCP_ROLES, mcp_role, mcp_rule, new_key
 from toolselect.mcp_server import build_server, http_app
+from toolselect.service import Service
 
 ADMIN = "k-mcp-admin-3b9d"  # the TOOLSELECT_API_KEYS key of the servers here
 POLL_S = 0.5
@@ -351,12 +352,11 @@ async def test_the_readme_keyed_config_block_connects(keyed: Keyed) -> None:
 
 
 @asynccontextmanager
-async def in_process(services: ServiceFactory, **overrides: Any) -> AsyncIterator[str]:
-    """The in-process MCP server over a started service, behind uvicorn on a free port (what
-    `run` serves); yields its URL."""
-    service = await services.start(wait_for_store=True, **overrides)
+async def serving(service: Service, **app_options: Any) -> AsyncIterator[str]:
+    """The in-process MCP server over `service`, behind uvicorn on a free port (`http_app` as
+    `run` serves it, given `app_options`); yields its URL."""
     settings = service.settings.override(host="127.0.0.1", port=free_port())
-    app = http_app(build_server(settings, service), settings)
+    app = http_app(build_server(settings, service), settings, **app_options)
     server = uvicorn.Server(
         uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None)
     )
@@ -369,6 +369,13 @@ async def in_process(services: ServiceFactory, **overrides: Any) -> AsyncIterato
     finally:
         server.should_exit = True
         await task
+
+
+@asynccontextmanager
+async def in_process(services: ServiceFactory, **overrides: Any) -> AsyncIterator[str]:
+    """`serving` a service started on these settings."""
+    async with serving(await services.start(wait_for_store=True, **overrides)) as url:
+        yield url
 
 
 @pytest.fixture

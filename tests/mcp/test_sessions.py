@@ -14,14 +14,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-import uvicorn
 
-from tests.mcp.test_keys import ADMIN, bearer, initialize
-from tests.services import ServiceFactory, free_port
+from tests.mcp.test_keys import ADMIN, bearer, initialize, serving
+from tests.services import ServiceFactory
 from toolselect.clock import utc_now
 from toolselect.keys import new_key
 from toolselect.mcp_auth import MAX_SESSIONS_PER_KEY, SESSIONS_RETRY_AFTER_S, SessionOwners
-from toolselect.mcp_server import build_server, http_app
 
 VERSION = "2025-06-18"
 LISTING = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
@@ -47,20 +45,10 @@ async def keyed_server(
         await service.store.save_key(record)
         service.keys.add(record)
         keys[tenant] = secret
-    settings = service.settings.override(host="127.0.0.1", port=free_port())
-    app = http_app(build_server(settings, service), settings, **app_options)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None)
-    )
-    task = asyncio.create_task(server.serve())
     try:
-        while not server.started:
-            assert not task.done(), task
-            await asyncio.sleep(0.02)
-        yield f"http://127.0.0.1:{settings.port}/mcp", keys
+        async with serving(service, **app_options) as url:
+            yield url, keys
     finally:
-        server.should_exit = True
-        await task
         await services.aclose()
 
 
