@@ -64,7 +64,7 @@ async def test_a_resent_turn_leaves_its_session_where_it_was(
               "turn_id": "b"}  # fmt: skip
     for turn in (first, second, first):
         await _observe(client, service, turn)
-    assert await service.sessions.previous("s") == ("send_email",)
+    assert service.sessions.previous("s") == ("send_email",)
 
 
 async def test_a_search_of_another_pack_is_counted_not_refused(

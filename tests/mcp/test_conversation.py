@@ -50,7 +50,7 @@ async def test_search_tools_answers_companions_and_takes_the_session(
                   "used_tools": ["web_search", "send_email"]}  # fmt: skip
         reported = await client.call_tool("report_turn", report)
         assert reported.structured_content == {"queued": True, "reason": None}
-        assert await service.sessions.previous("mcp-1") == ("web_search", "send_email")
+        assert service.sessions.previous("mcp-1") == ("web_search", "send_email")
 
         vague = {"query": "set it up for tomorrow at ten", "k": 2}
         alone = await client.call_tool("search_tools", vague)

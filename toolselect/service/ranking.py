@@ -91,13 +91,11 @@ class RankingFacade:
         """The embedder the scores come from (part of every ranking answer)."""
         return self._embedder.id
 
-    async def _previous(self, conversation: Conversation) -> tuple[str, ...]:
+    def _previous(self, conversation: Conversation) -> tuple[str, ...]:
         """The tools used earlier in the conversation (given, else the session's remembered),
         each as the catalog tool it stands for: the relations count catalog tools, and agents
         may report `mcp__server__tool` for the catalog's `server__tool`."""
-        reported = conversation.previous_tools or await self._sessions.previous(
-            conversation.session_id
-        )
+        reported = conversation.previous_tools or self._sessions.previous(conversation.session_id)
         if not reported:
             return ()
         names = self._ranker.snapshot.names
@@ -170,7 +168,7 @@ class RankingFacade:
             lambda: self._ranker.rank(vector, k, restrict=tools, pack=pack).margin
         ):
             vector = (vector + weights.context * vectors[1]) / (1.0 + weights.context)
-        previous = await self._previous(conversation)
+        previous = self._previous(conversation)
         prior = None
         if weights.prior > 0 and previous:
             prior = self._sessions.relations.prior(previous)
@@ -235,7 +233,7 @@ class RankingFacade:
         self.check_conversation(conversation)
         self._check_ready()
         weights = self._sessions.weights
-        previous = await self._previous(conversation)
+        previous = self._previous(conversation)
         if not candidates:
             empty = np.zeros(0, np.float32)
             chosen = choose(self._ranker, empty, (), None, k, self._settings.max_k)

@@ -37,8 +37,6 @@ from toolselect.store.session_rules import SessionTail
 log = structlog.get_logger("toolselect.sessions")
 
 _EMBED_CHUNK = 256
-# How long a ranking waits for a session's recorded last turn (`SessionSignals.previous`).
-STORE_READ_S = 0.1
 # A burst of new session turns (a tenth of what the last fit saw, at least this many) refits
 # before the interval is over, so a fresh store starts using its sessions early.
 _GROWTH_FLOOR = 20
@@ -77,6 +75,7 @@ class SessionSignals:
         # Other processes write this store's sessions too (`serve --workers`, replicas on a
         # shared Neo4j): a ranking also reads the session's recorded last turn.
         self._shared = settings.worker_count > 1 or settings.store_kind == "neo4j"
+        self._reading: dict[str, asyncio.Task[None]] = {}  # sessions whose tail is being read
         self._lock = threading.Lock()
         self._noted = 0  # session turns noted since the last refresh
         self._refreshed_at = float("-inf")
@@ -105,35 +104,48 @@ class SessionSignals:
         if not session_id or kept <= 0:  # "" is no session
             return
         with self._lock:
-            self._recent[session_id] = (tuple(tools), at)
-            self._recent.move_to_end(session_id)
-            while len(self._recent) > kept:
-                self._recent.popitem(last=False)
+            self._remember(session_id, tools, at)
             self._noted += 1
 
-    async def previous(self, session_id: str | None) -> tuple[str, ...]:
-        """The tools of the session's last turn: the one noted here, or where other processes
-        write the store too, the later of it and the store's recorded last turn (their turns
-        are noted in their memory); none when neither knows the session. The store is given
-        `STORE_READ_S`: a ranking does not wait longer for the prior."""
+    def _remember(self, session_id: str, tools: Sequence[str], at: datetime) -> None:
+        """Under the lock: the session's last turn, the oldest sessions forgotten past the bound."""
+        self._recent[session_id] = (tuple(tools), at)
+        self._recent.move_to_end(session_id)
+        while len(self._recent) > self._settings.sessions_kept:
+            self._recent.popitem(last=False)
+
+    def previous(self, session_id: str | None) -> tuple[str, ...]:
+        """The tools of the session's last turn noted here (none when unknown). Never waits on
+        the store: where it may know more (a session this process never noted, or one other
+        processes write too: `serve --workers`, replicas on a shared Neo4j), the session's
+        recorded last turn is read in the background into the memory, for the next ranking."""
         if not session_id:
             return ()
         with self._lock:
             noted = self._recent.get(session_id)
-        if noted is not None and not self._shared:
-            return noted[0]
-        if self._settings.sessions_kept <= 0:
-            return ()
+        if (noted is None or self._shared) and self._settings.sessions_kept > 0:
+            self._read_tail(session_id)
+        return noted[0] if noted is not None else ()
+
+    def _read_tail(self, session_id: str) -> None:
+        if session_id in self._reading:  # one read per session at a time
+            return
+        task = asyncio.create_task(self._take_tail(session_id), name="toolselect-session-tail")
+        self._reading[session_id] = task
+        task.add_done_callback(lambda _: self._reading.pop(session_id, None))
+
+    async def _take_tail(self, session_id: str) -> None:
+        """The store's last turn of the session into the memory, when later than the noted."""
         try:
-            async with asyncio.timeout(STORE_READ_S):
-                stored = await self._store.session_tail(session_id)
-        except (TimeoutError, ToolselectError):
-            stored = None
-        if stored is None:
-            return noted[0] if noted is not None else ()
-        if noted is not None and (stored.at is None or utc(noted[1]) >= utc(stored.at)):
-            return noted[0]
-        return stored.tools
+            stored = await self._store.session_tail(session_id)
+        except ToolselectError:
+            return
+        if stored is None or stored.at is None:
+            return
+        with self._lock:
+            noted = self._recent.get(session_id)
+            if noted is None or utc(noted[1]) < utc(stored.at):
+                self._remember(session_id, stored.tools, stored.at)
 
     # ---- refits ---------------------------------------------------------------------------
 
@@ -234,9 +246,10 @@ class SessionSignals:
         }
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [*self._reading.values(), *([self._task] if self._task is not None else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _publish(self) -> None:
         w = self.weights
