@@ -36,18 +36,41 @@ def test_another_log_places_a_turn_as_the_issuing_one_does() -> None:
     )
 
 
-def test_names_no_one_catalog_tool_has_are_read_back_blank() -> None:
-    """A shown tool since removed, or two catalog tools of one bare name, leave a blank in
-    `shown`; the count (the turn's `shown_k`) stays right."""
+def test_names_no_catalog_tool_has_are_read_back_blank() -> None:
+    """A shown tool since removed leaves a blank in `shown`; the count (the turn's `shown_k`)
+    stays right, and tools sharing a bare name are read back each as itself."""
     issuing, other, _ = two_logs()
     search_id = issuing.record(["removed_tool", "a__read", "get_weather"])
     catalog = ("a__read", "b__read", "get_weather")
     assert other.place(search_id, "get_weather", None, catalog) == Placement(
-        "shown", ("", "", "get_weather"), 3
+        "shown", ("", "a__read", "get_weather"), 3
     )
     assert other.place(search_id, "web_search", None, catalog) == Placement(
-        "not_shown", ("", "", "get_weather")
+        "not_shown", ("", "a__read", "get_weather")
     )
+
+
+@pytest.mark.parametrize("issued_here", [True, False])
+def test_a_used_tool_is_placed_as_the_catalog_tool_it_stands_for(issued_here: bool) -> None:
+    """Two MCP servers' `create_issue`: an agent reporting `mcp__jira__create_issue` found it
+    where `jira__create_issue` stood, not where `github__create_issue` did; a bare name stands
+    for either (the first shown), and a namespaced name whose tool was not shown is not_shown."""
+    issuing, other, _ = two_logs()
+    catalog = ("github__create_issue", "jira__create_issue", "get_weather")
+    placing = issuing if issued_here else other
+    both = issuing.record(["github__create_issue", "get_weather", "jira__create_issue"])
+    for used, position in (
+        ("mcp__jira__create_issue", 3),
+        ("jira__create_issue", 3),
+        ("mcp__github__create_issue", 1),
+        ("create_issue", 1),
+    ):
+        assert placing.place(both, used, None, catalog).position == position, used
+    github_only = issuing.record(["github__create_issue", "get_weather"])
+    placed = placing.place(github_only, "mcp__jira__create_issue", None, catalog)
+    assert (placed.status, placed.position) == ("not_shown", None)
+    # Without a catalog (or for a name it lacks) the bare name decides, as it always did.
+    assert issuing.place(github_only, "mcp__jira__create_issue").position == 1
 
 
 def test_own_forgotten_or_expired_ids_stay_unknown() -> None:

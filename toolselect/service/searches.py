@@ -7,10 +7,14 @@ in memory, bounded in count (oldest forgotten first) and in age, and costs one d
 on each side: the ranking path never waits on the store.
 
 A search id also carries its search (`encode`): who issued it, when, for which tenant and pack,
-and a 3-byte hash of the bare name of each of its first `ENCODED_TOOLS` tools. So a turn that
+and a 3-byte hash of the name of each of its first `ENCODED_TOOLS` tools. So a turn that
 reaches another process than the one that ranked it (another `serve --workers` worker, another
 replica behind a load balancer, the same server restarted) is still placed: its used tool is
-found by hash, the shown names are read back from the catalog. This process's own ids are only
+found by hash, the shown names are read back from the catalog.
+
+A used tool is placed as the catalog tool it stands for (`names.CatalogNames`), so an agent
+reporting `mcp__jira__create_issue` found it where `jira__create_issue` stood, not where a shown
+`github__create_issue` did; a name no catalog tool has is matched by bare name among the shown. This process's own ids are only
 ever placed from its log, so one it has forgotten or let expire stays `unknown`, as with
 `TOOLSELECT_SEARCHES_KEPT=0`, which issues ids that carry nothing.
 
@@ -33,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from toolselect.names import bare_name, same_tool
+from toolselect.names import CatalogNames, same_tool
 from toolselect.records import SearchStatus
 
 # What one search showed: the tools in rank order, within which pack, and when. A plain tuple
@@ -45,7 +49,7 @@ Shown = tuple[tuple[str, ...], str | None, float]
 # `search_id` may have: version, issuer, nonce, issued (epoch seconds), tenant, pack, count.
 ENCODED_TOOLS = 48
 _HEADER = struct.Struct(">B4s8sI3s3sH")
-_VERSION = 1
+_VERSION = 2  # 1 hashed bare names: a tool sharing its bare name was placed by either's tag
 _TAG = 3
 _NO_PACK = bytes(_TAG)
 
@@ -56,8 +60,8 @@ def _digest(text: str) -> bytes:
 
 
 def _tag(name: str) -> bytes:
-    """What an id keeps of a tool: its bare name hashed (tools match by bare name)."""
-    return _digest(bare_name(name))
+    """What an id keeps of a tool: its catalog name hashed."""
+    return _digest(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +135,12 @@ class SearchLog:
         self._issuer = secrets.token_bytes(4)
         self._searches: OrderedDict[str, Shown] = OrderedDict()
         self._lock = threading.Lock()
-        # The catalog names last read back from tags, by tag: (names, {tag: names}).
-        self._by_tag: tuple[Sequence[str], dict[bytes, list[str]]] = ((), {})
+        # The catalog last placed against, with its names by tag: (names, rule, {tag: names}).
+        self._catalog: tuple[Sequence[str], CatalogNames, dict[bytes, list[str]]] = (
+            (),
+            CatalogNames(()),
+            {},
+        )
 
     def __len__(self) -> int:
         return len(self._searches)
@@ -153,9 +161,9 @@ class SearchLog:
     def place(
         self, search_id: str, used_tool: str, pack: str | None = None, catalog: Sequence[str] = ()
     ) -> Placement:
-        """Where `used_tool` (by bare name) stood in search `search_id`, for a turn of `pack`;
-        `catalog` (the tool names now served) reads back the names of a search another process
-        issued."""
+        """Where `used_tool` stood in search `search_id`, for a turn of `pack`; `catalog` (the
+        tool names now served) says which tool a reported name stands for and reads back the
+        names of a search another process issued."""
         with self._lock:
             shown = self._searches.get(search_id)
         if shown is None:
@@ -165,8 +173,9 @@ class SearchLog:
             return Placement("unknown")
         if pack and shown_pack and pack != shown_pack:
             return Placement("other_pack")
+        wanted = self._tools_of(used_tool, catalog)
         for position, tool in enumerate(tools, start=1):
-            if same_tool(tool, used_tool):
+            if tool in wanted if wanted else same_tool(tool, used_tool):
                 return Placement("shown", tools, position)
         return Placement("not_shown", tools)
 
@@ -185,19 +194,28 @@ class SearchLog:
         names = self._names(found.tags, catalog)
         count = found.count if found.count > len(names) else None
         if used_tool:
-            wanted = _tag(used_tool)
+            wanted = {_tag(tool) for tool in self._tools_of(used_tool, catalog) or (used_tool,)}
             for position, tag in enumerate(found.tags, start=1):
-                if tag == wanted:
+                if tag in wanted:
                     return Placement("shown", names, position, count)
         # Past the tools the id names, the used one may have been shown: nothing tells.
         return Placement("unknown") if count else Placement("not_shown", names)
 
+    def _tools_of(self, used_tool: str, catalog: Sequence[str]) -> list[str]:
+        """The catalog tools `used_tool` may stand for (none when the catalog has no such)."""
+        return self._catalog_of(catalog)[0].matches(used_tool) if used_tool else []
+
     def _names(self, tags: Sequence[bytes], catalog: Sequence[str]) -> tuple[str, ...]:
         """The catalog name of each tag ('' where no one tool of the catalog has it)."""
-        names, by_tag = self._by_tag
+        by_tag = self._catalog_of(catalog)[1]
+        return tuple(found[0] if len(found := by_tag.get(tag, [])) == 1 else "" for tag in tags)
+
+    def _catalog_of(self, catalog: Sequence[str]) -> tuple[CatalogNames, dict[bytes, list[str]]]:
+        """The rule and the tags of `catalog`, built once per catalog (a fold keeps the names)."""
+        names, rule, by_tag = self._catalog
         if names is not catalog:
-            by_tag = {}
+            rule, by_tag = CatalogNames(catalog), {}
             for name in catalog:
                 by_tag.setdefault(_tag(name), []).append(name)
-            self._by_tag = (catalog, by_tag)
-        return tuple(found[0] if len(found := by_tag.get(tag, [])) == 1 else "" for tag in tags)
+            self._catalog = (catalog, rule, by_tag)
+        return rule, by_tag
