@@ -66,9 +66,21 @@ class CatalogNames:
         return found[0] if len(found) == 1 else None
 
 
+@functools.lru_cache(maxsize=32)
+def catalog_names(names: tuple[str, ...]) -> CatalogNames:
+    """`CatalogNames` of a catalog's names, built once while they stand (a fold keeps them)."""
+    return CatalogNames(names)
+
+
 def same_tool(a: str, b: str) -> bool:
-    """Two names denote one tool when their bare names match; never by suffix."""
-    return bool(a) and bool(b) and bare_name(a) == bare_name(b)
+    """Two names denote one tool when they are equal or one is the other under more namespaces
+    (`mcp__shell_exec` is `shell_exec`, `mcp__jira__create_issue` is `jira__create_issue`);
+    never by a bare suffix (`my_shell_exec` is not `shell_exec`), and tools of two namespaces
+    are two tools (`github__create_issue` is not `jira__create_issue`). Which catalog tool a
+    reported name stands for is `CatalogNames`'s to say; this compares two names as they are."""
+    if not a or not b:
+        return False
+    return a == b or a.endswith("__" + b) or b.endswith("__" + a)
 
 
 # A flagged turn's query is normalised several times on its way (ratchet lookup, save plan,

@@ -82,6 +82,7 @@ async def test_a_blank_request_is_recorded_and_teaches_nothing(harness: Harness)
     for turn_id in ("empty", "blank", "unprinted"):
         turn = await harness.store.get_turn(turn_id)
         assert turn is not None and (turn.flagged, turn.tier, turn.label) == (False, None, None)
+        assert (turn.top1, turn.margin) == (None, None)  # all-zero scores rank nothing
     assert harness.saved == []
     assert harness.stub.received == []
 

@@ -652,7 +652,8 @@ async def test_a_tool_reported_under_another_prefix_is_that_tool(
     """Agents may report `mcp__srv__read` (or the bare `read`) for the catalog's `srv__read`:
     the analyses count it as that tool, as the learner labels it. It is not cold, a teacher
     label for it is no confusion, and it pairs and follows as itself; a bare name two tools
-    share stands for neither, unless the name ends with one of them (`mcp__d__find`)."""
+    share stands for neither, unless the name ends with one of them (`mcp__d__find`), and two
+    servers' tools of one bare name are two tools."""
     store = await store_factory.make()
     names = ("srv__read", "srv__write", "a__search", "b__search", "c__find", "d__find", "zz_idle")
     await store.upsert_tools([Tool(name) for name in names])
@@ -675,11 +676,19 @@ async def test_a_tool_reported_under_another_prefix_is_that_tool(
                 "u6", now, "write it", "mcp__srv__read", "srv__write", "disagreement", "teacher",
                 "srv__write", "labeled",
             ),
+            flagged_turn(
+                "u8", now, "look it up", "mcp__a__search", "b__search", "disagreement", "teacher",
+                "b__search", "labeled",
+            ),
         ]
     )  # fmt: skip
     cold = rows(await store.analytics("cold_tools"))
-    assert cold == [("a__search",), ("b__search",), ("c__find",), ("zz_idle",)]
-    assert rows(await store.analytics("confusions")) == [("mcp__srv__read", "srv__write", 1)]
+    assert cold == [("c__find",), ("zz_idle",)]
+    # Two servers' `search` are two tools: using a's where b's was right is a confusion.
+    assert rows(await store.analytics("confusions")) == [
+        ("mcp__a__search", "b__search", 1),
+        ("mcp__srv__read", "srv__write", 1),
+    ]
     assert rows(await store.analytics("tool_pairs")) == [("srv__read", "srv__write", 1)]
     transitions = rows(await store.analytics("tool_transitions"))
     assert [row[:3] for row in transitions] == [("srv__read", "srv__write", 1)]

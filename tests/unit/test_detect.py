@@ -72,13 +72,26 @@ def test_nan_margin_is_never_confident() -> None:
     [
         ("whatsapp__send_message", "send_message"),
         ("send_message", "whatsapp__send_message"),
-        ("slack__send_message", "whatsapp__send_message"),
+        ("whatsapp__send_message", "mcp__whatsapp__send_message"),
         ("web_search", "web_search"),
     ],
 )
-def test_same_bare_name_is_agreement(top1: str, used: str) -> None:
-    """Names with the same bare name are the same tool, so the ranker agrees."""
+def test_a_name_under_more_namespaces_is_agreement(top1: str, used: str) -> None:
+    """A name and the same name under more namespaces are one tool, so the ranker agrees."""
     assert flag_of(used, RankSignal(top1, 0.9)) is None
+
+
+@pytest.mark.parametrize(
+    ("top1", "used"),
+    [
+        ("slack__send_message", "whatsapp__send_message"),
+        ("github__create_issue", "mcp__jira__create_issue"),
+    ],
+)
+def test_two_servers_tools_of_one_bare_name_disagree(top1: str, used: str) -> None:
+    """Two MCP servers' `send_message` are two tools: a confident ranker that chose the other
+    one disagrees (they were one tool by bare name, and the mis-route went unflagged)."""
+    assert flag_of(used, RankSignal(top1, 0.9)) == Flag("disagreement")
 
 
 def test_search_is_not_web_search() -> None:

@@ -69,8 +69,9 @@ def test_a_used_tool_is_placed_as_the_catalog_tool_it_stands_for(issued_here: bo
     github_only = issuing.record(["github__create_issue", "get_weather"])
     placed = placing.place(github_only, "mcp__jira__create_issue", None, catalog)
     assert (placed.status, placed.position) == ("not_shown", None)
-    # Without a catalog (or for a name it lacks) the bare name decides, as it always did.
-    assert issuing.place(github_only, "mcp__jira__create_issue").position == 1
+    # Without a catalog (or for a name it lacks) the names are compared as they are.
+    assert issuing.place(github_only, "mcp__jira__create_issue").status == "not_shown"
+    assert issuing.place(github_only, "create_issue").position == 1
 
 
 def test_own_forgotten_or_expired_ids_stay_unknown() -> None:

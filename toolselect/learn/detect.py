@@ -6,8 +6,10 @@ Three signals, all cheap and embedding-free once the ranker has spoken:
 - `disagreement`: the ranker was confident about another tool than the one the agent used;
 - `failed`: the agent reported the turn `error` or `corrected` (the tool it used may be wrong).
 
-Names are compared by bare name (`mcp__shell_exec` is `shell_exec`), never by suffix
-(`my_shell_exec` is not `shell_exec`), so namespaced catalogs work without configuration.
+Names are compared by `names.same_tool` (`mcp__shell_exec` is `shell_exec`, `my_shell_exec` is
+not), so namespaced catalogs work without configuration; the used tool comes resolved to the
+catalog tool it stands for (`batch.prepare`), so an agent reporting `mcp__gh__create_issue` for
+the catalog's `github__create_issue` agrees with a ranker that chose it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class Flag:
 
 
 def is_fallback(tool: str, fallback_tools: Collection[str]) -> bool:
-    """True when `tool` is one of the configured fallback tools (by bare name)."""
+    """True when `tool` is one of the configured fallback tools (`mcp__shell_exec` counts)."""
     return any(same_tool(tool, fallback) for fallback in fallback_tools)
 
 

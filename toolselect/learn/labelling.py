@@ -35,7 +35,7 @@ from toolselect.learn.detect import is_fallback
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
-from toolselect.names import CatalogNames, is_blank, normalise_query
+from toolselect.names import catalog_names, is_blank, normalise_query
 from toolselect.oracle.base import Candidate
 from toolselect.oracle.oracle import SHUTDOWN, InFlight, Oracle
 from toolselect.oracle.tiers import plan
@@ -97,12 +97,8 @@ class Labeller:
         # Turns the teacher tier finished, waiting for the write in flight to end.
         self._finished: list[Turn] = []
         self._finish_lock = asyncio.Lock()
-        # For the snapshot of that version: catalog names by bare name, and packs' members.
-        self._names: tuple[int, CatalogNames, dict[str, frozenset[str]]] = (
-            -1,
-            CatalogNames(()),
-            {},
-        )
+        # For the snapshot of that version: its packs' members.
+        self._packs: tuple[int, dict[str, frozenset[str]]] = (-1, {})
 
     async def commit(self, prepared: Prepared) -> None:
         """Label the flagged turns of a prepared batch, record every turn, save and fold."""
@@ -119,8 +115,15 @@ class Labeller:
         turns: list[Turn] = []
         escalations: list[tuple[Turn, np.ndarray, tuple[str, ...]]] = []
         saves: list[tuple[Turn, np.ndarray, str, Tier, float]] = []
-        for obs, vector, ranking, signal, flag, new in zip(
-            batch, prepared.vectors, prepared.rankings, prepared.signals, flags, fresh, strict=True
+        for obs, vector, ranking, signal, flag, new, used_tool in zip(
+            batch,
+            prepared.vectors,
+            prepared.rankings,
+            prepared.signals,
+            flags,
+            fresh,
+            prepared.used,
+            strict=True,
         ):
             if not new:
                 continue
@@ -166,7 +169,7 @@ class Labeller:
                 ratchet_label=existing.tool if existing else None,
                 ratchet_tier=existing.tier if existing else None,
                 tiers=self._config.tiers,
-                used_tool=obs.used_tool,
+                used_tool=used_tool,
                 teacher_worth=tuner is None or not rationed or tuner.worth_teaching(probability),
                 shown=obs.shown,
             )
@@ -251,10 +254,10 @@ class Labeller:
     def _catalog_tool(self, name: str, pack: str | None, snapshot: Snapshot) -> str | None:
         """The catalog tool a used name denotes: the exact name, else the one tool of that bare
         name (`mcp__fs__read` is `read`); within the turn's pack when that pack has tools."""
-        version, catalog, packs = self._names
+        version, packs = self._packs
         if version != snapshot.version:
-            catalog, packs = CatalogNames(snapshot.names), {}
-            self._names = (snapshot.version, catalog, packs)
+            packs = {}
+            self._packs = (snapshot.version, packs)
         members: frozenset[str] | None = None
         if pack and pack in snapshot.packs:
             members = packs.get(pack)
@@ -262,7 +265,7 @@ class Labeller:
                 members = packs[pack] = frozenset(
                     snapshot.names[i] for i in snapshot.packs[pack].tolist()
                 )
-        found = catalog.matches(name)
+        found = catalog_names(snapshot.names).matches(name)
         if members:
             found = [tool for tool in found if tool in members]
         return found[0] if len(found) == 1 else None

@@ -10,13 +10,13 @@ A search id also carries its search (`encode`): who issued it, when, for which t
 and a 3-byte hash of the name of each of its first `ENCODED_TOOLS` tools. So a turn that
 reaches another process than the one that ranked it (another `serve --workers` worker, another
 replica behind a load balancer, the same server restarted) is still placed: its used tool is
-found by hash, the shown names are read back from the catalog.
+found by hash, the shown names are read back from the catalog. This process's own ids are only
+ever placed from its log, so one it has forgotten or let expire stays `unknown`, as with
+`TOOLSELECT_SEARCHES_KEPT=0`, which issues ids that carry nothing.
 
 A used tool is placed as the catalog tool it stands for (`names.CatalogNames`), so an agent
 reporting `mcp__jira__create_issue` found it where `jira__create_issue` stood, not where a shown
-`github__create_issue` did; a name no catalog tool has is matched by bare name among the shown. This process's own ids are only
-ever placed from its log, so one it has forgotten or let expire stays `unknown`, as with
-`TOOLSELECT_SEARCHES_KEPT=0`, which issues ids that carry nothing.
+`github__create_issue` did; a name no catalog tool has is matched by `same_tool` among the shown.
 
 A search id that cannot be placed (never issued, expired, forgotten, another tenant's) is
 accepted and counted as `unknown`; one issued for another pack is counted as `other_pack`.
