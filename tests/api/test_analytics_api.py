@@ -91,3 +91,15 @@ async def test_bad_since_and_unknown_name(client: Client) -> None:
     assert (await resp.json())["error"]["field"] == "since"
     resp = await client.get("/v1/analytics/nope")
     assert resp.status == 404
+
+
+async def test_since_given_twice_or_to_the_learning_fit_is_refused(client: Client) -> None:
+    """Two `since` values are not a window (the first was taken silently), and the learning fit
+    has none (any value was ignored, where the CLI refuses --since): 422 naming it."""
+    twice = await client.get("/v1/analytics/drift?since=2026-11-26&since=2099-01-01")
+    learning = await client.get("/v1/analytics/learning", params={"since": "garbage"})
+    for resp in (twice, learning):
+        assert resp.status == 422
+        error = (await resp.json())["error"]
+        assert (error["code"], error["field"]) == ("invalid_request", "since")
+    assert (await client.get("/v1/analytics/learning")).status == 200

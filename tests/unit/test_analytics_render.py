@@ -368,6 +368,8 @@ def test_parse_since_refuses_other_text(text: str) -> None:
         surfaces.parse_since(text)
     assert caught.value.field == "since"
     assert repr(text) in caught.value.message
+    # A well-formed time out of range says so, not that it is no ISO-8601 text.
+    assert ("years 1 to 9999" in caught.value.message) == text.startswith(("0001", "9999"))
 
 
 @pytest.mark.parametrize("result", SAMPLES, ids=lambda r: r.name)

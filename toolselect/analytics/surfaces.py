@@ -33,10 +33,15 @@ def parse_since(text: str | None) -> datetime | None:
     cleaned = _SPACED_OFFSET.sub(r"+\1", text.strip())
     try:
         value = datetime.fromisoformat(cleaned)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    except (ValueError, OverflowError):  # OverflowError: an offset past year 1 or 9999 in UTC
+    except ValueError:
         raise InvalidInput(
             f"expected since as an ISO-8601 date or datetime, got {shown(text)}", "since"
+        ) from None
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:  # an offset that moves year 1 or 9999 past either end in UTC
+        raise InvalidInput(
+            f"expected since within the years 1 to 9999 in UTC, got {shown(text)}", "since"
         ) from None
 
 

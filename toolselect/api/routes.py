@@ -25,6 +25,7 @@ from toolselect.api.http import (
 )
 from toolselect.api.openapi import served_document
 from toolselect.catalog import MAX_TOOLS_PER_PUT, candidates_to_tools, check_pack, parse_tools
+from toolselect.errors import InvalidInput
 from toolselect.keys import DEFAULT_TENANT, TENANT_HEADER
 from toolselect.ranker.relations import Companion
 from toolselect.records import Exemplar, Tool
@@ -237,12 +238,16 @@ async def list_analytics(request: web.Request) -> web.Response:
 
 async def learning_fit(request: web.Request) -> web.Response:
     """What the learning loop chose from its labels: fold, calibration curve, teacher depth."""
+    if "since" in request.query:  # as the CLI refuses --since: the fit has no time window
+        raise InvalidInput("learning takes no since: the fit covers every stored label", "since")
     service = await tenant_service(request)
     payload = service.learning.fit()
     return json_response(m.LearningFit.model_validate(payload, strict=False))
 
 
 async def get_analytics(request: web.Request) -> web.Response:
+    if len(since := request.query.getall("since", [])) > 1:  # which one was meant?
+        raise InvalidInput(f"expected since at most once, got it {len(since)} times", "since")
     service = await tenant_service(request)
     body = await service.learning.analysis(request.match_info["name"], request.query.get("since"))
     return web.json_response(body, dumps=lambda v: json.dumps(v, ensure_ascii=False))
