@@ -36,9 +36,9 @@ from pydantic import AnyUrl, BaseModel, Field, ValidationError
 
 from toolselect import config
 from toolselect.api.models import DEFAULT_COMPANIONS, Companions, CompanionTool, Integer
+from toolselect.api.validation import explain
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput, ToolselectError
-from toolselect.keys import shown
 from toolselect.mcp_auth import refusal
 from toolselect.mcp_resources import BadParameter, Running, add_resources, serves
 from toolselect.mcp_stdio import serve_stdio
@@ -277,20 +277,6 @@ async def label_turn(
     )
 
 
-def explain(exc: ValidationError) -> str:
-    """Pydantic's argument errors as one line: each field, the rule it broke, the value sent
-    as the HTTP API repeats one (`keys.shown`: cut to 80 characters, a key never shown)."""
-    parts = []
-    for error in exc.errors(include_url=False):
-        field = ".".join(str(p) for p in error["loc"]) or "arguments"
-        if error["type"] == "missing":
-            parts.append(f"expected {field}, got nothing")
-        else:
-            rule = error["msg"][0].lower() + error["msg"][1:]
-            parts.append(f"expected {field}: {rule}, got {shown(error['input'])}")
-    return "; ".join(parts)
-
-
 def _with_max_k(tool: MCPTool, max_k: int) -> MCPTool:
     """`search_tools` declaring the largest k this server takes, a setting (`max_k`)."""
     schema = copy.deepcopy(tool.input_schema)
@@ -325,7 +311,8 @@ class ToolselectMCP(MCPServer[Service]):
             cause = exc.__cause__
             if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
                 raise
-            raise ToolError(f"Error executing tool {name}: {explain(cause)}") from cause
+            explained = explain(cause.errors(include_url=False))
+            raise ToolError(f"Error executing tool {name}: {explained}") from cause
 
     async def read_resource(self, uri: AnyUrl | str, context: ToolContext | None = None) -> Any:
         refused = refusal("resource", str(uri))
