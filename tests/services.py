@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import neo4j
 from aiohttp import web
@@ -91,6 +94,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def raw_exchange(url: str, request: bytes) -> tuple[int, dict[str, str], Any]:
+    """Send `request` as bytes on a fresh connection to the server at `url` and read until it
+    closes: the status, the headers (names in lower case) and the JSON body."""
+    where = urlsplit(url)
+    address = (where.hostname or "127.0.0.1", where.port or 80)
+    with closing(socket.create_connection(address, timeout=10)) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value for name, value in (line.split(": ", 1) for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, json.loads(body)
 
 
 def cli_env(db: Path, **extra: str) -> dict[str, str]:

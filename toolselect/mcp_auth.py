@@ -1,6 +1,6 @@
 """API keys on the MCP server's streamable HTTP transport: who calls, and what they may do.
 
-`KeyGate` wraps the SDK's ASGI app (`mcp_server.run`) and treats every HTTP request as the
+`KeyGate` wraps the SDK's ASGI app (`mcp_http.http_app`) and treats every HTTP request as the
 HTTP API treats `/v1/*` (`api/middleware.py`), with the same keys: the service's
 `KeyRegistry` (`TOOLSELECT_API_KEYS` and the stored keys, read again every poll, so a key
 created or revoked anywhere counts here within `TOOLSELECT_POLL_INTERVAL`). With no key at all
@@ -26,7 +26,6 @@ session (ended by a DELETE, idle, or never opened).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, contextmanager
@@ -182,7 +181,7 @@ class KeyGate:
         self._service = service
         self._tenants = tenants
         self.limits = RateLimits(settings.tenant_rps, settings.tenant_burst, settings.global_rps)
-        # `live`: the ids of the sessions the SDK holds (`mcp_server.http_app`).
+        # `live`: the ids of the sessions the SDK holds (`mcp_http.http_app`).
         self.sessions = SessionOwners(live, sessions_per_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -268,11 +267,8 @@ def _noting_session(send: Send, opened: Callable[[str], None]) -> Send:
 
 def _response(error: HttpError) -> Response:
     """The API's JSON error model, as a Starlette response."""
-    body: dict[str, str] = {"code": error.code, "message": error.message}
-    if error.field is not None:
-        body["field"] = error.field
     return Response(
-        json.dumps({"error": body}, ensure_ascii=False, separators=(",", ":")),
+        error.body(),
         status_code=error.status,
         headers=error.headers,
         media_type="application/json",

@@ -1,5 +1,6 @@
 """toolselect as an MCP server (`toolselect mcp`): tool search, turn reports and labels as MCP tools,
-the analyses and the catalog as MCP resources (`mcp_resources`), over stdio or streamable HTTP.
+the analyses and the catalog as MCP resources (`mcp_resources`), over stdio (`mcp_stdio`) or
+streamable HTTP (`mcp_http`).
 
 One `Service` runs in-process for the life of the server (the SDK's lifespan: entered once per
 process on stdio, once for the session manager over HTTP, never once per session). stdout is the
@@ -28,7 +29,6 @@ from mcp.server.mcpserver.exceptions import (
     ToolError,
     UnexpectedToolError,
 )
-from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, INVALID_REQUEST, ToolAnnotations
 from mcp.types import Tool as MCPTool
@@ -36,10 +36,10 @@ from pydantic import AnyUrl, BaseModel, Field, ValidationError
 
 from toolselect import config
 from toolselect.api.models import DEFAULT_COMPANIONS, Companions, CompanionTool, Integer
+from toolselect.api.validation import explain
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput, ToolselectError
-from toolselect.keys import shown
-from toolselect.mcp_auth import MAX_SESSIONS_PER_KEY, KeyGate, refusal
+from toolselect.mcp_auth import refusal
 from toolselect.mcp_resources import BadParameter, Running, add_resources, serves
 from toolselect.mcp_stdio import serve_stdio
 from toolselect.records import Tool
@@ -277,20 +277,6 @@ async def label_turn(
     )
 
 
-def explain(exc: ValidationError) -> str:
-    """Pydantic's argument errors as one line: each field, the rule it broke, the value sent
-    as the HTTP API repeats one (`keys.shown`: cut to 80 characters, a key never shown)."""
-    parts = []
-    for error in exc.errors(include_url=False):
-        field = ".".join(str(p) for p in error["loc"]) or "arguments"
-        if error["type"] == "missing":
-            parts.append(f"expected {field}, got nothing")
-        else:
-            rule = error["msg"][0].lower() + error["msg"][1:]
-            parts.append(f"expected {field}: {rule}, got {shown(error['input'])}")
-    return "; ".join(parts)
-
-
 def _with_max_k(tool: MCPTool, max_k: int) -> MCPTool:
     """`search_tools` declaring the largest k this server takes, a setting (`max_k`)."""
     schema = copy.deepcopy(tool.input_schema)
@@ -325,7 +311,8 @@ class ToolselectMCP(MCPServer[Service]):
             cause = exc.__cause__
             if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
                 raise
-            raise ToolError(f"Error executing tool {name}: {explain(cause)}") from cause
+            explained = explain(cause.errors(include_url=False))
+            raise ToolError(f"Error executing tool {name}: {explained}") from cause
 
     async def read_resource(self, uri: AnyUrl | str, context: ToolContext | None = None) -> Any:
         refused = refusal("resource", str(uri))
@@ -393,53 +380,18 @@ def build_server(settings: Settings, service: Service | None = None) -> Toolsele
     return server
 
 
-def http_app(
-    server: ToolselectMCP,
-    settings: Settings,
-    *,
-    sessions_per_key: int = MAX_SESSIONS_PER_KEY,
-    session_idle_timeout_s: float = DEFAULT_SESSION_IDLE_TIMEOUT,
-) -> KeyGate:
-    """The SDK's streamable HTTP app (at `/mcp`) behind the API keys' `KeyGate`, which holds
-    each key to `sessions_per_key` of the sessions the SDK holds."""
-    app = server.streamable_http_app(
-        host=settings.host, session_idle_timeout=session_idle_timeout_s
-    )
-    manager = server.session_manager
-    running = server.running
-    return KeyGate(
-        app,
-        lambda: running.service,
-        settings,
-        lambda: running.tenants,
-        # The SDK tells no one when a session ends (a DELETE, idling out): the gate asks its
-        # table of live sessions, which it has no public name for.
-        live=lambda: manager._server_instances,
-        sessions_per_key=sessions_per_key,
-    )
-
-
 def run(server: ToolselectMCP, settings: Settings, transport: Literal["stdio", "http"]) -> None:
     """Serve until stdin closes, SIGINT or SIGTERM (stdio, `mcp_stdio`: exit 0), or until SIGINT
-    or SIGTERM (HTTP, at `settings.host:port/mcp`, behind the API keys' `KeyGate`), the service
-    closed and its learner drained either way. Over HTTP uvicorn then raises the signal again,
-    so the process ends as killed by it, the Unix convention."""
+    or SIGTERM (HTTP, `mcp_http`: at `settings.host:port/mcp`, behind the API keys' `KeyGate`),
+    the service closed and its learner drained either way. Over HTTP uvicorn then raises the
+    signal again, so the process ends as killed by it, the Unix convention."""
     if transport == "stdio":
         anyio.run(serve_stdio, server, server.running)
         return
-    import uvicorn
+    # Imported here: a stdio server has no use for uvicorn.
+    from toolselect.mcp_http import serve_http
 
-    config = uvicorn.Config(
-        http_app(server, settings),
-        host=settings.host,
-        port=settings.port,
-        # No logging config of uvicorn's own: its access lines would go to stdout; through the
-        # root logger they reach stderr like every other line.
-        log_config=None,
-        access_log=settings.log_level == "debug",
-    )
-    log.info("mcp_http_starting", url=f"http://{settings.host}:{settings.port}/mcp")
-    anyio.run(uvicorn.Server(config).serve)
+    anyio.run(serve_http, server, server.running, settings)
 
 
 _SDK_LEVELS: dict[str, Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = {

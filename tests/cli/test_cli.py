@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.services import cli_env, free_port
+from tests.services import cli_env, free_port, raw_exchange
 from toolselect.catalog import candidates_to_tools, tool_text
 from toolselect.embed import VectorCache
 from toolselect.embed.cache import text_digest
@@ -107,20 +107,6 @@ def server(catalog_env: dict[str, str]) -> Iterator[str]:
         yield url
 
 
-def _raw_exchange(url: str, request: bytes) -> tuple[int, str, dict[str, Any]]:
-    """Send `request` as bytes on a fresh connection: the status, Content-Type and JSON body."""
-    port = int(url.rsplit(":", 1)[1])
-    with closing(socket.create_connection(("127.0.0.1", port), timeout=10)) as sock:
-        sock.sendall(request)
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = dict(line.split(": ", 1) for line in lines[1:])
-    return int(lines[0].split()[1]), headers["Content-Type"], json.loads(body)
-
-
 @pytest.mark.parametrize(
     "request_bytes",
     [
@@ -135,7 +121,8 @@ def test_requests_the_server_cannot_parse_get_json_errors(
 ) -> None:
     """Bytes that are not HTTP the server reads are answered before the app, by aiohttp's
     connection handler: in JSON with a stable code as every other error, not its plain text."""
-    status, content_type, body = _raw_exchange(server, request_bytes)
+    status, headers, body = raw_exchange(server, request_bytes)
+    content_type = headers["content-type"]
     assert status == 400 and content_type.startswith("application/json")
     assert body["error"]["code"] == "bad_request" and body["error"]["field"] == "request"
     assert body["error"]["message"].startswith("the request is not HTTP the server reads: ")

@@ -30,7 +30,8 @@ from tests.services import ServiceFactory, cli_env, free_port
 from toolselect.clock import utc_now
 from toolselect.config import Settings
 from toolselect.keys import MCP_ROLES, mcp_role, mcp_rule, new_key
-from toolselect.mcp_server import build_server, http_app
+from toolselect.mcp_http import http_config
+from toolselect.mcp_server import build_server
 from toolselect.service import Service
 
 ADMIN = "k-mcp-admin-3b9d"  # the TOOLSELECT_API_KEYS key of the servers here
@@ -353,13 +354,11 @@ async def test_the_readme_keyed_config_block_connects(keyed: Keyed) -> None:
 
 @asynccontextmanager
 async def serving(service: Service, **app_options: Any) -> AsyncIterator[str]:
-    """The in-process MCP server over `service`, behind uvicorn on a free port (`http_app` as
-    `run` serves it, given `app_options`); yields its URL."""
+    """The in-process MCP server over `service`, behind uvicorn on a free port (as `run` serves
+    it: `http_config`, given `app_options`); yields its URL."""
     settings = service.settings.override(host="127.0.0.1", port=free_port())
-    app = http_app(build_server(settings, service), settings, **app_options)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None)
-    )
+    mcp = build_server(settings, service)
+    server = uvicorn.Server(http_config(mcp, mcp.running, settings, **app_options))
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

@@ -36,7 +36,7 @@ async def keyed_server(
     services: ServiceFactory, **app_options: Any
 ) -> AsyncIterator[tuple[str, dict[str, str]]]:
     """The in-process MCP server with the key ADMIN configured, behind uvicorn on a free port
-    (`http_app` as `run` serves it, given `app_options`): its URL and two agent keys of their
+    (`http_config` as `run` serves it, given `app_options`): its URL and two agent keys of their
     own, `team-a`'s and `team-b`'s."""
     service = await services.start(wait_for_store=True, api_keys=(ADMIN,))
     keys = {}

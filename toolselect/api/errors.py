@@ -32,13 +32,18 @@ class HttpError(ToolselectError):
         self.field = field
         self.headers = headers or {}
 
-    def response(self) -> web.Response:
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
+    def body(self) -> str:
+        """The JSON text of the error, for every server that answers one (aiohttp's, the MCP
+        server's Starlette and uvicorn)."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.field is not None:
-            body["field"] = self.field
+            error["field"] = self.field
+        return json.dumps({"error": error}, ensure_ascii=False, separators=(",", ":"))
+
+    def response(self) -> web.Response:
         return web.Response(
             status=self.status,
-            text=json.dumps({"error": body}, ensure_ascii=False, separators=(",", ":")),
+            text=self.body(),
             content_type="application/json",
             headers=self.headers,
         )

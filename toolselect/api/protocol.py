@@ -15,6 +15,14 @@ from aiohttp.web_protocol import RequestHandler
 from toolselect.api.errors import HttpError
 
 
+def unreadable_request(reason: str, status: int = 400) -> HttpError:
+    """`bad_request` naming the request, for bytes a server's HTTP parser refused before any
+    app saw them: aiohttp's here, uvicorn's under `toolselect mcp --transport http`
+    (`mcp_http`)."""
+    message = f"the request is not HTTP the server reads: {reason}"
+    return HttpError(status, "bad_request", message, "request")
+
+
 class _JsonErrors(RequestHandler):
     __slots__ = ()
 
@@ -28,11 +36,12 @@ class _JsonErrors(RequestHandler):
         # aiohttp's own: it logs, and refuses (ConnectionError) when a response is under way.
         plain = super().handle_error(request, status, exc, message)
         if plain.status >= 500:
-            code, text = "internal", "the server could not answer the request"
+            text = "the server could not answer the request"
+            error = HttpError(plain.status, "internal", text, "request")
         else:
             reason = exc.message if isinstance(exc, HttpProcessingError) else message
-            code, text = "bad_request", f"the request is not HTTP the server reads: {reason}"
-        response = HttpError(plain.status, code, text, "request").response()
+            error = unreadable_request(str(reason), plain.status)
+        response = error.response()
         response.force_close()
         return response
 

@@ -1,4 +1,5 @@
-"""Validation errors as the API words them, for HTTP bodies and the CLI's stdin alike.
+"""Validation errors as the API words them, for HTTP bodies and the CLI's stdin alike (and
+the MCP server's, `explain`).
 
 Only pydantic here (no aiohttp): the exec selector validates its stdin with the same models and
 the same messages as `POST /v1/select` without importing the HTTP stack.
@@ -6,11 +7,14 @@ the same messages as `POST /v1/select` without importing the HTTP stack.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from toolselect.errors import InvalidInput
+from toolselect.keys import shown
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -50,3 +54,18 @@ def parse(model: type[M], data: Any) -> M:
     except ValidationError as exc:
         problem = rejection(exc)
         raise InvalidInput(problem.message, problem.field) from None
+
+
+def explain(errors: Iterable[ErrorDetails], whole: str = "arguments") -> str:
+    """Pydantic's errors as one line (MCP's tool arguments, a JSON-RPC message on stdio): each
+    field (`whole` for the value itself), the rule it broke, the value sent as the HTTP API
+    repeats one (`keys.shown`: cut to 80 characters, a key never shown)."""
+    parts = []
+    for error in errors:
+        field = ".".join(str(p) for p in error["loc"]) or whole
+        if error["type"] == "missing":
+            parts.append(f"expected {field}, got nothing")
+        else:
+            rule = error["msg"][0].lower() + error["msg"][1:]
+            parts.append(f"expected {field}: {rule}, got {shown(error['input'])}")
+    return "; ".join(parts)
