@@ -1,14 +1,15 @@
 """The narrowing's catalog upload against a real toolselect server: one cache entry per API key
 (two tenants on one server each get their catalog), a tool the server lost stays offered and is
-uploaded again, an agent-role key narrows over an editor's catalog, and a catalog over the
-server's limits is clipped, split and left partly unranked rather than refused whole."""
+uploaded again, an agent-role key narrows over an editor's catalog, a catalog over the server's
+limits is clipped, split and left partly unranked rather than refused whole, and an upload its
+client was closed under does not hold later clients' turns."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from tests.integrations.test_narrowing import TOOLS, CountingTransport, error_lines
 from tests.live import LiveServer, live_server
 from toolselect.catalog import MAX_DESCRIPTION_BYTES, MAX_NAME_CHARS, MAX_SCHEMA_DEPTH
-from toolselect.client import AsyncClient
+from toolselect.client import AiohttpTransport, AsyncClient, Client, Response, Unreachable
 from toolselect.integrations import uploads
 from toolselect.integrations.narrowing import ToolNarrower, ToolSpec
 
@@ -28,6 +29,29 @@ WEATHER = "Will it rain in Turin tomorrow?"
 def keyed(tmp_path: Path) -> Iterator[LiveServer]:
     """A server whose API needs a key (`ADMIN`, an admin of `default`)."""
     yield from live_server(tmp_path, api_keys=(ADMIN,))
+
+
+class UnansweredPuts(AiohttpTransport):
+    """The real transport, but a PUT gets no answer until `release` (a slow first upload: a
+    big catalog, a busy server); then it fails as a dropped connection would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = asyncio.Event()
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout_s: float,
+    ) -> Response:
+        if method == "PUT":
+            await self.released.wait()
+            raise Unreachable(f"{method} {url}: released by the test")
+        return await super().send(method, url, body=body, headers=headers, timeout_s=timeout_s)
 
 
 async def key_of(server: LiveServer, tenant: str, role: str) -> str:
@@ -217,3 +241,37 @@ async def test_narrowers_built_at_once_upload_one_catalog_once(server: LiveServe
         narrowed = await asyncio.gather(*(n.narrow(WEATHER, TOOLS) for n in narrowers))
     assert {tuple(n.tools) for n in narrowed} == {("get_weather",)}
     assert transport.count("PUT", "tools") == 1
+
+
+def test_a_blocking_client_closed_during_its_first_upload_does_not_stop_narrowing(
+    server: LiveServer,
+) -> None:
+    """A job's blocking `Client` closed while its first PUT is unanswered stops its loop with the
+    upload pending: the jobs after it, each with a new client, upload and rank (the dead upload
+    stayed in the process's ledger and every later turn waited on it, then degraded)."""
+    with Client(server.url, transport=UnansweredPuts()) as ts:
+        narrower = ToolNarrower(ts, agent="core-stranded", k=1, timeout_s=0.2)
+        assert narrower.narrow_sync(WEATHER, TOOLS).search_id is None  # the PUT never answered
+    for question, tool in ((WEATHER, "get_weather"), ("send an email to Ann", "send_email")):
+        with Client(server.url) as ts:
+            narrower = ToolNarrower(ts, agent="core-stranded", k=1, timeout_s=5.0)
+            narrowed = narrower.narrow_sync(question, TOOLS)
+        assert narrowed.search_id is not None and narrowed.tools == [tool]
+
+
+async def test_an_async_client_closed_during_its_first_upload_does_not_hold_the_next(
+    server: LiveServer,
+) -> None:
+    """An `AsyncClient` closed while its first PUT is unanswered, on a loop that goes on: the
+    next client's narrower starts its own upload at once instead of waiting on the old one."""
+    hanging = UnansweredPuts()
+    try:
+        async with AsyncClient(server.url, transport=hanging) as ts:
+            narrower = ToolNarrower(ts, agent="core-stranded-async", k=1, timeout_s=0.2)
+            assert (await narrower.narrow(WEATHER, TOOLS)).search_id is None
+        async with AsyncClient(server.url) as ts:
+            narrower = ToolNarrower(ts, agent="core-stranded-async", k=1, timeout_s=5.0)
+            narrowed = await narrower.narrow(WEATHER, TOOLS)
+    finally:
+        hanging.released.set()  # the old upload ends before the test's loop does
+    assert narrowed.search_id is not None and narrowed.tools == ["get_weather"]

@@ -10,13 +10,18 @@ process-wide ledger of what each server already holds for each credential.
   each (the server's defaults); a `413` (a lower configured limit) halves the body and tries again.
 - **Ledger**: by server, credential (a hash of the bearer key: two tenants' keys on one URL hold
   two catalogs) and pack, the content hashes uploaded and when; the hashes whose upload was
-  refused, tried again only after a doubling wait; and the credentials refused any upload
-  (`403`: an agent-role key), never tried again in this process.
+  refused, tried again only after a doubling wait; the credentials refused any upload (`403`:
+  an agent-role key), never tried again in this process; and the uploads in flight, one per
+  content, shared by every narrower. An upload whose loop or client was closed before it ended
+  (a blocking `Client` closed mid-PUT stops its loop with the task pending) is dropped, never
+  handed out: the next narrower starts its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import hashlib
 import json
 import logging
@@ -202,6 +207,22 @@ class _Failure:
     retry_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """An upload in flight: its end, as any thread may wait on it, and the loop and client it
+    runs on."""
+
+    ended: Future[bool]
+    loop: asyncio.AbstractEventLoop
+    client: AsyncClient
+
+    def stranded(self) -> bool:
+        """Whether it may never end: a closed loop runs no task (a blocking `Client` stops its
+        loop with the upload pending), and a closed client's PUT hangs until its own timeout
+        or fails, while a new client would upload at once."""
+        return self.loop.is_closed() or self.client._closed
+
+
 @dataclass
 class Ledger:
     """What this process uploaded where; shared by every narrower (an agent rebuilt per request,
@@ -211,25 +232,39 @@ class Ledger:
     failures: dict[tuple[Key, str], _Failure] = field(default_factory=dict)
     forbidden: set[tuple[str, str]] = field(default_factory=set)
     # The uploads in flight, whichever narrower (and loop) started them: one per content.
-    uploads: dict[tuple[Key, str], Future[bool]] = field(default_factory=dict)
+    uploads: dict[tuple[Key, str], InFlight] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def upload(
-        self, key: Key, digest: str, start: Callable[[], Future[bool]] | None
+        self, key: Key, digest: str, start: Callable[[], InFlight] | None
     ) -> Future[bool] | None:
         """The upload of this content in flight in this process, else the one `start` begins
-        (None: not now); it leaves the ledger when done."""
+        (None: not now); it leaves the ledger when done. A stranded one is dropped and ended
+        False (whoever still waits on it stops): it would hold every later turn to its timeout
+        and no upload would start again in this process."""
+        started = False
         with self.lock:
             found = self.uploads.get((key, digest))
-            if found is not None or start is None:
-                return found
-            found = self.uploads[(key, digest)] = start()
-        found.add_done_callback(lambda _: self._ended(key, digest, found))
-        return found
+            stranded = found if found is not None and found.stranded() else None
+            if stranded is not None:
+                del self.uploads[(key, digest)]
+                found = None
+            if found is None and start is not None:
+                found = self.uploads[(key, digest)] = start()
+                started = True
+        if stranded is not None:  # outside the lock: its callbacks take it
+            _finish(stranded.ended, False)
+        if found is None:
+            return None
+        if started:
+            ended = found.ended
+            ended.add_done_callback(lambda _: self._ended(key, digest, ended))
+        return found.ended
 
     def _ended(self, key: Key, digest: str, upload: Future[bool]) -> None:
         with self.lock:
-            if self.uploads.get((key, digest)) is upload:
+            found = self.uploads.get((key, digest))
+            if found is not None and found.ended is upload:
                 del self.uploads[(key, digest)]
 
     def holds(self, key: Key, digest: str, fresh_s: float) -> tuple[bool, bool, frozenset[str]]:
@@ -344,11 +379,11 @@ class Uploader:
         else a new one on the running loop; None when the ledger says not now."""
         loop = asyncio.get_running_loop()
 
-        def start() -> Future[bool]:
+        def start() -> InFlight:
             ended: Future[bool] = Future()
             task = loop.create_task(self._put(self.plan(specs, digest), digest))
             task.add_done_callback(lambda done: _settle(done, ended))
-            return ended
+            return InFlight(ended, loop, self.client)
 
         shared = LEDGER.upload(
             self.key, digest, start if LEDGER.may_try(self.key, digest) else None
@@ -397,5 +432,11 @@ def _settle(task: asyncio.Task[bool], ended: Future[bool]) -> None:
         result = False
     else:
         result = task.result()
-    if not ended.done():
+    _finish(ended, result)
+
+
+def _finish(ended: Future[bool], result: bool) -> None:
+    """End an upload with `result` unless it ended already (the ledger may drop it as stranded
+    from another thread while its task settles)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
         ended.set_result(result)
