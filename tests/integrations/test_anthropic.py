@@ -21,6 +21,7 @@ from tests.stubs import (
     anthropic_reply,
     claude_with_tool_search,
 )
+from toolselect.catalog import MAX_DESCRIPTION_BYTES, MAX_NAME_CHARS
 from toolselect.client import AsyncClient
 from toolselect.integrations.anthropic import SEARCH_TOOL, ToolSearch, Turn
 
@@ -320,3 +321,43 @@ async def test_an_upload_with_toolselect_down_degrades_and_the_search_reveals_th
         "toolselect_search_degraded",
     ]
     assert "Unreachable" in mine[0].__dict__["error"]
+
+
+async def test_an_upload_over_the_servers_limits_is_clipped_and_nothing_becomes_unfindable(
+    server: LiveServer,
+) -> None:
+    """A catalog version adding a tool with a 9 KiB description (an MCP server's, say) and one
+    whose name is over the server's limit: the description is clipped and the new tools are
+    findable; the one the server cannot hold is revealed by every search, unranked (the one
+    PUT was refused whole: `upload()` answered False and the new tools were never found)."""
+    long_name = "n" * (MAX_NAME_CHARS + 45)
+    catalog = [
+        *CATALOG,
+        {"name": "jira_search", "description": "Search Jira issues with JQL. " + "JQL " * 2300},
+        {"name": long_name, "description": "A tool whose name is over the limit."},
+    ]
+    async with AsyncClient(server.url) as ts:
+        search = ToolSearch(ts, catalog, k=1, pack="claude-limits")
+        uploaded = await search.upload()
+        found = await search.find("search the Jira issues with a JQL query", 1)
+        stored = await ts.tools.get("jira_search")
+    assert uploaded is not False and uploaded.upserted == 4
+    assert found.search_id is not None
+    assert found.tools == ["jira_search", long_name]
+    assert len(stored.description.encode()) == MAX_DESCRIPTION_BYTES
+
+
+async def test_a_tool_the_server_lacks_is_revealed_beside_the_ranked_ones(
+    server: LiveServer,
+) -> None:
+    """`stock_quote` deleted on the server after the upload: a search asking for the whole
+    catalog is ranked what the server holds and reveals `stock_quote` after them (it was left
+    out, findable by no search until the catalog went again)."""
+    async with AsyncClient(server.url) as ts:
+        search = ToolSearch(ts, CATALOG, pack="claude-lost")
+        assert await search.upload()
+        assert await ts.tools.delete("stock_quote")
+        found = await search.find("latest price of the ACME stock", 3)
+    assert found.search_id is not None
+    assert sorted(found.tools[:2]) == ["get_weather", "send_email"]
+    assert found.tools[2:] == ["stock_quote"]

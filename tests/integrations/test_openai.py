@@ -13,6 +13,7 @@ import pytest_asyncio
 
 from tests.client.conftest import Served
 from tests.integrations.test_anthropic import CATALOG, QUESTION
+from tests.integrations.test_narrowing import CountingTransport
 from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
 from tests.stubs import (
@@ -210,3 +211,22 @@ async def test_an_upload_with_toolselect_down_degrades_and_the_search_loads_the_
     assert turn.used_tool == "get_weather"
     mine = [r.getMessage() for r in caplog.records if r.name == "toolselect.integrations"]
     assert mine == ["toolselect_upload_failed", "toolselect_search_degraded"]
+
+
+async def test_a_catalog_over_the_body_limit_is_uploaded_in_several_puts(
+    server: LiveServer,
+) -> None:
+    """601 functions of about 2.2 KB (1.3 MB, over the server's 1 MiB body limit) go in several
+    PUTs, each taken (one PUT was refused whole, and no function of the catalog was stored)."""
+    catalog = [
+        {"type": "function", "name": f"op_{i:03d}", "description": f"Operation {i}. " + "w " * 1080}
+        for i in range(601)
+    ]
+    transport = CountingTransport()
+    async with AsyncClient(server.url, transport=transport) as ts:
+        search = ToolSearch(ts, catalog, pack="openai-big")
+        uploaded = await search.upload()
+        listed = await ts.tools.list(pack="openai-big")
+    assert uploaded is not False and uploaded.upserted == 601
+    assert len(listed) == 601
+    assert transport.count("PUT", "tools") == 2

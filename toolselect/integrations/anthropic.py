@@ -23,11 +23,10 @@ log line: the host's loop goes on as if there were no search.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from anthropic.types import Message, ToolParam, ToolResultBlockParam, ToolUseBlock
 
-from toolselect.api.models import UpsertResponse
 from toolselect.client import AsyncClient
 from toolselect.integrations.search import (
     SEARCH_DESCRIPTION,
@@ -36,6 +35,7 @@ from toolselect.integrations.search import (
     TurnReport,
     search_parameters,
 )
+from toolselect.integrations.uploads import ToolSpec
 
 __all__ = ["SEARCH_TOOL", "ToolSearch", "Turn"]
 
@@ -52,7 +52,11 @@ class ToolSearch(CatalogSearch):
         self, client: AsyncClient, catalog: Sequence[Mapping[str, Any]], **options: Any
     ) -> None:
         self.catalog = [_deferred(tool) for tool in catalog]
-        super().__init__(client, [t["name"] for t in self.catalog], **options)
+        specs = [
+            ToolSpec(t["name"], str(t.get("description") or ""), t["input_schema"])
+            for t in self.catalog
+        ]
+        super().__init__(client, specs, **options)
 
     def tools(self) -> list[ToolParam]:
         """The `tools` for `messages.create`: the search tool, then the deferred catalog."""
@@ -62,16 +66,6 @@ class ToolSearch(CatalogSearch):
             "input_schema": search_parameters(self.k),
         }
         return [search, *self.catalog]
-
-    async def upload(self) -> UpsertResponse | Literal[False]:
-        """Put the catalog into toolselect (under `pack`); False, with one log line, when
-        toolselect cannot take it (the searches then reveal the whole catalog)."""
-        return await self.put(
-            [
-                {"name": t["name"], "description": t.get("description", ""), **_schema(t)}
-                for t in self.catalog
-            ]
-        )
 
     def tool_calls(self, message: Message) -> list[ToolUseBlock]:
         """The calls in `message` the host runs itself: every `tool_use` but the search's."""

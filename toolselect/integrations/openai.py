@@ -17,7 +17,7 @@ picked from) is `search.CatalogSearch`'s and `search.TurnReport`'s.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from openai.types.responses import (
     FunctionToolParam,
@@ -28,7 +28,6 @@ from openai.types.responses import (
     ToolSearchToolParam,
 )
 
-from toolselect.api.models import UpsertResponse
 from toolselect.client import AsyncClient
 from toolselect.integrations.search import (
     SEARCH_DESCRIPTION,
@@ -36,6 +35,7 @@ from toolselect.integrations.search import (
     TurnReport,
     search_parameters,
 )
+from toolselect.integrations.uploads import ToolSpec
 
 __all__ = ["ToolSearch", "Turn"]
 
@@ -52,7 +52,11 @@ class ToolSearch(CatalogSearch):
         self, client: AsyncClient, catalog: Sequence[Mapping[str, Any]], **options: Any
     ) -> None:
         self.catalog = {t["name"]: t for t in (_deferred(tool) for tool in catalog)}
-        super().__init__(client, list(self.catalog), **options)
+        specs = [
+            ToolSpec(name, t.get("description") or "", t.get("parameters") or {"type": "object"})
+            for name, t in self.catalog.items()
+        ]
+        super().__init__(client, specs, **options)
 
     def tools(self) -> list[ToolParam]:
         """The `tools` for `responses.create`: client-executed search, then the catalog."""
@@ -63,20 +67,6 @@ class ToolSearch(CatalogSearch):
             "parameters": search_parameters(self.k),
         }
         return [search, *self.catalog.values()]
-
-    async def upload(self) -> UpsertResponse | Literal[False]:
-        """Put the catalog into toolselect (under `pack`); False, with one log line, when
-        toolselect cannot take it (the searches then reveal the whole catalog)."""
-        return await self.put(
-            [
-                {
-                    "name": t["name"],
-                    "description": t.get("description") or "",
-                    "input_schema": t.get("parameters") or {"type": "object"},
-                }
-                for t in self.catalog.values()
-            ]
-        )
 
     def tool_calls(self, response: Response) -> list[ResponseFunctionToolCall]:
         """The `function_call` items the host runs itself."""

@@ -1,6 +1,13 @@
 """What every tool-search adapter shares: toolselect's ranking restricted to the host's catalog,
 degraded to the whole catalog on any failure (the upload's too), and one `observe` per turn.
 
+The catalog goes up as the narrowing's does (`uploads.plan_upload`, `uploads.put_catalog`):
+descriptions clipped to the server's limit, in as many PUTs as its body limit takes. A tool the
+server cannot hold (a name too long, a schema too deep) or refused is revealed by every search,
+unranked, and a tool the ranking shows the server lacks (it answered fewer than asked) is
+revealed beside the ranked ones: no catalog tool becomes unfindable because toolselect does not
+know it.
+
 Each search the model runs gets the server's `search_id`; the turn reports the id of the search
 its first tool came from (the latest search that showed it, else the latest before the call),
 every catalog tool it called, in order, and the outcome the host knows, so the server can tell
@@ -12,6 +19,7 @@ search calls they read and the answers they build.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -21,6 +29,7 @@ from typing import Any, Literal
 
 from toolselect.api.models import MAX_USED_TOOLS, UpsertResponse
 from toolselect.client import AsyncClient, clip_text, recent_context
+from toolselect.integrations.uploads import ToolSpec, UploadPlan, plan_upload, put_catalog
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
 log = logging.getLogger("toolselect.integrations")
@@ -69,7 +78,7 @@ class CatalogSearch:
     def __init__(
         self,
         client: AsyncClient,
-        names: Sequence[str],
+        specs: Sequence[ToolSpec],
         *,
         name: str = SEARCH_TOOL,
         k: int = 5,
@@ -77,28 +86,46 @@ class CatalogSearch:
         agent_id: str | None = None,
         fallback_limit: int | None = None,
     ) -> None:
+        names = [spec.name for spec in specs]
         if name in names:
             raise ValueError(f"expected a search tool name not in the catalog, got {name!r}")
         self.client = client
-        self.names = list(names)
+        self.specs = list(specs)
+        self.names = names
         self.name = name
         self.k = k
         self.pack = pack
         self.agent_id = agent_id
         self.fallback_limit = fallback_limit
+        # The tools the server refused at the last upload (a limit configured lower).
+        self.refused: frozenset[str] = frozenset()
+        self._unknown_logged = False
 
-    async def put(self, tools: Sequence[Mapping[str, Any]]) -> UpsertResponse | Literal[False]:
-        """Put the catalog into toolselect (under `pack`); unchanged tools cost nothing. When
-        toolselect cannot take it (down, refusing), one `toolselect_upload_failed` line and
-        False: the host goes on, and its searches reveal the catalog until toolselect knows it."""
+    @functools.cached_property
+    def plan(self) -> UploadPlan:
+        """The catalog as the server can hold it (one pass over it, made on first use)."""
+        return plan_upload(self.specs)
+
+    @property
+    def unranked(self) -> frozenset[str]:
+        """The catalog tools the server cannot hold or refused: every search reveals them."""
+        return self.plan.left_out | self.refused
+
+    async def upload(self) -> UpsertResponse | Literal[False]:
+        """Put the catalog into toolselect (under `pack`; see the module's docstring); unchanged
+        tools cost nothing. When toolselect cannot take it (down, refusing), one
+        `toolselect_upload_failed` line and False: the host goes on, and its searches reveal
+        the catalog until toolselect knows it."""
         try:
-            return await self.client.tools.put(tools, pack=self.pack)
+            done = await put_catalog(self.client, self.plan, self.pack)
         except Exception as exc:  # the host's start-up must not fail over toolselect either
             log.warning(
                 "toolselect_upload_failed",
-                extra={"error": f"{type(exc).__name__}: {exc}", "tools": len(tools)},
+                extra={"error": f"{type(exc).__name__}: {exc}", "tools": len(self.specs)},
             )
             return False
+        self.refused = done.refused
+        return UpsertResponse(upserted=done.upserted, unchanged=done.unchanged)
 
     async def find(
         self,
@@ -108,18 +135,26 @@ class CatalogSearch:
         session_id: str | None = None,
         context: Sequence[str] | None = None,
     ) -> Found:
-        """The `k` best catalog tools for `query` with the search's id, or the catalog's first
-        `fallback_limit` (all by default) when toolselect cannot answer. `session_id` and
-        `context` (earlier messages, most recent last) are the conversation's, when known."""
+        """The `k` best catalog tools for `query` with the search's id, then the tools it cannot
+        rank (see the module's docstring); or the catalog's first `fallback_limit` (all by
+        default) when toolselect cannot answer. `session_id` and `context` (earlier messages,
+        most recent last) are the conversation's, when known."""
+        unranked = self.unranked
+        always = [n for n in self.names if n in unranked]
+        rankable = [n for n in self.names if n not in unranked]
+        want = min(k, len(rankable))
+        if want < 1:
+            return Found(always)  # nothing to rank: no search to report
         try:
             ranking = await self.client.rank(
                 clip_text(query),  # a longer one would be refused: the search would degrade
-                k,
-                tools=self.names,
+                want,
+                tools=rankable,
                 session_id=session_id,
                 context=recent_context(context) or None,
             )
-            found = [r.tool for r in ranking.results if r.tool in self.names]
+            asked = set(rankable)
+            found = [r.tool for r in ranking.results if r.tool in asked]
             if not found:
                 raise LookupError("toolselect knows none of the catalog's tools (not uploaded?)")
         except Exception as exc:
@@ -130,7 +165,20 @@ class CatalogSearch:
                 extra={"error": f"{type(exc).__name__}: {exc}", "revealed": len(revealed)},
             )
             return Found(revealed)
-        return Found(found, ranking.search_id)
+        return Found([*found, *self._unknown(found, want, rankable), *always], ranking.search_id)
+
+    def _unknown(self, found: list[str], want: int, rankable: list[str]) -> list[str]:
+        """The catalog tools the server lacks when it ranked fewer than asked (it ranks all it
+        holds): deleted there, a store reset, an upload that failed. Up to `fallback_limit`."""
+        if len(found) >= want:
+            return []
+        shown = set(found)
+        unknown = [n for n in rankable if n not in shown][: self.fallback_limit]
+        if unknown and not self._unknown_logged:
+            self._unknown_logged = True
+            few = {"count": len(unknown), "names": unknown[:5]}
+            log.info("toolselect_tools_unknown", extra={"agent": self.agent_id, **few})
+        return unknown
 
     def arguments(self, given: object, request: str) -> tuple[str, int]:
         """The search call's query (the user's request when blank) and `k` (within 1..MAX_K)."""

@@ -155,7 +155,7 @@ class Uploaded(NamedTuple):
     refused: frozenset[str]
 
 
-async def put_catalog(client: AsyncClient, plan: UploadPlan, pack: str) -> Uploaded:
+async def put_catalog(client: AsyncClient, plan: UploadPlan, pack: str | None) -> Uploaded:
     """PUT `plan`'s entries in bodies the server takes; a `413` halves a body, a `422` naming one
     tool leaves that tool out. Raises any other refusal, and `ClientError` when unanswered."""
     pending = batches(plan.entries)
