@@ -40,6 +40,8 @@ from tests.services import free_port
 from tests.stubs import Stub
 from toolselect.client import AsyncClient
 from toolselect.integrations.litellm import (
+    AGENT,
+    MAX_AGENTS,
     PACK,
     SEARCH_ID,
     ToolselectCallback,
@@ -327,3 +329,24 @@ async def test_the_tool_tool_choice_forces_is_kept(server: LiveServer) -> None:
             kept = [t["function"]["name"] for t in data["tools"]]
             assert kept == (["get_weather"] if choice == "auto" else ["send_email", "get_weather"])
             assert data["tool_choice"] == choice
+
+
+async def test_the_narrowers_kept_are_bounded_the_least_recently_used_dropped(
+    server: LiveServer,
+) -> None:
+    """Callers naming an agent of their own per request (`metadata["toolselect_agent"]`) keep
+    at most `max_agents` narrowers, the least recently used dropped first (one was kept per
+    name for ever: 2,000 names, 2,000 narrowers), and a dropped pack still narrows."""
+    async with AsyncClient(server.url) as ts:
+        assert ToolselectCallback(ts).max_agents == MAX_AGENTS
+        hook = ToolselectCallback(ts, k=1, max_agents=2)
+        for agent in ("lru-a", "lru-b", "lru-a", "lru-c", "lru-b"):
+            data: dict[str, Any] = {
+                "model": "gpt-5.4",
+                "messages": [{"role": "user", "content": WEATHER}],
+                "tools": list(FUNCTIONS),
+                "metadata": {AGENT: agent},
+            }
+            await hook.async_pre_call_hook(UserAPIKeyAuth(), DualCache(), data, "acompletion")
+            assert data["metadata"][PACK] == agent and data["metadata"][SEARCH_ID]
+    assert list(hook.narrowers) == ["lru-c", "lru-b"]

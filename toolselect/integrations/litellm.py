@@ -20,7 +20,10 @@ reports the tools the model called.
   per content. The pack is named
   after the agent the request comes from: `metadata["toolselect_agent"]` when the caller sets it,
   else the virtual key's alias, else its team's alias, else the model (`agent=` fixes one name).
-  The ranking's search id, the pack and the session go into the request's metadata.
+  The ranking's search id, the pack and the session go into the request's metadata. One
+  narrower is kept per pack, at most `max_agents` (`MAX_AGENTS` by default), the least
+  recently used dropped first: a caller naming a new agent per request must not grow the
+  proxy's memory.
 - `async_pre_call_deployment_hook` does the same for calls that did not pass the proxy's hook
   (`litellm.acompletion` and `Router` in an application's own process); a request already
   narrowed is left alone.
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -62,7 +65,7 @@ from toolselect.integrations.narrowing import (
     latest_user_text,
 )
 
-__all__ = ["ToolselectCallback", "agent_name", "conversation", "tool_calls"]
+__all__ = ["MAX_AGENTS", "ToolselectCallback", "agent_name", "conversation", "tool_calls"]
 
 log = logging.getLogger("toolselect.integrations")
 
@@ -72,6 +75,10 @@ PACK = "toolselect_pack"
 SESSION = "toolselect_session_id"
 # Set by a caller to name its agent (the pack its tools go to).
 AGENT = "toolselect_agent"
+# The narrowers kept, one per pack: any caller of the proxy names a pack, so a bound keeps one
+# that names a new agent per request from growing the proxy without end. A pack dropped and
+# used again costs a new narrower, not an upload (the process's ledger remembers it).
+MAX_AGENTS = 256
 
 CHAT_CALLS = frozenset({"completion", "acompletion"})
 
@@ -152,7 +159,7 @@ class ToolselectCallback(CustomLogger):
     module's docstring). `k`, `always`, `timeout_s` and `context_chars` go to each pack's
     `ToolNarrower`; `agent` names the one pack every request uses; `agent_for` replaces the
     naming rule (metadata, the key or None, the model -> a name, or None to leave the request
-    alone)."""
+    alone); `max_agents` bounds the narrowers kept (the least recently used is dropped)."""
 
     def __init__(
         self,
@@ -165,7 +172,10 @@ class ToolselectCallback(CustomLogger):
         agent: str | None = None,
         agent_for: Callable[[Mapping[str, Any], UserAPIKeyAuth | None, object], str | None]
         | None = None,
+        max_agents: int = MAX_AGENTS,
     ) -> None:
+        if max_agents < 1:
+            raise ValueError(f"expected max_agents >= 1, got {max_agents}")
         super().__init__()
         self.client = client
         self.k = k
@@ -174,23 +184,29 @@ class ToolselectCallback(CustomLogger):
         self.context_chars = context_chars
         self.agent = agent
         self.agent_for = agent_for or agent_name
-        self.narrowers: dict[str, ToolNarrower] = {}
+        self.max_agents = max_agents
+        # By pack, least recently used first.
+        self.narrowers: OrderedDict[str, ToolNarrower] = OrderedDict()
         # The ids of the turns reported, newest last.
         self.reported: deque[str] = deque(maxlen=1000)
 
     def narrower(self, pack: str) -> ToolNarrower:
-        """The narrower of one agent's pack (made on first use)."""
+        """The narrower of one agent's pack (made on first use; the least recently used one is
+        dropped beyond `max_agents`)."""
         narrower = self.narrowers.get(pack)
-        if narrower is None:
-            narrower = ToolNarrower(
-                self.client,
-                agent=pack,
-                k=self.k,
-                always=self.always,
-                timeout_s=self.timeout_s,
-                context_chars=self.context_chars,
-            )
-            self.narrowers[pack] = narrower
+        if narrower is not None:
+            self.narrowers.move_to_end(pack)
+            return narrower
+        narrower = self.narrowers[pack] = ToolNarrower(
+            self.client,
+            agent=pack,
+            k=self.k,
+            always=self.always,
+            timeout_s=self.timeout_s,
+            context_chars=self.context_chars,
+        )
+        if len(self.narrowers) > self.max_agents:
+            self.narrowers.popitem(last=False)
         return narrower
 
     async def narrow(self, data: dict[str, Any], key: UserAPIKeyAuth | None = None) -> None:
