@@ -21,9 +21,12 @@ from tests.stubs import (
     anthropic_reply,
     claude_with_tool_search,
 )
-from toolselect.catalog import MAX_DESCRIPTION_BYTES, MAX_NAME_CHARS
+from toolselect.catalog import MAX_DESCRIPTION_BYTES
+from toolselect.catalog import MAX_NAME_CHARS as MAX_TOOL_NAME_CHARS
 from toolselect.client import AsyncClient
 from toolselect.integrations.anthropic import SEARCH_TOOL, ToolSearch, Turn
+from toolselect.integrations.sessions import fit_session_id
+from toolselect.turns import MAX_NAME_CHARS
 
 CATALOG: list[dict[str, Any]] = [
     {
@@ -330,7 +333,7 @@ async def test_an_upload_over_the_servers_limits_is_clipped_and_nothing_becomes_
     whose name is over the server's limit: the description is clipped and the new tools are
     findable; the one the server cannot hold is revealed by every search, unranked (the one
     PUT was refused whole: `upload()` answered False and the new tools were never found)."""
-    long_name = "n" * (MAX_NAME_CHARS + 45)
+    long_name = "n" * (MAX_TOOL_NAME_CHARS + 45)
     catalog = [
         *CATALOG,
         {"name": "jira_search", "description": "Search Jira issues with JQL. " + "JQL " * 2300},
@@ -361,3 +364,19 @@ async def test_a_tool_the_server_lacks_is_revealed_beside_the_ranked_ones(
     assert found.search_id is not None
     assert sorted(found.tools[:2]) == ["get_weather", "send_email"]
     assert found.tools[2:] == ["stock_quote"]
+
+
+async def test_a_session_id_over_the_servers_limit_keeps_the_search_and_the_turn(
+    server: LiveServer, anthropic_stub: Stub
+) -> None:
+    """A conversation id over the server's limit goes as its stable short stand-in with the
+    searches and the turn (sent whole, the search degraded and the turn was lost)."""
+    anthropic_stub.responder = claude_with_tool_search(SEARCH_TOOL, "rain forecast for a city")
+    session = "workspace-9/" + "s" * MAX_NAME_CHARS
+    async with AsyncClient(server.url) as ts:
+        search = ToolSearch(ts, CATALOG, k=2, pack="claude-long-session")
+        await search.upload()
+        turn = await converse(sdk(anthropic_stub), search, QUESTION, session_id=session)
+    assert turn.searches[0].search_id is not None
+    stored = wait_for_turn(server, turn.turn_id)
+    assert (stored.used_tool, stored.session_id) == ("get_weather", fit_session_id(session))

@@ -28,6 +28,8 @@ from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
 from toolselect.client import AsyncClient, Client
 from toolselect.integrations.langchain import METADATA_KEY, ToolselectMiddleware, turn_id_of
+from toolselect.integrations.sessions import fit_session_id
+from toolselect.turns import MAX_NAME_CHARS
 
 QUESTION = "Will it rain in Turin tomorrow?"
 
@@ -178,3 +180,22 @@ async def test_a_forced_tool_is_offered(server: LiveServer) -> None:
             await middleware.awrap_model_call(request, handler)
             assert [t.name for t in seen[-1].tools if isinstance(t, BaseTool)] == expected
             assert seen[-1].tool_choice == choice
+
+
+def test_a_thread_id_over_the_servers_limit_is_reported_as_its_stand_in(
+    server: LiveServer,
+) -> None:
+    """A LangGraph `thread_id` over the server's limit is the turn's session as its stable short
+    stand-in (sent whole, the server refused the turn and it was lost)."""
+    thread = "org-3/project-8/" + "t" * MAX_NAME_CHARS
+    with Client(server.url) as ts:
+        middleware = ToolselectMiddleware(ts, agent="lc-long-thread", k=2)
+        agent = create_agent(
+            scripted("get_weather"), TOOLS, middleware=[middleware], checkpointer=InMemorySaver()
+        )
+        answer = agent.invoke(
+            {"messages": [{"role": "user", "content": QUESTION}]},
+            {"configurable": {"thread_id": thread}},
+        )
+        stored = stored_turn(server, answer)
+    assert (stored.used_tool, stored.session_id) == ("get_weather", fit_session_id(thread))

@@ -25,6 +25,8 @@ from toolselect.integrations.narrowing import (
     catalog_hash,
     compose_query,
 )
+from toolselect.integrations.sessions import fit_session_id
+from toolselect.turns import MAX_NAME_CHARS
 
 TOOLS = [
     ToolSpec("send_email", "Send an email message to a recipient with a subject and body."),
@@ -38,6 +40,7 @@ TOOLS = [
     ToolSpec("handoff", "Hand the conversation over to a human operator."),
 ]
 NAMES = [t.name for t in TOOLS]
+WEATHER = "Will it rain in Turin tomorrow?"
 
 
 class CountingTransport(AiohttpTransport):
@@ -269,3 +272,34 @@ async def test_a_long_request_in_a_wide_script_is_narrowed_and_reported_not_refu
     assert turn_id is not None and ts.observe_stats.sent == 1
     stored = wait_for_turn(server, turn_id).request
     assert request.startswith(stored) and len(stored.encode()) > (8 << 10) - 3
+
+
+async def test_a_session_id_over_the_servers_limit_keeps_the_ranking_and_the_turn(
+    server: LiveServer,
+) -> None:
+    """A conversation id over the server's limit (one built from several ids) goes as a stable
+    short stand-in, to the ranking and with the turn (sent whole, the ranking was refused and
+    degraded, and the turn was counted invalid while `report` returned its id)."""
+    long_id = "tenant-42/user-7/" + "c" * MAX_NAME_CHARS
+    async with AsyncClient(server.url) as ts:
+        narrower = ToolNarrower(ts, agent="core-long-session", k=1, timeout_s=5.0)
+        turn = narrower.turn(WEATHER, session_id=long_id)
+        narrowed = await turn.narrow(TOOLS)
+        turn.called("get_weather")
+        turn_id = turn.finish()
+    assert narrowed.search_id is not None and narrowed.tools == ["get_weather"]
+    assert turn_id is not None and ts.observe_stats.invalid == 0
+    stored = await asyncio.to_thread(wait_for_turn, server, turn_id)
+    assert stored.session_id == fit_session_id(long_id)
+
+
+def test_a_long_session_id_maps_to_one_stable_stand_in_within_the_limit() -> None:
+    """The stand-in keeps the id's start, fits the server's limit, is the same for the same id
+    and differs for ids that differ only past the limit; an id the server takes is unchanged."""
+    start = "tenant-42/user-7/"
+    one, two = start + "c" * MAX_NAME_CHARS + "1", start + "c" * MAX_NAME_CHARS + "2"
+    mapped = fit_session_id(one)
+    assert mapped is not None and len(mapped) == MAX_NAME_CHARS and mapped.startswith(start)
+    assert fit_session_id(one) == mapped != fit_session_id(two)
+    assert fit_session_id("x" * MAX_NAME_CHARS) == "x" * MAX_NAME_CHARS
+    assert fit_session_id(None) is None

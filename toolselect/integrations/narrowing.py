@@ -17,7 +17,8 @@ turn, report the tools the model then called, and never break the agent's loop.
   provider prompt caches warm), with the ranking's `search_id`. A tool the ranking shows the
   server lacks (it answered fewer than asked) is kept too, and the catalog goes again. The query
   is the latest user message, then earlier messages (`context`, oldest first) up to
-  `context_chars`; `context` and a turn's `session_id` go to the ranking too; `companions` keeps
+  `context_chars`; `context` and a turn's `session_id` go to the ranking too (an id over the
+  server's limit as a stable short stand-in: `sessions.fit_session_id`); `companions` keeps
   tools used with the ranked.
 - **Degrade**: when toolselect is down, slow (over `timeout_s`, 0.25 s by default: well under a
   model call), refusing, or knows none of the tools, every tool is kept, `search_id` is None and
@@ -43,6 +44,7 @@ from typing import Any, NamedTuple, TypedDict, TypeVar
 
 from toolselect.api.models import MAX_USED_TOOLS
 from toolselect.client import AsyncClient, Client, clip_text, recent_context
+from toolselect.integrations.sessions import fit_session_id
 from toolselect.integrations.uploads import RECHECK_S, Uploader, describe
 from toolselect.integrations.uploads import ToolSpec as ToolSpec
 from toolselect.integrations.uploads import catalog_hash as catalog_hash
@@ -224,7 +226,7 @@ class ToolNarrower:
                 query,
                 want,
                 tools=rankable,
-                session_id=session_id,
+                session_id=fit_session_id(session_id),  # a longer one would be refused
                 context=recent_context(context) or None,
                 companions=self.companions,
             )
@@ -278,7 +280,7 @@ class ToolNarrower:
                 outcome=outcome if outcome in OUTCOMES else None,
                 search_id=search_id,
                 used_tools=used if len(used) > 1 else None,
-                session_id=session_id,
+                session_id=fit_session_id(session_id),  # a longer one loses the turn
             )
         except Exception as exc:  # observe never raises; a bug of ours must not either
             log.warning("toolselect_report_failed", extra={"error": describe(exc)})

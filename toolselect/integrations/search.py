@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from toolselect.api.models import MAX_USED_TOOLS, UpsertResponse
 from toolselect.client import AsyncClient, clip_text, recent_context
+from toolselect.integrations.sessions import fit_session_id
 from toolselect.integrations.uploads import ToolSpec, UploadPlan, plan_upload, put_catalog
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
@@ -150,7 +151,7 @@ class CatalogSearch:
                 clip_text(query),  # a longer one would be refused: the search would degrade
                 want,
                 tools=rankable,
-                session_id=session_id,
+                session_id=fit_session_id(session_id),  # a longer one would be refused
                 context=recent_context(context) or None,
             )
             asked = set(rankable)
@@ -257,7 +258,7 @@ class TurnReport:
                 outcome=outcome or self.outcome,
                 search_id=self.search_id,
                 used_tools=self.used_tools if len(self.used_tools) > 1 else None,
-                session_id=self.session_id,
+                session_id=fit_session_id(self.session_id),  # a longer one loses the turn
             )
         return self.used_tool
 
