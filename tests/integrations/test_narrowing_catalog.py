@@ -275,3 +275,17 @@ async def test_an_async_client_closed_during_its_first_upload_does_not_hold_the_
     finally:
         hanging.released.set()  # the old upload ends before the test's loop does
     assert narrowed.search_id is not None and narrowed.tools == ["get_weather"]
+
+
+async def test_two_agents_tools_of_one_name_are_one_stored_tool(server: LiveServer) -> None:
+    """What README's "One tool per name" tells users: a tenant's tools are keyed by name and
+    packs only group them, so a news agent's `search` and a Jira agent's are one tool, described
+    by the latest upload and held by both packs (a change to that model changes the README)."""
+    news = [ToolSpec("search", "Search the web for news articles and headlines."), *TOOLS]
+    jira = [ToolSpec("search", "Search Jira issues, tickets and bugs with JQL.")]
+    async with AsyncClient(server.url) as ts:
+        assert await ToolNarrower(ts, agent="news-bot").upload(news)
+        assert await ToolNarrower(ts, agent="jira-bot").upload(jira)
+        stored = await ts.tools.get("search")
+    assert stored.description == jira[0].description
+    assert sorted(stored.packs) == ["jira-bot", "news-bot"]
