@@ -24,6 +24,7 @@ from tests.integrations.langchain_fakes import (
     stock_quote,
     translate_text,
 )
+from tests.integrations.test_conversation import RecordingTransport
 from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
 from toolselect.client import AsyncClient, Client
@@ -51,8 +52,11 @@ def stored_turn(server: LiveServer, answer: dict[str, Any]) -> Any:
 
 
 def test_invoke_narrows_the_tools_and_reports_the_call(server: LiveServer) -> None:
+    """The model is offered the narrowed tools in the agent's order; the call is stored with
+    the ranking's search id and the thread as its session, which went to the ranking too."""
     model = scripted("get_weather")
-    with Client(server.url) as ts:
+    transport = RecordingTransport()
+    with Client(server.url, transport=transport) as ts:
         middleware = ToolselectMiddleware(ts, agent="lc-weather", k=2, always=["handoff"])
         agent = create_agent(model, TOOLS, middleware=[middleware], checkpointer=InMemorySaver())
         answer = agent.invoke(
@@ -73,6 +77,8 @@ def test_invoke_narrows_the_tools_and_reports_the_call(server: LiveServer) -> No
         search_id,
     )
     assert (stored.pack, stored.outcome, stored.session_id) == ("lc-weather", "ok", "thread-7")
+    assert transport.ranks  # one ranking per model call, each with the thread
+    assert {rank.get("session_id") for rank in transport.ranks} == {"thread-7"}
     assert stored.shown_position is not None
 
 

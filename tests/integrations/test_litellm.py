@@ -34,6 +34,7 @@ from tests.integrations.agent_stubs import (
     shown_in_readme,
     silent_toolselect,
 )
+from tests.integrations.test_conversation import RecordingTransport
 from tests.integrations.test_examples import environment, run_example
 from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
@@ -94,11 +95,13 @@ async def test_the_proxy_hook_narrows_and_the_call_is_stored(
     server: LiveServer, openai_stub: Stub, callbacks: list[Any]
 ) -> None:
     """The pre-call hook keeps the top k function tools, the `always` one and the hosted one,
-    names the pack after the virtual key's alias and notes the search in the metadata; the
+    names the pack after the virtual key's alias, ranks with the request's session and notes
+    the search in the metadata; the
     deployment hook leaves the narrowed request alone; the tool called reaches the store with
     that search id."""
     openai_stub.responder = chat_model("get_weather")
-    async with AsyncClient(server.url) as ts:
+    transport = RecordingTransport()
+    async with AsyncClient(server.url, transport=transport) as ts:
         hook = ToolselectCallback(ts, k=2, always=["handoff"])
         callbacks.append(hook)
         data: dict[str, Any] = {
@@ -114,6 +117,8 @@ async def test_the_proxy_hook_narrows_and_the_call_is_stored(
         assert "get_weather" in kept and kept[-1] == "handoff" and len(kept) == 3
         assert kept == [n for n in TOOLS if n in kept] and data["tools"][-1] == HOSTED
         assert data["metadata"][PACK] == "support-bot" and data["metadata"][SEARCH_ID]
+        # The session goes to the ranking too (its session signals), not only to the report.
+        assert [rank.get("session_id") for rank in transport.ranks] == ["conversation-7"]
 
         response = await complete(openai_stub, **{**data, "model": "openai/gpt-5.4"})
     assert response.choices[0].message.tool_calls[0].function.name == "get_weather"

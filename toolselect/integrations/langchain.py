@@ -13,7 +13,7 @@ Hooks, modelled on LangChain's own `LLMToolSelectorMiddleware`:
 - `wrap_model_call`/`awrap_model_call` (narrow): the request's `BaseTool`s are ranked for the
   latest user message (earlier messages are context) and only the top `k` (plus `always` and a
   tool the request's `tool_choice` forces) go to the model, in the agent's order; provider tools
-  (dicts) pass through. The answer's
+  (dicts) pass through. The LangGraph `thread_id` goes to the ranking as the session. The answer's
   `AIMessage` carries the ranking's id in `response_metadata["toolselect"]`, so the report can
   name the ranking that showed each call, even across processes with a checkpointer.
 - `after_agent`/`aafter_agent` (report): once the agent's run ends, the tools called since the
@@ -97,7 +97,10 @@ class ToolselectMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return handler(request)
         question, context, specs = prepared
         forced = forced_tools(request.tool_choice)
-        narrowed = self.narrower.narrow_sync(question, specs, context=context, always=forced)
+        session_id = _thread_id(request.runtime)
+        narrowed = self.narrower.narrow_sync(
+            question, specs, context=context, always=forced, session_id=session_id
+        )
         return _tagged(handler(_offer(request, narrowed)), narrowed)
 
     async def awrap_model_call(
@@ -110,7 +113,10 @@ class ToolselectMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return await handler(request)
         question, context, specs = prepared
         forced = forced_tools(request.tool_choice)
-        narrowed = await self.narrower.narrow(question, specs, context=context, always=forced)
+        session_id = _thread_id(request.runtime)
+        narrowed = await self.narrower.narrow(
+            question, specs, context=context, always=forced, session_id=session_id
+        )
         return _tagged(await handler(_offer(request, narrowed)), narrowed)
 
     def _prepare(self, request: ModelRequest[Any]) -> tuple[str, list[str], list[ToolSpec]] | None:

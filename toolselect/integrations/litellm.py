@@ -20,7 +20,8 @@ reports the tools the model called.
   per content. The pack is named
   after the agent the request comes from: `metadata["toolselect_agent"]` when the caller sets it,
   else the virtual key's alias, else its team's alias, else the model (`agent=` fixes one name).
-  The ranking's search id, the pack and the session go into the request's metadata. One
+  The session (`litellm_session_id`, else `metadata["session_id"]`) goes to the ranking, and
+  the ranking's search id, the pack and the session into the request's metadata. One
   narrower is kept per pack, at most `max_agents` (`MAX_AGENTS` by default), the least
   recently used dropped first: a caller naming a new agent per request must not grow the
   proxy's memory.
@@ -230,14 +231,17 @@ class ToolselectCallback(CustomLogger):
         # A tool the request forces is kept like an `always` one: narrowed away, the provider
         # would refuse the call (tool_choice naming a tool not offered).
         forced = forced_tools(data.get("tool_choice"))
-        narrowed = await self.narrower(pack).narrow(request, specs, context=context, always=forced)
+        session = data.get("litellm_session_id") or metadata.get("session_id")
+        session_id = session if isinstance(session, str) and session else None
+        narrowed = await self.narrower(pack).narrow(
+            request, specs, context=context, always=forced, session_id=session_id
+        )
         kept = set(narrowed.tools)
         data["tools"] = [t for t in tools if (f := _function(t)) is None or f["name"] in kept]
         metadata[PACK] = pack
         metadata[SEARCH_ID] = narrowed.search_id
-        session = data.get("litellm_session_id") or metadata.get("session_id")
-        if isinstance(session, str) and session:
-            metadata[SESSION] = session
+        if session_id:
+            metadata[SESSION] = session_id
 
     # -- LiteLLM's hooks -------------------------------------------------------------------
 
