@@ -17,4 +17,6 @@ command. What the report publishes (the evaluation, the agent loop, perf) stays 
                     and the exemplar caps
   repeated_usage    each learn-half request sent several times by agents sometimes wrong: the
                     share of requests whose usage label ends right (the running majority)
+  composed_query    the narrowing's query with the earlier conversation glued on, against the
+                    message alone and the server's fitted context (why `context_chars` is 0)
 """

@@ -19,6 +19,7 @@ import pytest_asyncio
 from agents import Agent, FunctionTool, ModelSettings, RunConfig, Runner, function_tool
 from agents.models.openai_responses import OpenAIResponsesModel
 
+from tests.api.conversation import pin
 from tests.integrations.agent_stubs import (
     STOCKS,
     TOOLS,
@@ -35,6 +36,7 @@ from tests.services import free_port
 from tests.stubs import Stub, start_stub
 from toolselect.client import AsyncClient
 from toolselect.integrations.openai_agents import ToolselectRunHooks, ToolselectTools, conversation
+from toolselect.learn.session_fit import SessionWeights
 
 AGENT = "openai-agents-test"
 # No trace export: the SDK would send the runs' traces to api.openai.com.
@@ -149,6 +151,10 @@ async def test_concurrent_runs_of_one_agent_are_ranked_apart(
 async def test_the_conversation_joins_the_ranking_and_the_latest_message_is_the_request(
     model: OpenAIResponsesModel, server: LiveServer, responses: Stub
 ) -> None:
+    """A follow-up that only makes sense with the history is ranked with it as `context`, which
+    a server whose session fit weighs context (pinned here) uses; the query and the turn's
+    request are the latest message alone."""
+    server.run(pin(server.service, SessionWeights(context=0.5)))
     responses.responder = responses_model()
     history: list[Any] = [
         {"role": "user", "content": "I want the latest stock price quote for ACME."},

@@ -30,6 +30,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.settings import ModelSettings, ToolOrOutput
 
+from tests.api.conversation import pin
 from tests.integrations.agent_stubs import (
     STOCKS,
     TOOLS,
@@ -48,6 +49,7 @@ from tests.stubs import Stub, start_stub
 from toolselect.client import AsyncClient
 from toolselect.integrations.narrowing import ToolNarrower
 from toolselect.integrations.pydantic_ai import ToolselectCapability, conversation, prepare_tools
+from toolselect.learn.session_fit import SessionWeights
 
 AGENT = "pydantic-ai-test"
 # What a narrowing may wait here: the tests check what is offered, not how fast (a loaded
@@ -188,8 +190,10 @@ async def test_concurrent_runs_of_one_agent_are_ranked_apart(server: LiveServer)
 async def test_the_conversation_before_the_latest_prompt_joins_the_ranking(
     server: LiveServer,
 ) -> None:
-    """A follow-up that only makes sense with the history is ranked with it; the turn's
-    request is the latest prompt alone."""
+    """A follow-up that only makes sense with the history is ranked with it as `context`, which
+    a server whose session fit weighs context (pinned here) uses; the query and the turn's
+    request are the latest prompt alone."""
+    server.run(pin(server.service, SessionWeights(context=0.5)))
     model = Scripted()
     history: list[ModelMessage] = [
         ModelRequest(parts=[UserPromptPart("I want the latest stock price quote for ACME.")]),

@@ -169,7 +169,7 @@ class ToolselectCallback(CustomLogger):
         k: int = 5,
         always: Collection[str] = (),
         timeout_s: float = DEFAULT_TIMEOUT_S,
-        context_chars: int = 1000,
+        context_chars: int = 0,
         agent: str | None = None,
         agent_for: Callable[[Mapping[str, Any], UserAPIKeyAuth | None, object], str | None]
         | None = None,
