@@ -282,6 +282,11 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
 
         await eventually(spooled, within=30)
         assert service.learner.depth == 0  # intake goes on while the store hangs
+
+        async def store_down() -> bool:  # the poll is bounded: it held the upkeep, up at 1
+            return service.metrics.value("toolselect_store_up", {}) == 0.0
+
+        await eventually(store_down, within=settings.poll_interval_s + READY_PING_S + 10)
     finally:
         os.kill(pid, signal.SIGCONT)
     await eventually(is_ready, within=60)

@@ -59,6 +59,7 @@ class Service:
         self.sessions = parts.sessions
         self.keys = parts.keys
         self._maintenance: asyncio.Task[None] | None = None
+        self._watching: asyncio.Task[None] | None = None
         self._owns_models = True
         # Every other tenant's teacher budget (on the `default` service), kept when a tenant's
         # service is closed and started again: its hour of paid calls is not reset by a restart.
@@ -145,6 +146,9 @@ class Service:
                 service.learner.open()
             service._maintenance = asyncio.create_task(
                 service._maintain(), name="toolselect-maintenance"
+            )
+            service._watching = asyncio.create_task(
+                service._watch_store(), name="toolselect-store-watch"
             )
         except BaseException:
             await service.close()
@@ -242,13 +246,12 @@ class Service:
                     await self.connect()
                     log.info("store_connected", store=self.store.uri)
                 if self.store.backlog or self.store.down:
-                    await self.store.ping()
+                    await self._reachable()
                     await self.store.flush()
                 if since_poll >= interval:
                     since_poll = 0.0
                     await self.reload_keys()
                     await self.index.refresh()
-                    self.metrics.store_up.set(1)
                 if self.loaded:
                     await self.learner.ask_again()
                 if self.loaded and since_abandoned >= ABANDONED_CHECK_S:
@@ -260,19 +263,30 @@ class Service:
                     log.info("store_recovered", store=self.store.uri)
                 failing = None
             except ToolselectError as exc:
-                if isinstance(exc, StoreUnavailable):
-                    self.metrics.store_up.set(0)
                 if not self.loaded:
                     self.index.not_ready_reason = f"store unreachable: {exc}"
                 if str(exc) != failing:
                     log.warning("store_maintenance_failed", error=str(exc))
                 failing = str(exc)
 
+    async def _watch_store(self) -> None:
+        """`toolselect_store_up` every poll interval: whether the store answers a ping within
+        `READY_PING_S`. Apart from the upkeep, which a read of a store that hangs (SIGSTOP, a
+        partition) holds for as long as the driver waits: the gauge stayed 1 meanwhile."""
+        while True:
+            try:
+                await self._reachable()
+                self.metrics.store_up.set(1)
+            except ToolselectError:
+                self.metrics.store_up.set(0)
+            await asyncio.sleep(self.settings.poll_interval_s)
+
     async def close(self) -> None:
         """Drain the learner within the shutdown timeout, then release every resource."""
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-            await asyncio.gather(self._maintenance, return_exceptions=True)
+        for task in (self._watching, self._maintenance):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         timeout_s = self.settings.shutdown_timeout_s
         await self.catalog.close(timeout_s)
         await self.sessions.close()
