@@ -26,6 +26,7 @@ from toolselect.client.observer import (
     RETRY_STATUSES,
     ObserveStats,
     TurnBuffer,
+    encoded,
     turn_request,
 )
 from toolselect.client.transport import AiohttpTransport, Response, Transport
@@ -191,7 +192,7 @@ class AsyncClient:
         breaks a rule is counted `invalid` and logged.
         """
         try:
-            self._turns.add(turn_request(request, used_tool, turn))
+            self._turns.add(encoded(turn_request(request, used_tool, turn)))
         except Exception as exc:
             # The agent loop comes first: a malformed turn (or a call off the loop) is
             # counted and logged, not raised into it.
@@ -202,8 +203,9 @@ class AsyncClient:
     def observe_stats(self) -> ObserveStats:
         return self._turns.stats()
 
-    async def _observe_batch(self, turns: Sequence[m.ObserveRequest]) -> m.ObserveBatchResponse:
-        body = m.ObserveBatchRequest(turns=list(turns))
+    async def _observe_batch(self, turns: Sequence[bytes]) -> m.ObserveBatchResponse:
+        # `ObserveBatchRequest` as JSON, from the turns encoded when they were buffered.
+        body = b'{"turns":[' + b",".join(turns) + b"]}"
         return await self.call("POST", "/v1/observe/batch", m.ObserveBatchResponse, body)
 
     async def label(self, query: str, tool: str) -> m.FeedbackResponse:
@@ -270,18 +272,12 @@ class AsyncClient:
         *,
         repeatable: bool = True,
     ) -> Model:
-        """Send `body` (a model or JSON-able value), retrying transient failures, and parse
-        a 2xx answer as `answer`; raise `ApiError` for any other status. A call that is not
+        """Send `body` (a model, a JSON-able value or JSON already encoded as bytes), retrying
+        transient failures, and parse a 2xx answer as `answer`; raise `ApiError` for any other
+        status, `InvalidInput` (nothing sent) for a body JSON cannot carry. A call that is not
         `repeatable` (it creates something each time) is retried only when it cannot have
         reached the server: a refused connection, a 503 or a 429."""
-        if isinstance(body, BaseModel):
-            # What the caller left unset is left to the server's defaults (which know its limits).
-            data = body.model_dump_json(exclude_none=True, exclude_unset=True).encode()
-        elif body is not None:
-            data = json.dumps(body, ensure_ascii=False).encode()
-        else:
-            data = None
-        response = await self._send(method, path, data, repeatable=repeatable)
+        response = await self._send(method, path, _encoded(body), repeatable=repeatable)
         if not 200 <= response.status < 300:
             raise _api_error(response)
         try:
@@ -394,6 +390,20 @@ def _conversation(
         "companions": companions or None,  # 0 and False both ask for none
     }
     return {key: value for key, value in fields.items() if value is not None}
+
+
+def _encoded(body: Any) -> bytes | None:
+    """The request body's bytes; `InvalidInput` for what JSON cannot carry (a lone surrogate,
+    which the server would refuse anyway), rather than the serialiser's own error."""
+    try:
+        if isinstance(body, BaseModel):
+            # What the caller left unset is left to the server's defaults (which know its limits).
+            return body.model_dump_json(exclude_none=True, exclude_unset=True).encode()
+        if isinstance(body, bytes) or body is None:
+            return body
+        return json.dumps(body, ensure_ascii=False).encode()
+    except (TypeError, ValueError) as exc:  # pydantic's and UTF-8's errors are ValueErrors
+        raise InvalidInput(f"expected a body JSON can carry, got {exc}", "body") from None
 
 
 def _build(model: type[Model], **fields: Any) -> Model:

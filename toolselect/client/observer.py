@@ -12,6 +12,9 @@ another. A batch the server refuses otherwise is dropped, counted and logged onc
 The server refuses a whole batch for one turn over its text limit, or for a body or turn count
 over its own limits (its settings, which the client cannot know): such a batch is sent again
 without that turn (counted `invalid`), or in halves, so one long request loses no other turn.
+What the server would refuse for any batch (a rule of the turn, a lone surrogate in one of its
+texts) is refused when the turn is added, and each turn is encoded then: a batch is the
+concatenation of encoded turns, so no single turn can fail its batch at sending time.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass, replace
 
 from toolselect.api.models import ObserveBatchResponse, ObserveRequest
 from toolselect.errors import ApiError, InvalidInput, Unreachable
+from toolselect.json_text import has_lone_surrogate
 from toolselect.turns import TurnFields, turn_problem
 
 # stdlib logging, not structlog: this module runs inside other people's agent processes,
@@ -34,7 +38,8 @@ from toolselect.turns import TurnFields, turn_problem
 # an MCP stdio host reads as protocol). Messages are event names; fields go in `extra`.
 log = logging.getLogger(__name__)
 
-Send = Callable[[Sequence[ObserveRequest]], Awaitable[ObserveBatchResponse]]
+# Sends a batch of encoded turns (`encoded`) as one `POST /v1/observe/batch`.
+Send = Callable[[Sequence[bytes]], Awaitable[ObserveBatchResponse]]
 
 # The statuses worth asking again: the server said it is busy or not ready yet (503), or the
 # tenant's request rate is spent for now (429 `rate_limited`). A batch still answered so after
@@ -50,24 +55,42 @@ _TURN_FIELD = re.compile(r"turns\[(\d+)\]")
 
 def turn_request(request: str, used_tool: str | None, fields: TurnFields) -> ObserveRequest:
     """The turn as the server's request model, held to the rules the server holds a batch's
-    turns to (`turn_problem`; one bad turn would make it refuse the whole batch), but the text
-    sizes, which are the server's settings; `InvalidInput` when it breaks a rule."""
+    turns to (`turn_problem`, and text without a lone surrogate: one bad turn would make it
+    refuse the whole batch), but the text sizes, which are the server's settings;
+    `InvalidInput` when it breaks a rule."""
     used_tools = fields.get("used_tools")
-    turn = ObserveRequest.model_validate(
-        {
-            **fields,
-            "request": request,
-            "used_tool": used_tool,
-            "used_tools": None if used_tools is None else list(used_tools),
-            # Named here, not by the server: a batch re-sent after a lost answer is then
-            # stored once.
-            "turn_id": fields.get("turn_id") or uuid.uuid4().hex,
-        }
-    )
+    given = {
+        **fields,
+        "request": request,
+        "used_tool": used_tool,
+        "used_tools": None if used_tools is None else list(used_tools),
+        # Named here, not by the server: a batch re-sent after a lost answer is then
+        # stored once.
+        "turn_id": fields.get("turn_id") or uuid.uuid4().hex,
+    }
+    turn = ObserveRequest.model_validate(given)
     problem = turn_problem(turn)
     if problem is not None:
         raise InvalidInput(problem.message, problem.field)
+    for field, value in given.items():
+        # The server refuses a body holding one anywhere (`400 invalid_json`, the whole
+        # batch), by the same rule.
+        if has_lone_surrogate(value):
+            raise InvalidInput(
+                f"expected {field} to be Unicode text, got a lone UTF-16 surrogate "
+                "(\\uD800-\\uDFFF)",
+                field,
+            )
     return turn
+
+
+def encoded(turn: ObserveRequest) -> bytes:
+    """The turn's JSON as its batch will carry it, made once when it is buffered: a turn that
+    cannot be encoded is refused alone here (`InvalidInput`), never with its batch."""
+    try:
+        return turn.model_dump_json(exclude_none=True, exclude_unset=True).encode()
+    except ValueError as exc:  # pydantic's serialisation error
+        raise InvalidInput(f"expected a turn JSON can carry, got {exc}") from None
 
 
 @dataclass
@@ -78,7 +101,7 @@ class ObserveStats:
     dropped: int = 0  # the client's buffer was full
     rejected: int = 0  # the server's queue was full (`dropped` in its answer)
     failed: int = 0  # the batch could not be delivered (server down, refused)
-    invalid: int = 0  # the turn broke the request model, or the server's text limit
+    invalid: int = 0  # the turn broke the request model or its rules, or the server's text limit
     pending: int = 0  # buffered, not sent yet
 
 
@@ -91,7 +114,7 @@ class TurnBuffer:
         if not 1 <= batch <= MAX_BATCH:
             raise ValueError(f"expected batch in 1..{MAX_BATCH}, got {batch}")
         self._send = send
-        self._turns: deque[ObserveRequest] = deque()
+        self._turns: deque[bytes] = deque()
         self._capacity = capacity
         self._batch = batch
         self._interval_s = interval_s
@@ -104,8 +127,8 @@ class TurnBuffer:
         """A snapshot of the counts, with the turns still buffered."""
         return replace(self.counts, pending=len(self._turns))
 
-    def add(self, turn: ObserveRequest) -> None:
-        """Buffer one turn; never raises, never waits."""
+    def add(self, turn: bytes) -> None:
+        """Buffer one encoded turn (`encoded`); never raises, never waits."""
         if self._closing or len(self._turns) >= self._capacity:
             self.counts.dropped += 1
             if self.counts.dropped == 1 or self.counts.dropped % 1000 == 0:
@@ -132,7 +155,7 @@ class TurnBuffer:
             if not await self._deliver(batch):
                 return
 
-    async def _deliver(self, batch: list[ObserveRequest]) -> bool:
+    async def _deliver(self, batch: list[bytes]) -> bool:
         """Send `batch`; what the server refuses for one turn or for its size goes again without
         that turn or in halves (the module's docstring), the turns' order kept. False when the
         server cannot take turns now: the unsent ones are back in the buffer (or, closing,
@@ -163,9 +186,7 @@ class TurnBuffer:
                 self.counts.rejected += answer.dropped
         return True
 
-    def _refused(
-        self, turns: list[ObserveRequest], exc: ApiError, parts: list[list[ObserveRequest]]
-    ) -> None:
+    def _refused(self, turns: list[bytes], exc: ApiError, parts: list[list[bytes]]) -> None:
         """A refusal about one turn sends the rest again; one about the size, the halves."""
         bad = _refused_turn(exc, len(turns))
         if bad is not None:
@@ -179,7 +200,7 @@ class TurnBuffer:
         else:
             self._failed(turns, exc)
 
-    def _failed(self, turns: Sequence[ObserveRequest], exc: Exception) -> None:
+    def _failed(self, turns: Sequence[bytes], exc: Exception) -> None:
         self.counts.failed += len(turns)
         log.warning("observe_batch_failed", extra={"turns": len(turns), "error": str(exc)})
 
