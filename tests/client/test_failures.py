@@ -107,7 +107,7 @@ async def test_a_body_that_is_not_the_error_model_still_raises_api_error(
 ) -> None:
     """A proxy's HTML 502 becomes `ApiError` with code `http_502` and the body's start."""
     rank_stub.reply(Reply(502, text="<html>Bad Gateway</html>", content_type="text/html"))
-    async with AsyncClient(rank_stub.url) as ts:
+    async with AsyncClient(rank_stub.url, sleep=Sleeps()) as ts:
         with pytest.raises(ApiError) as caught:
             await ts.rank("weather?")
     assert caught.value.code == "http_502"
@@ -300,3 +300,61 @@ async def test_closing_on_a_down_server_tries_one_batch_not_each() -> None:
     await ts.close()
     assert (ts.observe_stats.failed, ts.observe_stats.pending) == (5000, 0)
     assert len(sleeps.delays) == 2  # one batch's retries
+
+
+# What a reverse proxy answers while the server behind it restarts or hangs, or in its place.
+BAD_GATEWAY = Reply(502, text="<html><body>502 Bad Gateway</body></html>", content_type="text/html")
+GATEWAY_TIMEOUT = Reply(504, text="<html>504 Gateway Time-out</html>", content_type="text/html")
+PORTAL_PAGE = Reply(200, text="<html>captive portal</html>", content_type="text/html")
+
+
+@pytest.mark.parametrize("fault", [BAD_GATEWAY, GATEWAY_TIMEOUT, PORTAL_PAGE])
+async def test_turns_wait_out_a_proxy_answering_for_a_restarting_server(
+    batch_stub: Stub, fault: Reply
+) -> None:
+    """A proxy's 502 or 504, or its page where the server's answer should be, is a server
+    that cannot take turns now: they wait in the buffer and go on a later round (the server
+    stores a turn sent again once, by its id), none counted failed."""
+    answers = iter([fault] * 2)
+    batch_stub.responder = lambda body: next(
+        answers, Reply(202, {"queued": len(body["turns"]), "dropped": 0})
+    )
+    async with AsyncClient(
+        batch_stub.url, sleep=Sleeps(), retries=0, observe_interval_s=0.01
+    ) as ts:
+        for i in range(3):
+            ts.observe(f"request {i}", "web_search", turn_id=f"t{i}")
+        for _ in range(500):
+            if ts.observe_stats.sent == 3:
+                break
+            await asyncio.sleep(0.01)
+        stats = ts.observe_stats
+    assert (stats.sent, stats.failed, stats.pending) == (3, 0, 0)
+    sent = [[t["turn_id"] for t in r.body["turns"]] for r in batch_stub.received]
+    assert sent == [["t0", "t1", "t2"]] * 3
+
+
+async def test_a_proxys_answers_are_retried_unless_the_call_makes_something(
+    rank_stub: Stub, keys_stub: Stub
+) -> None:
+    """A ranking goes again after a 502, a 504 and a proxy's page, with the backoff of a 503;
+    a 500 is the server's answer, raised at once. A new key is not asked for again after any
+    of the proxy's answers: the server behind it may have made one."""
+    rank_stub.reply(BAD_GATEWAY, GATEWAY_TIMEOUT, PORTAL_PAGE, Reply(200, RANKED))
+    sleeps = Sleeps()
+    async with AsyncClient(rank_stub.url, sleep=sleeps, backoff_s=1.0, max_backoff_s=8) as ts:
+        assert (await ts.rank("weather?")).results[0].tool == "get_weather"
+        assert len(rank_stub.received) == 4
+        first, second, third = sleeps.delays
+        assert 0.5 <= first <= 1.0 and 1.0 <= second <= 2.0 and 2.0 <= third <= 4.0
+        rank_stub.script[:] = [Reply(500, {"error": {"code": "internal", "message": "a bug"}})]
+        with pytest.raises(ApiError) as caught:
+            await ts.rank("weather?")
+    assert caught.value.status == 500 and len(rank_stub.received) == 5
+    for fault in (BAD_GATEWAY, GATEWAY_TIMEOUT, PORTAL_PAGE):
+        keys_stub.script[:] = [fault]
+        before = len(keys_stub.received)
+        async with AsyncClient(keys_stub.url, sleep=Sleeps(), retries=3) as ts:
+            with pytest.raises(ClientError):
+                await ts.create_key("team-a", "agent")
+        assert len(keys_stub.received) == before + 1

@@ -3,7 +3,7 @@
 Requests and answers are the pydantic models the server validates with
 (`toolselect.api.models`), so a field the server renames breaks here, in a type checker,
 rather than in production. Every failure is a `ClientError`: `ApiError` when the server
-answered an error, `Unreachable` when it did not answer.
+answered an error, `Unreachable` when it did not answer (or a proxy's page came instead).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import builtins
 import hashlib
 import json
 import logging
-import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 from urllib.parse import quote, urlencode
 
@@ -22,15 +21,10 @@ from pydantic import BaseModel, ValidationError
 
 from toolselect.api import key_models as km
 from toolselect.api import models as m
-from toolselect.client.observer import (
-    RETRY_STATUSES,
-    ObserveStats,
-    TurnBuffer,
-    encoded,
-    turn_request,
-)
+from toolselect.client.exchange import Attempts, Exchange, Sleep
+from toolselect.client.observer import ObserveStats, TurnBuffer, encoded, turn_request
 from toolselect.client.transport import AiohttpTransport, Response, Transport
-from toolselect.errors import ApiError, ClientError, InvalidInput, Unreachable
+from toolselect.errors import ApiError, ClientError, InvalidInput
 from toolselect.keys import TENANT_HEADER, check_tenant
 from toolselect.retry_after import parse_retry_after
 from toolselect.turns import TurnFields
@@ -41,7 +35,6 @@ from toolselect.turns import TurnFields
 log = logging.getLogger(__name__)
 
 Model = TypeVar("Model", bound=BaseModel)
-Sleep = Callable[[float], Awaitable[None]]
 
 # The server's default limit on a query, a turn's request and each `context` message (UTF-8
 # bytes: `TOOLSELECT_MAX_QUERY_BYTES`).
@@ -51,9 +44,10 @@ MAX_TEXT_BYTES = 8 << 10
 class AsyncClient:
     """A client of one toolselect server; use as `async with AsyncClient(url) as ts: ...`.
 
-    `retries` extra attempts follow a 503, a 429 or a connection failure, waiting the server's
-    `Retry-After` when it sent one, else `backoff_s * 2**attempt` (jittered, at most
-    `max_backoff_s`). Turns given to `observe` are sent in the background, in batches of
+    `retries` extra attempts follow a failure worth another (`toolselect.client.exchange`: no
+    answer, a 503 or a 429, and for all calls but `create_key` a proxy's 502, 504 or page),
+    waiting the server's `Retry-After` when it sent one, else `backoff_s * 2**attempt`
+    (jittered, at most `max_backoff_s`). Turns given to `observe` are sent in the background, in batches of
     `observe_batch`, at least every `observe_interval_s`; `close` sends what is left.
     `tenant` goes as `X-Toolselect-Tenant` on every request: the tenant an admin key (or any
     request while the server has no key) acts on; `InvalidInput` here when it breaks the
@@ -88,7 +82,7 @@ class AsyncClient:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._transport: Transport = transport or AiohttpTransport()
-        self._sleep = sleep
+        self._exchange = Exchange(self._transport, sleep)
         self._turns = TurnBuffer(
             self._observe_batch,
             capacity=observe_capacity,
@@ -277,55 +271,24 @@ class AsyncClient:
         status, `InvalidInput` (nothing sent) for a body JSON cannot carry. A call that is not
         `repeatable` (it creates something each time) is retried only when it cannot have
         reached the server: a refused connection, a 503 or a 429."""
-        response = await self._send(method, path, _encoded(body), repeatable=repeatable)
-        if not 200 <= response.status < 300:
-            raise _api_error(response)
-        try:
-            payload = json.loads(response.body)
-            # Keys this client does not know are dropped: a newer server may add fields.
-            known = {k: v for k, v in payload.items() if k in answer.model_fields}
-            return answer.model_validate(known, strict=False)
-        except (ValueError, AttributeError, ValidationError) as exc:
-            raise ClientError(
-                f"expected a {answer.__name__} from {method} {path}, got {response.body[:200]!r}"
-            ) from exc
-
-    async def _send(
-        self, method: str, path: str, data: bytes | None, *, repeatable: bool = True
-    ) -> Response:
+        data = _encoded(body)
         if self._closed:
             raise ClientError("the client is closed")
-        url = self.base_url + path
-        attempt = 0
-        while True:
-            try:
-                response = await self._transport.send(
-                    method, url, body=data, headers=self._headers, timeout_s=self.timeout_s
-                )
-            except Unreachable as exc:
-                if attempt >= self.retries or (exc.sent and not repeatable):
-                    raise
-                delay = self._backoff(attempt, None)
-                log.info(
-                    "toolselect_retry", extra={"path": path, "error": str(exc), "delay_s": delay}
-                )
-            else:
-                if response.status not in RETRY_STATUSES or attempt >= self.retries:
-                    return response
-                delay = self._backoff(attempt, parse_retry_after(response.headers))
-                log.info(
-                    "toolselect_retry",
-                    extra={"path": path, "status": response.status, "delay_s": delay},
-                )
-            attempt += 1
-            await self._sleep(delay)
-
-    def _backoff(self, attempt: int, server_says: float | None) -> float:
-        if server_says is not None:
-            return min(server_says, self.max_backoff_s)
-        # Full jitter: many agents retrying one overloaded server should not retry in step.
-        ceiling = min(self.backoff_s * 2**attempt, self.max_backoff_s)
-        return random.uniform(ceiling / 2, ceiling)
+        attempts = Attempts(self.retries, self.timeout_s, self.backoff_s, self.max_backoff_s)
+        sent = await self._exchange.send(
+            method, self.base_url + path, data, self._headers, attempts, repeatable=repeatable
+        )
+        if not 200 <= sent.response.status < 300:
+            raise _api_error(sent.response)
+        try:
+            # Keys this client does not know are dropped: a newer server may add fields.
+            known = {k: v for k, v in sent.payload.items() if k in answer.model_fields}
+            return answer.model_validate(known, strict=False)
+        except (AttributeError, ValidationError) as exc:
+            raise ClientError(
+                f"expected a {answer.__name__} from {method} {path}, "
+                f"got {sent.response.body[:200]!r}"
+            ) from exc
 
 
 class AsyncTools:

@@ -3,11 +3,11 @@
 `observe` must never slow or break the agent loop that calls it: it appends and returns; when
 the buffer is full the turn is dropped and counted. The task sends what is buffered every
 `interval_s` (or as soon as a batch fills) through `POST /v1/observe/batch`. While the server
-cannot take turns (unreachable, or busy or starting: 503, 429) after the client's retries, the
-batch goes back to the front of the buffer for the next round, so a server restart loses nothing
-the buffer can hold (each turn keeps its id, so one that did arrive is stored once); at `close`,
-the first such failure fails what is left at once, so closing never waits out one batch after
-another. A batch the server refuses otherwise is dropped, counted and logged once.
+cannot take turns after the client's retries (what `toolselect.client.exchange` tries again:
+unreachable, busy or starting, or a proxy's 502, 504 or page in its place), the batch goes back
+to the front of the buffer for the next round, so a server restart loses nothing the buffer can
+hold (each turn keeps its id, so one that did arrive is stored once); at `close`, the first such
+failure fails what is left at once, so closing never waits out one batch after another. A batch the server refuses otherwise is dropped, counted and logged once.
 
 The server refuses a whole batch for one turn over its text limit, or for a body or turn count
 over its own limits (its settings, which the client cannot know): such a batch is sent again
@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from toolselect.api.models import ObserveBatchResponse, ObserveRequest
+from toolselect.client.exchange import worth_again
 from toolselect.errors import ApiError, InvalidInput, Unreachable
 from toolselect.json_text import has_lone_surrogate
 from toolselect.turns import TurnFields, turn_problem
@@ -41,10 +42,6 @@ log = logging.getLogger(__name__)
 # Sends a batch of encoded turns (`encoded`) as one `POST /v1/observe/batch`.
 Send = Callable[[Sequence[bytes]], Awaitable[ObserveBatchResponse]]
 
-# The statuses worth asking again: the server said it is busy or not ready yet (503), or the
-# tenant's request rate is spent for now (429 `rate_limited`). A batch still answered so after
-# the client's retries waits in the buffer for a later round.
-RETRY_STATUSES = frozenset({429, 503})
 
 # The server's default `max_batch`; a larger batch would be refused whole.
 MAX_BATCH = 1000
@@ -166,7 +163,7 @@ class TurnBuffer:
             try:
                 answer = await self._send(turns)
             except (Unreachable, ApiError) as exc:
-                if isinstance(exc, ApiError) and exc.status not in RETRY_STATUSES:
+                if isinstance(exc, ApiError) and not worth_again(exc.status, repeatable=True):
                     self._refused(turns, exc, parts)
                     continue
                 unsent = [*turns, *(t for part in reversed(parts) for t in part)]
