@@ -51,7 +51,8 @@ class AsyncClient:
     `observe_batch`, at least every `observe_interval_s`; `close` sends what is left.
     `tenant` goes as `X-Toolselect-Tenant` on every request: the tenant an admin key (or any
     request while the server has no key) acts on; `InvalidInput` here when it breaks the
-    server's tenant rule.
+    server's tenant rule. Usable from one event loop after another (`asyncio.run` per job), one
+    at a time: the transport and the observe buffer start afresh on each.
     """
 
     def __init__(
@@ -274,6 +275,7 @@ class AsyncClient:
         data = _encoded(body)
         if self._closed:
             raise ClientError("the client is closed")
+        self._turns.resume()  # on a new loop, turns an ended one left go out now
         attempts = Attempts(self.retries, self.timeout_s, self.backoff_s, self.max_backoff_s)
         sent = await self._exchange.send(
             method, self.base_url + path, data, self._headers, attempts, repeatable=repeatable

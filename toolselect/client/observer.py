@@ -103,7 +103,11 @@ class ObserveStats:
 
 
 class TurnBuffer:
-    """Buffers turns and sends them in batches from a task started on the first turn."""
+    """Buffers turns and sends them in batches from a task started on the first turn.
+
+    The task runs on the loop of the call that started it. When that loop ends (a host running
+    each job in its own `asyncio.run`, which cancels every task) the batch in flight goes back
+    to the buffer, and the next turn or call on another loop starts a new task there."""
 
     def __init__(
         self, send: Send, *, capacity: int = 10_000, batch: int = 500, interval_s: float = 1.0
@@ -132,12 +136,28 @@ class TurnBuffer:
                 event = "observe_after_close" if self._closing else "observe_buffer_full"
                 log.warning(event, extra={"dropped": self.counts.dropped})
             return
-        if self._task is None:
-            # Raises off the loop before the turn is kept (the caller counts it `invalid`).
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        # Raises off the loop before the turn is kept (the caller counts it `invalid`).
+        self._start()
         self._turns.append(turn)
         if len(self._turns) >= self._batch:
             self._wake.set()
+
+    def resume(self) -> None:
+        """Start the sender on the running loop when turns wait and it does not run here: the
+        loop it ran on ended with them buffered, and this one's job may never observe."""
+        if self._turns and not self._closing:
+            self._start()
+
+    def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        task = self._task
+        if task is not None and not task.done() and task.get_loop() is loop:
+            return
+        # An Event waits on the loop it was first awaited on: this task needs its own.
+        self._wake = asyncio.Event()
+        if self._turns:
+            self._wake.set()  # turns a task on an ended loop left: they have waited already
+        self._task = loop.create_task(self._run())
 
     async def _run(self) -> None:
         while not self._closing:
@@ -160,13 +180,18 @@ class TurnBuffer:
         parts = [batch]
         while parts:
             turns = parts.pop()
+            unsent = [*turns, *(t for part in reversed(parts) for t in part)]
             try:
                 answer = await self._send(turns)
+            except asyncio.CancelledError:
+                # Its loop is ending (`asyncio.run` cancels every task): the turns wait in the
+                # buffer for the next loop's task, or `close` (sent again, stored once).
+                self._turns.extendleft(reversed(unsent))
+                raise
             except (Unreachable, ApiError) as exc:
                 if isinstance(exc, ApiError) and not worth_again(exc.status, repeatable=True):
                     self._refused(turns, exc, parts)
                     continue
-                unsent = [*turns, *(t for part in reversed(parts) for t in part)]
                 if self._closing:
                     self._failed([*unsent, *self._turns], exc)
                     self._turns.clear()
@@ -204,11 +229,12 @@ class TurnBuffer:
     async def close(self) -> None:
         """Send everything buffered (each batch with the client's retries), then stop."""
         self._closing = True
-        self._wake.set()
-        if self._task is not None:
+        task, self._task = self._task, None
+        # A task of an ended loop is gone with it: nothing to wait for.
+        if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+            self._wake.set()
             # The loop may be mid-send: let it finish its batch, then send the rest here.
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+            await asyncio.gather(task, return_exceptions=True)
         await self._drain()
 
 
