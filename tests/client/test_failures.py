@@ -7,9 +7,11 @@ visible and instant.
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import AsyncIterator
 
 import pytest
@@ -18,7 +20,14 @@ import pytest_asyncio
 from tests.services import free_port
 from tests.stubs import Reply, Stub, start_stub
 from toolselect.api import models as m
-from toolselect.client import ApiError, AsyncClient, Client, ClientError, Unreachable
+from toolselect.client import (
+    AiohttpTransport,
+    ApiError,
+    AsyncClient,
+    Client,
+    ClientError,
+    Unreachable,
+)
 
 RANKED = {
     "results": [{"tool": "get_weather", "score": 0.7}],
@@ -358,3 +367,68 @@ async def test_a_proxys_answers_are_retried_unless_the_call_makes_something(
             with pytest.raises(ClientError):
                 await ts.create_key("team-a", "agent")
         assert len(keys_stub.received) == before + 1
+
+
+class HeldSleep:
+    """An injected `sleep` that waits until the test releases it (a long `Retry-After`), and
+    notes whether it was cut short."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cut = False
+
+    async def __call__(self, seconds: float) -> None:
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cut = True
+            raise
+
+
+async def test_close_ends_a_retry_waiting_its_turn_and_sends_nothing_more(
+    rank_stub: Stub,
+) -> None:
+    """A call waiting out a 503 when the client closes fails at once with a `ClientError`
+    saying it is closed: the wait is cut short and no attempt follows."""
+    rank_stub.reply(Reply(503, OVERLOADED, headers={"Retry-After": "5"}))
+    sleep = HeldSleep()
+    ts = AsyncClient(rank_stub.url, sleep=sleep, retries=2)
+    ranking = asyncio.create_task(ts.rank("weather?"))
+    await sleep.started.wait()
+    await ts.close()
+    sleep.release.set()  # had the wait gone on, the retry would go now
+    with pytest.raises(ClientError, match="the client is closed"):
+        await ranking
+    assert sleep.cut
+    assert len(rank_stub.received) == 1
+
+
+async def test_close_ends_an_attempt_in_flight_without_another(rank_stub: Stub) -> None:
+    """An attempt awaiting a server that does not answer when the client closes ends with a
+    `ClientError` saying it is closed, not `Unreachable`, and is not made again."""
+    rank_stub.reply(Reply(hang=True))
+    ts = AsyncClient(rank_stub.url, sleep=Sleeps(), retries=2, timeout_s=0.5)
+    ranking = asyncio.create_task(ts.rank("weather?"))
+    await rank_stub.arrived.wait()
+    await ts.close()
+    with pytest.raises(ClientError, match="the client is closed"):
+        await ranking
+    assert len(rank_stub.received) == 1
+
+
+async def test_a_closed_transport_opens_no_session(rank_stub: Stub) -> None:
+    """`AiohttpTransport.send` after `aclose` raises a `ClientError` and opens no session
+    (which nobody would close)."""
+    transport = AiohttpTransport()
+    await transport.aclose()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(ClientError, match="the client is closed"):
+            await transport.send(
+                "POST", f"{rank_stub.url}/v1/rank", body=b"{}", headers={}, timeout_s=1.0
+            )
+        gc.collect()
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
+    assert rank_stub.received == []

@@ -91,7 +91,6 @@ class AsyncClient:
             interval_s=observe_interval_s,
         )
         self.tools = AsyncTools(self)
-        self._closed = False
 
     @property
     def credential(self) -> str:
@@ -103,6 +102,12 @@ class AsyncClient:
         if not key and not tenant:
             return ""
         return hashlib.sha256(f"{key}\n{tenant}".encode()).hexdigest()[:16]
+
+    @property
+    def _closed(self) -> bool:
+        # Whether `close` has released the connections; the adapters' upload ledger
+        # (`toolselect.integrations.uploads`) reads it to tell an upload that cannot end.
+        return self._exchange.closed
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -116,8 +121,7 @@ class AsyncClient:
         try:
             await self._turns.close()  # sends what is buffered: the last calls allowed
         finally:
-            self._closed = True
-            await self._transport.aclose()
+            await self._exchange.aclose()
 
     # -- ranking ---------------------------------------------------------------------------
 

@@ -10,10 +10,14 @@ restarts or hangs: a 502 or a 504, and a 2xx whose body is not JSON (the proxy's
 the server's answer should be). After those the server may have acted, so a call that would
 make something twice is not sent again. A 500 (a bug) and a 4xx (the caller's mistake) would
 fail the same way again: they are answers.
+
+Once closed, nothing is sent: a call, or the next attempt of one under way, raises
+`ClientError`, and a wait between attempts is cut short.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolselect.client.transport import Response, Transport
-from toolselect.errors import Unreachable
+from toolselect.errors import ClientError, Unreachable
 from toolselect.retry_after import parse_retry_after
 
 # stdlib logging, not structlog: this module runs inside other people's agent processes (see
@@ -77,6 +81,8 @@ class Exchange:
     def __init__(self, transport: Transport, sleep: Sleep) -> None:
         self._transport = transport
         self._sleep = sleep
+        self._pauses: set[asyncio.Task[None]] = set()
+        self.closed = False
 
     async def send(
         self,
@@ -91,9 +97,11 @@ class Exchange:
         """The last answer (whatever its status), or the last `Unreachable`."""
         attempt = 0
         while True:
+            self._check_open()
             try:
                 answer = await self._attempt(method, url, data, headers, attempts.timeout_s)
             except Unreachable as exc:
+                self._check_open()  # closing aborted the attempt: that is the news
                 if attempt >= attempts.retries or (exc.sent and not repeatable):
                     raise
                 delay = attempts.delay(attempt, None)
@@ -107,7 +115,31 @@ class Exchange:
                 delay = attempts.delay(attempt, parse_retry_after(answer.response.headers))
                 log.info("toolselect_retry", extra={"url": url, "status": status, "delay_s": delay})
             attempt += 1
-            await self._sleep(delay)
+            await self._pause(delay)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClientError("the client is closed")
+
+    async def _pause(self, delay: float) -> None:
+        """Wait `delay` before the next attempt, or until `aclose` cuts the wait short."""
+        pause = asyncio.ensure_future(self._sleep(delay))
+        self._pauses.add(pause)
+        try:
+            await asyncio.wait({pause})  # returns, not raises, when `aclose` cancels it
+        finally:
+            self._pauses.discard(pause)
+            pause.cancel()
+
+    async def aclose(self) -> None:
+        """Refuse every attempt from now on (those waiting to be made at once), then release
+        the transport's connections, which ends the attempts in flight."""
+        self.closed = True
+        loop = asyncio.get_running_loop()
+        for pause in self._pauses:
+            if pause.get_loop() is loop:  # another loop's ended with it
+                pause.cancel()
+        await self._transport.aclose()
 
     async def _attempt(
         self,

@@ -15,7 +15,7 @@ from typing import Protocol
 import aiohttp
 from yarl import URL
 
-from toolselect.errors import Unreachable
+from toolselect.errors import ClientError, Unreachable
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Transport(Protocol):
     ) -> Response: ...
 
     async def aclose(self) -> None:
-        """Release connections; the transport is not used afterwards."""
+        """Release connections; the transport sends nothing afterwards (`ClientError`)."""
 
 
 class AiohttpTransport:
@@ -63,6 +63,7 @@ class AiohttpTransport:
         self._owned = session is None
         self._loop: asyncio.AbstractEventLoop | None = None  # an owned session's
         self._keeper: AsyncGenerator[None, None] | None = None
+        self._closed = False
 
     async def send(
         self,
@@ -92,6 +93,9 @@ class AiohttpTransport:
 
     async def _session_here(self) -> aiohttp.ClientSession:
         """The session of the running loop; an owned one of another loop is let go first."""
+        if self._closed:
+            # Checked before a session is opened: one opened now would never be closed.
+            raise ClientError("the client is closed")
         loop = asyncio.get_running_loop()
         if self._session is not None and self._owned and self._loop is not loop:
             await self._let_go()
@@ -114,6 +118,7 @@ class AiohttpTransport:
         # Else its loop lives on (another thread's): the keeper, dropped, closes it there.
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._owned:
             await self._let_go()
         self._session = None
