@@ -299,8 +299,8 @@ async def test_turns_wait_out_a_server_that_cannot_take_them(batch_stub: Stub) -
 
 
 async def test_closing_on_a_down_server_tries_one_batch_not_each() -> None:
-    """`close` with thousands of turns for an absent server waits out one batch's retries,
-    then fails the rest at once, counted."""
+    """`close` with thousands of turns for an absent server tries one batch once, without the
+    client's retries, then fails the rest at once, counted."""
     sleeps = Sleeps()
     ts = AsyncClient(down_url(), sleep=sleeps, retries=2, observe_batch=500,
                      observe_interval_s=3600)  # fmt: skip
@@ -308,7 +308,7 @@ async def test_closing_on_a_down_server_tries_one_batch_not_each() -> None:
         ts.observe(f"request {i}", "web_search")
     await ts.close()
     assert (ts.observe_stats.failed, ts.observe_stats.pending) == (5000, 0)
-    assert len(sleeps.delays) == 2  # one batch's retries
+    assert sleeps.delays == []
 
 
 # What a reverse proxy answers while the server behind it restarts or hangs, or in its place.
@@ -432,3 +432,47 @@ async def test_a_closed_transport_opens_no_session(rank_stub: Stub) -> None:
         gc.collect()
     assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
     assert rank_stub.received == []
+
+
+@pytest.mark.parametrize(
+    "fault", [Reply(hang=True), Reply(503, OVERLOADED, headers={"Retry-After": "5"})]
+)
+async def test_close_tries_the_buffered_turns_once(batch_stub: Stub, fault: Reply) -> None:
+    """Closing on a server that accepts connections but never answers, or answers 503, sends
+    the buffered batch once (its timeout within `close_timeout_s`), without the client's
+    retries or their waits, and counts its turns failed."""
+    batch_stub.reply(fault)
+    sleeps = Sleeps()
+    ts = AsyncClient(
+        batch_stub.url, sleep=sleeps, retries=3, timeout_s=0.3, observe_interval_s=3600
+    )
+    for i in range(3):
+        ts.observe(f"request {i}", "web_search")
+    await ts.close()
+    stats = ts.observe_stats
+    assert (stats.sent, stats.failed, stats.pending) == (0, 3, 0)
+    assert len(batch_stub.received) == 1
+    assert sleeps.delays == []
+
+
+async def test_close_waits_for_a_batch_in_flight_at_most_close_timeout(batch_stub: Stub) -> None:
+    """A batch the sender has in flight when the client closes gets `close_timeout_s` to be
+    answered, not the client's timeout and retries: cut short, it and the turns behind it are
+    counted failed, and nothing more is sent."""
+    batch_stub.reply(Reply(hang=True))
+    ts = AsyncClient(
+        batch_stub.url,
+        sleep=Sleeps(),
+        retries=1,
+        timeout_s=5.0,
+        close_timeout_s=0.2,
+        observe_batch=1,
+        observe_interval_s=3600,
+    )
+    ts.observe("request 0", "web_search")
+    await batch_stub.arrived.wait()
+    ts.observe("request 1", "web_search")
+    await ts.close()
+    stats = ts.observe_stats
+    assert (stats.sent, stats.failed, stats.pending) == (0, 2, 0)
+    assert len(batch_stub.received) == 1

@@ -47,8 +47,9 @@ class AsyncClient:
     `retries` extra attempts follow a failure worth another (`toolselect.client.exchange`: no
     answer, a 503 or a 429, and for all calls but `create_key` a proxy's 502, 504 or page),
     waiting the server's `Retry-After` when it sent one, else `backoff_s * 2**attempt`
-    (jittered, at most `max_backoff_s`). Turns given to `observe` are sent in the background, in batches of
-    `observe_batch`, at least every `observe_interval_s`; `close` sends what is left.
+    (jittered, at most `max_backoff_s`). Turns given to `observe` are sent in the background,
+    in batches of `observe_batch`, at least every `observe_interval_s`; `close` sends what is
+    left within `close_timeout_s`, each batch once (what it cannot send is counted `failed`).
     `tenant` goes as `X-Toolselect-Tenant` on every request: the tenant an admin key (or any
     request while the server has no key) acts on; `InvalidInput` here when it breaks the
     server's tenant rule. Usable from one event loop after another (`asyncio.run` per job), one
@@ -68,6 +69,7 @@ class AsyncClient:
         observe_capacity: int = 10_000,
         observe_batch: int = 500,
         observe_interval_s: float = 1.0,
+        close_timeout_s: float = 2.0,
         transport: Transport | None = None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -89,6 +91,7 @@ class AsyncClient:
             capacity=observe_capacity,
             batch=observe_batch,
             interval_s=observe_interval_s,
+            close_timeout_s=close_timeout_s,
         )
         self.tools = AsyncTools(self)
 
@@ -116,8 +119,8 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        """Send the buffered turns, then release the connections; a call after this raises
-        `ClientError`."""
+        """Send the buffered turns (within `close_timeout_s`), then release the connections; a
+        call after this raises `ClientError`."""
         try:
             await self._turns.close()  # sends what is buffered: the last calls allowed
         finally:
@@ -202,10 +205,17 @@ class AsyncClient:
     def observe_stats(self) -> ObserveStats:
         return self._turns.stats()
 
-    async def _observe_batch(self, turns: Sequence[bytes]) -> m.ObserveBatchResponse:
+    async def _observe_batch(
+        self, turns: Sequence[bytes], last_try_s: float | None
+    ) -> m.ObserveBatchResponse:
         # `ObserveBatchRequest` as JSON, from the turns encoded when they were buffered.
         body = b'{"turns":[' + b",".join(turns) + b"]}"
-        return await self.call("POST", "/v1/observe/batch", m.ObserveBatchResponse, body)
+        path, answer = "/v1/observe/batch", m.ObserveBatchResponse
+        if last_try_s is None:
+            return await self.call("POST", path, answer, body)
+        # Closing: once, within what is left of `close_timeout_s`.
+        timeout_s = min(last_try_s, self.timeout_s)
+        return await self.call("POST", path, answer, body, retries=0, timeout_s=timeout_s)
 
     async def label(self, query: str, tool: str) -> m.FeedbackResponse:
         """Record a human-confirmed label, tier `feedback` (`POST /v1/exemplars`)."""
@@ -270,17 +280,25 @@ class AsyncClient:
         body: Any = None,
         *,
         repeatable: bool = True,
+        retries: int | None = None,
+        timeout_s: float | None = None,
     ) -> Model:
         """Send `body` (a model, a JSON-able value or JSON already encoded as bytes), retrying
         transient failures, and parse a 2xx answer as `answer`; raise `ApiError` for any other
         status, `InvalidInput` (nothing sent) for a body JSON cannot carry. A call that is not
         `repeatable` (it creates something each time) is retried only when it cannot have
-        reached the server: a refused connection, a 503 or a 429."""
+        reached the server: a refused connection, a 503 or a 429. `retries` and `timeout_s`
+        stand for the client's in this call."""
         data = _encoded(body)
         if self._closed:
             raise ClientError("the client is closed")
         self._turns.resume()  # on a new loop, turns an ended one left go out now
-        attempts = Attempts(self.retries, self.timeout_s, self.backoff_s, self.max_backoff_s)
+        attempts = Attempts(
+            self.retries if retries is None else retries,
+            self.timeout_s if timeout_s is None else timeout_s,
+            self.backoff_s,
+            self.max_backoff_s,
+        )
         sent = await self._exchange.send(
             method, self.base_url + path, data, self._headers, attempts, repeatable=repeatable
         )

@@ -6,8 +6,11 @@ the buffer is full the turn is dropped and counted. The task sends what is buffe
 cannot take turns after the client's retries (what `toolselect.client.exchange` tries again:
 unreachable, busy or starting, or a proxy's 502, 504 or page in its place), the batch goes back
 to the front of the buffer for the next round, so a server restart loses nothing the buffer can
-hold (each turn keeps its id, so one that did arrive is stored once); at `close`, the first such
-failure fails what is left at once, so closing never waits out one batch after another. A batch the server refuses otherwise is dropped, counted and logged once.
+hold (each turn keeps its id, so one that did arrive is stored once). `close` is bounded by
+`close_timeout_s`: the batch in flight may finish within it; then each batch goes once, without
+retries, in the time left. The first batch that fails or finds no time left fails with all that
+is still buffered (counted `failed`), so leaving an agent never waits out a server that hangs or
+restarts. A batch the server refuses otherwise is dropped, counted and logged once.
 
 The server refuses a whole batch for one turn over its text limit, or for a body or turn count
 over its own limits (its settings, which the client cannot know): such a batch is sent again
@@ -39,8 +42,9 @@ from toolselect.turns import TurnFields, turn_problem
 # an MCP stdio host reads as protocol). Messages are event names; fields go in `extra`.
 log = logging.getLogger(__name__)
 
-# Sends a batch of encoded turns (`encoded`) as one `POST /v1/observe/batch`.
-Send = Callable[[Sequence[bytes]], Awaitable[ObserveBatchResponse]]
+# Sends a batch of encoded turns (`encoded`) as one `POST /v1/observe/batch`: with the client's
+# retries, or, given a number of seconds (closing), once within them.
+Send = Callable[[Sequence[bytes], float | None], Awaitable[ObserveBatchResponse]]
 
 
 # The server's default `max_batch`; a larger batch would be refused whole.
@@ -110,7 +114,13 @@ class TurnBuffer:
     to the buffer, and the next turn or call on another loop starts a new task there."""
 
     def __init__(
-        self, send: Send, *, capacity: int = 10_000, batch: int = 500, interval_s: float = 1.0
+        self,
+        send: Send,
+        *,
+        capacity: int = 10_000,
+        batch: int = 500,
+        interval_s: float = 1.0,
+        close_timeout_s: float = 2.0,
     ) -> None:
         if not 1 <= batch <= MAX_BATCH:
             raise ValueError(f"expected batch in 1..{MAX_BATCH}, got {batch}")
@@ -119,6 +129,7 @@ class TurnBuffer:
         self._capacity = capacity
         self._batch = batch
         self._interval_s = interval_s
+        self._close_timeout_s = close_timeout_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -166,13 +177,15 @@ class TurnBuffer:
             self._wake.clear()
             await self._drain()
 
-    async def _drain(self) -> None:
-        while self._turns:
+    async def _drain(self, deadline: float | None = None) -> None:
+        """Send batch after batch: the task's (no `deadline`) until closing, when `close` sends
+        the rest, each batch once, by the loop's clock's `deadline`."""
+        while self._turns and (deadline is not None or not self._closing):
             batch = [self._turns.popleft() for _ in range(min(self._batch, len(self._turns)))]
-            if not await self._deliver(batch):
+            if not await self._deliver(batch, deadline):
                 return
 
-    async def _deliver(self, batch: list[bytes]) -> bool:
+    async def _deliver(self, batch: list[bytes], deadline: float | None = None) -> bool:
         """Send `batch`; what the server refuses for one turn or for its size goes again without
         that turn or in halves (the module's docstring), the turns' order kept. False when the
         server cannot take turns now: the unsent ones are back in the buffer (or, closing,
@@ -181,8 +194,12 @@ class TurnBuffer:
         while parts:
             turns = parts.pop()
             unsent = [*turns, *(t for part in reversed(parts) for t in part)]
+            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if left is not None and left <= 0:
+                self._give_up(unsent, TimeoutError("close_timeout_s spent"))
+                return False
             try:
-                answer = await self._send(turns)
+                answer = await self._send(turns, left)
             except asyncio.CancelledError:
                 # Its loop is ending (`asyncio.run` cancels every task): the turns wait in the
                 # buffer for the next loop's task, or `close` (sent again, stored once).
@@ -193,8 +210,7 @@ class TurnBuffer:
                     self._refused(turns, exc, parts)
                     continue
                 if self._closing:
-                    self._failed([*unsent, *self._turns], exc)
-                    self._turns.clear()
+                    self._give_up(unsent, exc)
                 else:
                     self._turns.extendleft(reversed(unsent))
                     log.info("observe_server_unavailable", extra={"error": str(exc)})
@@ -226,16 +242,30 @@ class TurnBuffer:
         self.counts.failed += len(turns)
         log.warning("observe_batch_failed", extra={"turns": len(turns), "error": str(exc)})
 
+    def _give_up(self, unsent: Sequence[bytes], exc: Exception) -> None:
+        """Closing: `unsent` and everything still buffered fail at once."""
+        self._failed([*unsent, *self._turns], exc)
+        self._turns.clear()
+
     async def close(self) -> None:
-        """Send everything buffered (each batch with the client's retries), then stop."""
+        """Send everything buffered within `close_timeout_s` (the module's docstring), then
+        stop."""
         self._closing = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._close_timeout_s
         task, self._task = self._task, None
         # A task of an ended loop is gone with it: nothing to wait for.
-        if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+        if task is not None and not task.done() and task.get_loop() is loop:
             self._wake.set()
-            # The loop may be mid-send: let it finish its batch, then send the rest here.
-            await asyncio.gather(task, return_exceptions=True)
-        await self._drain()
+            # The loop may be mid-send: its batch may finish in time, then the rest go from
+            # here. Else the server gave no answer in all the time there is: neither would it
+            # to the rest, which fail with the batch, back in the buffer once cut short.
+            finished, _ = await asyncio.wait({task}, timeout=self._close_timeout_s)
+            if not finished:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                self._give_up([], TimeoutError("no answer within close_timeout_s"))
+        await self._drain(deadline)
 
 
 def _refused_turn(exc: ApiError, size: int) -> int | None:
