@@ -17,7 +17,7 @@
      ├── HttpError                         the server's refusal as one JSON response (`api/errors.py`)
      └── ClientError                       `toolselect.client` could not get an answer
           ├── ApiError                     the server answered an error: status, code, message, field
-          └── Unreachable                  no answer: connection refused or reset, or timed out
+          └── Unreachable                  no answer: refused, reset, timed out, or a proxy's page
 
 Two of these live beside the code that raises them: `RetryLater` in `toolselect.oracle.base`,
 `HttpError` in `toolselect.api.errors` (the server's; the client's `ApiError` is what a caller
@@ -130,7 +130,8 @@ class ApiError(ClientError):
 
 
 class Unreachable(ClientError):
-    """The server could not be reached, or did not answer in time (transient: retry or degrade).
+    """The server could not be reached, or did not answer in time, or a proxy answered in its
+    place with a page that is not JSON (transient: retry or degrade).
 
     `sent` is False only when the connection was never made, so the server cannot have acted
     on the request; after a timeout or a dropped connection it may have."""

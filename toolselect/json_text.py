@@ -2,7 +2,9 @@
 
 The standard parser, refusing what has no JSON value to give back: `NaN` and `Infinity` (which
 `json.loads` takes) and numbers past a float's range (which it turns into infinity, stored and
-then written back as `null`).
+then written back as `null`). And the one rule for strings both ends hold: a lone UTF-16
+surrogate is not text (`has_lone_surrogate`), which the server refuses in any body and the
+client in a turn before it is buffered.
 """
 
 from __future__ import annotations
@@ -31,3 +33,24 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text} is beyond a 64-bit float")
     return value
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """Whether a string in `value` (parsed JSON: object keys too) holds half of a UTF-16 pair
+    (U+D800-U+DFFF) without the other. JSON can escape one (`"\\ud83d"`) and a Python string
+    can hold one, but it is not Unicode text: UTF-8 cannot carry it and no store can encode
+    it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ import pytest
 from tests.client.conftest import API_KEY
 from tests.live import LiveServer, live_server, wait_for_turn
 from toolselect.api import models as m
-from toolselect.client import ApiError, AsyncClient, Client
+from toolselect.client import AiohttpTransport, ApiError, AsyncClient, Client, Response
 from toolselect.errors import InvalidInput
 
 WEATHER = "what's the weather in Turin tomorrow, rain or wind?"
@@ -174,3 +177,65 @@ async def test_observe_sends_in_the_background(server: LiveServer) -> None:
                 break
             await asyncio.sleep(0.05)
         assert ts.observe_stats.sent == 2
+
+
+class HeldTransport(AiohttpTransport):
+    """The real transport, but the first observe batch gets no answer (a server slow to
+    answer) until the loop sending it ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = asyncio.Event()  # awaited on the first loop only
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout_s: float,
+    ) -> Response:
+        if url.endswith("/v1/observe/batch") and not self.held.is_set():
+            self.held.set()
+            await asyncio.Event().wait()  # cancelled when `asyncio.run` ends
+        return await super().send(method, url, body=body, headers=headers, timeout_s=timeout_s)
+
+
+def test_one_async_client_serves_one_asyncio_run_after_another(server: LiveServer) -> None:
+    """A host running each job in its own `asyncio.run` can keep one `AsyncClient`: every job's
+    calls are answered; a batch whose loop ended mid-send waits in the buffer and goes with the
+    next job, though it only ranks; `close` works from a third loop; no session, connector or
+    socket is left unclosed."""
+    transport = HeldTransport()
+    ts = AsyncClient(server.url, transport=transport, observe_batch=1, observe_interval_s=3600)
+
+    async def first() -> None:
+        assert (await ts.rank(WEATHER, k=1)).results[0].tool == "get_weather"
+        ts.observe(WEATHER, "get_weather", turn_id="loop-1", outcome="ok")
+        await transport.held.wait()  # the batch is on its way when the loop ends
+
+    async def second() -> None:
+        assert (await ts.rank(WEATHER, k=1)).results[0].tool == "get_weather"
+        for _ in range(500):
+            if ts.observe_stats.sent == 1:
+                break
+            await asyncio.sleep(0.01)
+
+    async def third() -> None:
+        ts.observe(WEATHER, "get_weather", turn_id="loop-3", outcome="ok")
+        await ts.close()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        asyncio.run(first())
+        assert (ts.observe_stats.sent, ts.observe_stats.pending) == (0, 1)
+        asyncio.run(second())
+        assert (ts.observe_stats.sent, ts.observe_stats.pending) == (1, 0)
+        asyncio.run(third())
+        gc.collect()
+    stats = ts.observe_stats
+    assert (stats.sent, stats.failed, stats.pending) == (2, 0, 0)
+    assert wait_for_turn(server, "loop-1").request == WEATHER
+    assert wait_for_turn(server, "loop-3").request == WEATHER
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []

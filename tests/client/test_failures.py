@@ -7,9 +7,11 @@ visible and instant.
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import AsyncIterator
 
 import pytest
@@ -18,7 +20,14 @@ import pytest_asyncio
 from tests.services import free_port
 from tests.stubs import Reply, Stub, start_stub
 from toolselect.api import models as m
-from toolselect.client import ApiError, AsyncClient, Client, ClientError, Unreachable
+from toolselect.client import (
+    AiohttpTransport,
+    ApiError,
+    AsyncClient,
+    Client,
+    ClientError,
+    Unreachable,
+)
 
 RANKED = {
     "results": [{"tool": "get_weather", "score": 0.7}],
@@ -107,7 +116,7 @@ async def test_a_body_that_is_not_the_error_model_still_raises_api_error(
 ) -> None:
     """A proxy's HTML 502 becomes `ApiError` with code `http_502` and the body's start."""
     rank_stub.reply(Reply(502, text="<html>Bad Gateway</html>", content_type="text/html"))
-    async with AsyncClient(rank_stub.url) as ts:
+    async with AsyncClient(rank_stub.url, sleep=Sleeps()) as ts:
         with pytest.raises(ApiError) as caught:
             await ts.rank("weather?")
     assert caught.value.code == "http_502"
@@ -290,8 +299,8 @@ async def test_turns_wait_out_a_server_that_cannot_take_them(batch_stub: Stub) -
 
 
 async def test_closing_on_a_down_server_tries_one_batch_not_each() -> None:
-    """`close` with thousands of turns for an absent server waits out one batch's retries,
-    then fails the rest at once, counted."""
+    """`close` with thousands of turns for an absent server tries one batch once, without the
+    client's retries, then fails the rest at once, counted."""
     sleeps = Sleeps()
     ts = AsyncClient(down_url(), sleep=sleeps, retries=2, observe_batch=500,
                      observe_interval_s=3600)  # fmt: skip
@@ -299,4 +308,171 @@ async def test_closing_on_a_down_server_tries_one_batch_not_each() -> None:
         ts.observe(f"request {i}", "web_search")
     await ts.close()
     assert (ts.observe_stats.failed, ts.observe_stats.pending) == (5000, 0)
-    assert len(sleeps.delays) == 2  # one batch's retries
+    assert sleeps.delays == []
+
+
+# What a reverse proxy answers while the server behind it restarts or hangs, or in its place.
+BAD_GATEWAY = Reply(502, text="<html><body>502 Bad Gateway</body></html>", content_type="text/html")
+GATEWAY_TIMEOUT = Reply(504, text="<html>504 Gateway Time-out</html>", content_type="text/html")
+PORTAL_PAGE = Reply(200, text="<html>captive portal</html>", content_type="text/html")
+
+
+@pytest.mark.parametrize("fault", [BAD_GATEWAY, GATEWAY_TIMEOUT, PORTAL_PAGE])
+async def test_turns_wait_out_a_proxy_answering_for_a_restarting_server(
+    batch_stub: Stub, fault: Reply
+) -> None:
+    """A proxy's 502 or 504, or its page where the server's answer should be, is a server
+    that cannot take turns now: they wait in the buffer and go on a later round (the server
+    stores a turn sent again once, by its id), none counted failed."""
+    answers = iter([fault] * 2)
+    batch_stub.responder = lambda body: next(
+        answers, Reply(202, {"queued": len(body["turns"]), "dropped": 0})
+    )
+    async with AsyncClient(
+        batch_stub.url, sleep=Sleeps(), retries=0, observe_interval_s=0.01
+    ) as ts:
+        for i in range(3):
+            ts.observe(f"request {i}", "web_search", turn_id=f"t{i}")
+        for _ in range(500):
+            if ts.observe_stats.sent == 3:
+                break
+            await asyncio.sleep(0.01)
+        stats = ts.observe_stats
+    assert (stats.sent, stats.failed, stats.pending) == (3, 0, 0)
+    sent = [[t["turn_id"] for t in r.body["turns"]] for r in batch_stub.received]
+    assert sent == [["t0", "t1", "t2"]] * 3
+
+
+async def test_a_proxys_answers_are_retried_unless_the_call_makes_something(
+    rank_stub: Stub, keys_stub: Stub
+) -> None:
+    """A ranking goes again after a 502, a 504 and a proxy's page, with the backoff of a 503;
+    a 500 is the server's answer, raised at once. A new key is not asked for again after any
+    of the proxy's answers: the server behind it may have made one."""
+    rank_stub.reply(BAD_GATEWAY, GATEWAY_TIMEOUT, PORTAL_PAGE, Reply(200, RANKED))
+    sleeps = Sleeps()
+    async with AsyncClient(rank_stub.url, sleep=sleeps, backoff_s=1.0, max_backoff_s=8) as ts:
+        assert (await ts.rank("weather?")).results[0].tool == "get_weather"
+        assert len(rank_stub.received) == 4
+        first, second, third = sleeps.delays
+        assert 0.5 <= first <= 1.0 and 1.0 <= second <= 2.0 and 2.0 <= third <= 4.0
+        rank_stub.script[:] = [Reply(500, {"error": {"code": "internal", "message": "a bug"}})]
+        with pytest.raises(ApiError) as caught:
+            await ts.rank("weather?")
+    assert caught.value.status == 500 and len(rank_stub.received) == 5
+    for fault in (BAD_GATEWAY, GATEWAY_TIMEOUT, PORTAL_PAGE):
+        keys_stub.script[:] = [fault]
+        before = len(keys_stub.received)
+        async with AsyncClient(keys_stub.url, sleep=Sleeps(), retries=3) as ts:
+            with pytest.raises(ClientError):
+                await ts.create_key("team-a", "agent")
+        assert len(keys_stub.received) == before + 1
+
+
+class HeldSleep:
+    """An injected `sleep` that waits until the test releases it (a long `Retry-After`), and
+    notes whether it was cut short."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cut = False
+
+    async def __call__(self, seconds: float) -> None:
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cut = True
+            raise
+
+
+async def test_close_ends_a_retry_waiting_its_turn_and_sends_nothing_more(
+    rank_stub: Stub,
+) -> None:
+    """A call waiting out a 503 when the client closes fails at once with a `ClientError`
+    saying it is closed: the wait is cut short and no attempt follows."""
+    rank_stub.reply(Reply(503, OVERLOADED, headers={"Retry-After": "5"}))
+    sleep = HeldSleep()
+    ts = AsyncClient(rank_stub.url, sleep=sleep, retries=2)
+    ranking = asyncio.create_task(ts.rank("weather?"))
+    await sleep.started.wait()
+    await ts.close()
+    sleep.release.set()  # had the wait gone on, the retry would go now
+    with pytest.raises(ClientError, match="the client is closed"):
+        await ranking
+    assert sleep.cut
+    assert len(rank_stub.received) == 1
+
+
+async def test_close_ends_an_attempt_in_flight_without_another(rank_stub: Stub) -> None:
+    """An attempt awaiting a server that does not answer when the client closes ends with a
+    `ClientError` saying it is closed, not `Unreachable`, and is not made again."""
+    rank_stub.reply(Reply(hang=True))
+    ts = AsyncClient(rank_stub.url, sleep=Sleeps(), retries=2, timeout_s=0.5)
+    ranking = asyncio.create_task(ts.rank("weather?"))
+    await rank_stub.arrived.wait()
+    await ts.close()
+    with pytest.raises(ClientError, match="the client is closed"):
+        await ranking
+    assert len(rank_stub.received) == 1
+
+
+async def test_a_closed_transport_opens_no_session(rank_stub: Stub) -> None:
+    """`AiohttpTransport.send` after `aclose` raises a `ClientError` and opens no session
+    (which nobody would close)."""
+    transport = AiohttpTransport()
+    await transport.aclose()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(ClientError, match="the client is closed"):
+            await transport.send(
+                "POST", f"{rank_stub.url}/v1/rank", body=b"{}", headers={}, timeout_s=1.0
+            )
+        gc.collect()
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
+    assert rank_stub.received == []
+
+
+@pytest.mark.parametrize(
+    "fault", [Reply(hang=True), Reply(503, OVERLOADED, headers={"Retry-After": "5"})]
+)
+async def test_close_tries_the_buffered_turns_once(batch_stub: Stub, fault: Reply) -> None:
+    """Closing on a server that accepts connections but never answers, or answers 503, sends
+    the buffered batch once (its timeout within `close_timeout_s`), without the client's
+    retries or their waits, and counts its turns failed."""
+    batch_stub.reply(fault)
+    sleeps = Sleeps()
+    ts = AsyncClient(
+        batch_stub.url, sleep=sleeps, retries=3, timeout_s=0.3, observe_interval_s=3600
+    )
+    for i in range(3):
+        ts.observe(f"request {i}", "web_search")
+    await ts.close()
+    stats = ts.observe_stats
+    assert (stats.sent, stats.failed, stats.pending) == (0, 3, 0)
+    assert len(batch_stub.received) == 1
+    assert sleeps.delays == []
+
+
+async def test_close_waits_for_a_batch_in_flight_at_most_close_timeout(batch_stub: Stub) -> None:
+    """A batch the sender has in flight when the client closes gets `close_timeout_s` to be
+    answered, not the client's timeout and retries: cut short, it and the turns behind it are
+    counted failed, and nothing more is sent."""
+    batch_stub.reply(Reply(hang=True))
+    ts = AsyncClient(
+        batch_stub.url,
+        sleep=Sleeps(),
+        retries=1,
+        timeout_s=5.0,
+        close_timeout_s=0.2,
+        observe_batch=1,
+        observe_interval_s=3600,
+    )
+    ts.observe("request 0", "web_search")
+    await batch_stub.arrived.wait()
+    ts.observe("request 1", "web_search")
+    await ts.close()
+    stats = ts.observe_stats
+    assert (stats.sent, stats.failed, stats.pending) == (0, 2, 0)
+    assert len(batch_stub.received) == 1

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from toolselect.api.errors import HttpError
 from toolselect.api.validation import rejection
-from toolselect.json_text import parse_json
+from toolselect.json_text import has_lone_surrogate, parse_json
 from toolselect.keys import DEFAULT_TENANT, Caller
 from toolselect.service import Service, TenantServices
 
@@ -83,7 +83,7 @@ async def read_body(request: web.Request) -> Any:
     """The JSON body: 400 when it is not JSON in UTF-8 (`toolselect.json_text`)."""
     raw = await _read_raw(request)
     data = _json_of(raw)
-    if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(data):
+    if _SURROGATE_ESCAPE.search(raw) and has_lone_surrogate(data):
         raise HttpError(
             400,
             "invalid_json",
@@ -103,25 +103,8 @@ def _json_of(raw: bytes) -> Any:
 
 
 # JSON may escape half of a UTF-16 pair ("\\ud800"): json.loads accepts it, but it is not text
-# and no store can encode it. Only bodies with such an escape are walked.
+# (`has_lone_surrogate`). Only bodies with such an escape are walked.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def _has_lone_surrogate(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode()
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 def _rejected(exc: ValidationError) -> HttpError:

@@ -3,7 +3,7 @@
 Requests and answers are the pydantic models the server validates with
 (`toolselect.api.models`), so a field the server renames breaks here, in a type checker,
 rather than in production. Every failure is a `ClientError`: `ApiError` when the server
-answered an error, `Unreachable` when it did not answer.
+answered an error, `Unreachable` when it did not answer (or a proxy's page came instead).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import builtins
 import hashlib
 import json
 import logging
-import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 from urllib.parse import quote, urlencode
 
@@ -22,14 +21,10 @@ from pydantic import BaseModel, ValidationError
 
 from toolselect.api import key_models as km
 from toolselect.api import models as m
-from toolselect.client.observer import (
-    RETRY_STATUSES,
-    ObserveStats,
-    TurnBuffer,
-    turn_request,
-)
+from toolselect.client.exchange import Attempts, Exchange, Sleep
+from toolselect.client.observer import ObserveStats, TurnBuffer, encoded, turn_request
 from toolselect.client.transport import AiohttpTransport, Response, Transport
-from toolselect.errors import ApiError, ClientError, InvalidInput, Unreachable
+from toolselect.errors import ApiError, ClientError, InvalidInput
 from toolselect.keys import TENANT_HEADER, check_tenant
 from toolselect.retry_after import parse_retry_after
 from toolselect.turns import TurnFields
@@ -40,7 +35,6 @@ from toolselect.turns import TurnFields
 log = logging.getLogger(__name__)
 
 Model = TypeVar("Model", bound=BaseModel)
-Sleep = Callable[[float], Awaitable[None]]
 
 # The server's default limit on a query, a turn's request and each `context` message (UTF-8
 # bytes: `TOOLSELECT_MAX_QUERY_BYTES`).
@@ -50,13 +44,16 @@ MAX_TEXT_BYTES = 8 << 10
 class AsyncClient:
     """A client of one toolselect server; use as `async with AsyncClient(url) as ts: ...`.
 
-    `retries` extra attempts follow a 503, a 429 or a connection failure, waiting the server's
-    `Retry-After` when it sent one, else `backoff_s * 2**attempt` (jittered, at most
-    `max_backoff_s`). Turns given to `observe` are sent in the background, in batches of
-    `observe_batch`, at least every `observe_interval_s`; `close` sends what is left.
+    `retries` extra attempts follow a failure worth another (`toolselect.client.exchange`: no
+    answer, a 503 or a 429, and for all calls but `create_key` a proxy's 502, 504 or page),
+    waiting the server's `Retry-After` when it sent one, else `backoff_s * 2**attempt`
+    (jittered, at most `max_backoff_s`). Turns given to `observe` are sent in the background,
+    in batches of `observe_batch`, at least every `observe_interval_s`; `close` sends what is
+    left within `close_timeout_s`, each batch once (what it cannot send is counted `failed`).
     `tenant` goes as `X-Toolselect-Tenant` on every request: the tenant an admin key (or any
     request while the server has no key) acts on; `InvalidInput` here when it breaks the
-    server's tenant rule.
+    server's tenant rule. Usable from one event loop after another (`asyncio.run` per job), one
+    at a time: the transport and the observe buffer start afresh on each.
     """
 
     def __init__(
@@ -72,6 +69,7 @@ class AsyncClient:
         observe_capacity: int = 10_000,
         observe_batch: int = 500,
         observe_interval_s: float = 1.0,
+        close_timeout_s: float = 2.0,
         transport: Transport | None = None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -87,15 +85,15 @@ class AsyncClient:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._transport: Transport = transport or AiohttpTransport()
-        self._sleep = sleep
+        self._exchange = Exchange(self._transport, sleep)
         self._turns = TurnBuffer(
             self._observe_batch,
             capacity=observe_capacity,
             batch=observe_batch,
             interval_s=observe_interval_s,
+            close_timeout_s=close_timeout_s,
         )
         self.tools = AsyncTools(self)
-        self._closed = False
 
     @property
     def credential(self) -> str:
@@ -108,6 +106,12 @@ class AsyncClient:
             return ""
         return hashlib.sha256(f"{key}\n{tenant}".encode()).hexdigest()[:16]
 
+    @property
+    def _closed(self) -> bool:
+        # Whether `close` has released the connections; the adapters' upload ledger
+        # (`toolselect.integrations.uploads`) reads it to tell an upload that cannot end.
+        return self._exchange.closed
+
     async def __aenter__(self) -> AsyncClient:
         return self
 
@@ -115,13 +119,12 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        """Send the buffered turns, then release the connections; a call after this raises
-        `ClientError`."""
+        """Send the buffered turns (within `close_timeout_s`), then release the connections; a
+        call after this raises `ClientError`."""
         try:
             await self._turns.close()  # sends what is buffered: the last calls allowed
         finally:
-            self._closed = True
-            await self._transport.aclose()
+            await self._exchange.aclose()
 
     # -- ranking ---------------------------------------------------------------------------
 
@@ -191,7 +194,7 @@ class AsyncClient:
         breaks a rule is counted `invalid` and logged.
         """
         try:
-            self._turns.add(turn_request(request, used_tool, turn))
+            self._turns.add(encoded(turn_request(request, used_tool, turn)))
         except Exception as exc:
             # The agent loop comes first: a malformed turn (or a call off the loop) is
             # counted and logged, not raised into it.
@@ -202,9 +205,17 @@ class AsyncClient:
     def observe_stats(self) -> ObserveStats:
         return self._turns.stats()
 
-    async def _observe_batch(self, turns: Sequence[m.ObserveRequest]) -> m.ObserveBatchResponse:
-        body = m.ObserveBatchRequest(turns=list(turns))
-        return await self.call("POST", "/v1/observe/batch", m.ObserveBatchResponse, body)
+    async def _observe_batch(
+        self, turns: Sequence[bytes], last_try_s: float | None
+    ) -> m.ObserveBatchResponse:
+        # `ObserveBatchRequest` as JSON, from the turns encoded when they were buffered.
+        body = b'{"turns":[' + b",".join(turns) + b"]}"
+        path, answer = "/v1/observe/batch", m.ObserveBatchResponse
+        if last_try_s is None:
+            return await self.call("POST", path, answer, body)
+        # Closing: once, within what is left of `close_timeout_s`.
+        timeout_s = min(last_try_s, self.timeout_s)
+        return await self.call("POST", path, answer, body, retries=0, timeout_s=timeout_s)
 
     async def label(self, query: str, tool: str) -> m.FeedbackResponse:
         """Record a human-confirmed label, tier `feedback` (`POST /v1/exemplars`)."""
@@ -269,67 +280,39 @@ class AsyncClient:
         body: Any = None,
         *,
         repeatable: bool = True,
+        retries: int | None = None,
+        timeout_s: float | None = None,
     ) -> Model:
-        """Send `body` (a model or JSON-able value), retrying transient failures, and parse
-        a 2xx answer as `answer`; raise `ApiError` for any other status. A call that is not
+        """Send `body` (a model, a JSON-able value or JSON already encoded as bytes), retrying
+        transient failures, and parse a 2xx answer as `answer`; raise `ApiError` for any other
+        status, `InvalidInput` (nothing sent) for a body JSON cannot carry. A call that is not
         `repeatable` (it creates something each time) is retried only when it cannot have
-        reached the server: a refused connection, a 503 or a 429."""
-        if isinstance(body, BaseModel):
-            # What the caller left unset is left to the server's defaults (which know its limits).
-            data = body.model_dump_json(exclude_none=True, exclude_unset=True).encode()
-        elif body is not None:
-            data = json.dumps(body, ensure_ascii=False).encode()
-        else:
-            data = None
-        response = await self._send(method, path, data, repeatable=repeatable)
-        if not 200 <= response.status < 300:
-            raise _api_error(response)
-        try:
-            payload = json.loads(response.body)
-            # Keys this client does not know are dropped: a newer server may add fields.
-            known = {k: v for k, v in payload.items() if k in answer.model_fields}
-            return answer.model_validate(known, strict=False)
-        except (ValueError, AttributeError, ValidationError) as exc:
-            raise ClientError(
-                f"expected a {answer.__name__} from {method} {path}, got {response.body[:200]!r}"
-            ) from exc
-
-    async def _send(
-        self, method: str, path: str, data: bytes | None, *, repeatable: bool = True
-    ) -> Response:
+        reached the server: a refused connection, a 503 or a 429. `retries` and `timeout_s`
+        stand for the client's in this call."""
+        data = _encoded(body)
         if self._closed:
             raise ClientError("the client is closed")
-        url = self.base_url + path
-        attempt = 0
-        while True:
-            try:
-                response = await self._transport.send(
-                    method, url, body=data, headers=self._headers, timeout_s=self.timeout_s
-                )
-            except Unreachable as exc:
-                if attempt >= self.retries or (exc.sent and not repeatable):
-                    raise
-                delay = self._backoff(attempt, None)
-                log.info(
-                    "toolselect_retry", extra={"path": path, "error": str(exc), "delay_s": delay}
-                )
-            else:
-                if response.status not in RETRY_STATUSES or attempt >= self.retries:
-                    return response
-                delay = self._backoff(attempt, parse_retry_after(response.headers))
-                log.info(
-                    "toolselect_retry",
-                    extra={"path": path, "status": response.status, "delay_s": delay},
-                )
-            attempt += 1
-            await self._sleep(delay)
-
-    def _backoff(self, attempt: int, server_says: float | None) -> float:
-        if server_says is not None:
-            return min(server_says, self.max_backoff_s)
-        # Full jitter: many agents retrying one overloaded server should not retry in step.
-        ceiling = min(self.backoff_s * 2**attempt, self.max_backoff_s)
-        return random.uniform(ceiling / 2, ceiling)
+        self._turns.resume()  # on a new loop, turns an ended one left go out now
+        attempts = Attempts(
+            self.retries if retries is None else retries,
+            self.timeout_s if timeout_s is None else timeout_s,
+            self.backoff_s,
+            self.max_backoff_s,
+        )
+        sent = await self._exchange.send(
+            method, self.base_url + path, data, self._headers, attempts, repeatable=repeatable
+        )
+        if not 200 <= sent.response.status < 300:
+            raise _api_error(sent.response)
+        try:
+            # Keys this client does not know are dropped: a newer server may add fields.
+            known = {k: v for k, v in sent.payload.items() if k in answer.model_fields}
+            return answer.model_validate(known, strict=False)
+        except (AttributeError, ValidationError) as exc:
+            raise ClientError(
+                f"expected a {answer.__name__} from {method} {path}, "
+                f"got {sent.response.body[:200]!r}"
+            ) from exc
 
 
 class AsyncTools:
@@ -394,6 +377,20 @@ def _conversation(
         "companions": companions or None,  # 0 and False both ask for none
     }
     return {key: value for key, value in fields.items() if value is not None}
+
+
+def _encoded(body: Any) -> bytes | None:
+    """The request body's bytes; `InvalidInput` for what JSON cannot carry (a lone surrogate,
+    which the server would refuse anyway), rather than the serialiser's own error."""
+    try:
+        if isinstance(body, BaseModel):
+            # What the caller left unset is left to the server's defaults (which know its limits).
+            return body.model_dump_json(exclude_none=True, exclude_unset=True).encode()
+        if isinstance(body, bytes) or body is None:
+            return body
+        return json.dumps(body, ensure_ascii=False).encode()
+    except (TypeError, ValueError) as exc:  # pydantic's and UTF-8's errors are ValueErrors
+        raise InvalidInput(f"expected a body JSON can carry, got {exc}", "body") from None
 
 
 def _build(model: type[Model], **fields: Any) -> Model:

@@ -3,15 +3,21 @@
 `observe` must never slow or break the agent loop that calls it: it appends and returns; when
 the buffer is full the turn is dropped and counted. The task sends what is buffered every
 `interval_s` (or as soon as a batch fills) through `POST /v1/observe/batch`. While the server
-cannot take turns (unreachable, or busy or starting: 503, 429) after the client's retries, the
-batch goes back to the front of the buffer for the next round, so a server restart loses nothing
-the buffer can hold (each turn keeps its id, so one that did arrive is stored once); at `close`,
-the first such failure fails what is left at once, so closing never waits out one batch after
-another. A batch the server refuses otherwise is dropped, counted and logged once.
+cannot take turns after the client's retries (what `toolselect.client.exchange` tries again:
+unreachable, busy or starting, or a proxy's 502, 504 or page in its place), the batch goes back
+to the front of the buffer for the next round, so a server restart loses nothing the buffer can
+hold (each turn keeps its id, so one that did arrive is stored once). `close` is bounded by
+`close_timeout_s`: the batch in flight may finish within it; then each batch goes once, without
+retries, in the time left. The first batch that fails or finds no time left fails with all that
+is still buffered (counted `failed`), so leaving an agent never waits out a server that hangs or
+restarts. A batch the server refuses otherwise is dropped, counted and logged once.
 
 The server refuses a whole batch for one turn over its text limit, or for a body or turn count
 over its own limits (its settings, which the client cannot know): such a batch is sent again
 without that turn (counted `invalid`), or in halves, so one long request loses no other turn.
+What the server would refuse for any batch (a rule of the turn, a lone surrogate in one of its
+texts) is refused when the turn is added, and each turn is encoded then: a batch is the
+concatenation of encoded turns, so no single turn can fail its batch at sending time.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from toolselect.api.models import ObserveBatchResponse, ObserveRequest
+from toolselect.client.exchange import worth_again
 from toolselect.errors import ApiError, InvalidInput, Unreachable
+from toolselect.json_text import has_lone_surrogate
 from toolselect.turns import TurnFields, turn_problem
 
 # stdlib logging, not structlog: this module runs inside other people's agent processes,
@@ -34,12 +42,10 @@ from toolselect.turns import TurnFields, turn_problem
 # an MCP stdio host reads as protocol). Messages are event names; fields go in `extra`.
 log = logging.getLogger(__name__)
 
-Send = Callable[[Sequence[ObserveRequest]], Awaitable[ObserveBatchResponse]]
+# Sends a batch of encoded turns (`encoded`) as one `POST /v1/observe/batch`: with the client's
+# retries, or, given a number of seconds (closing), once within them.
+Send = Callable[[Sequence[bytes], float | None], Awaitable[ObserveBatchResponse]]
 
-# The statuses worth asking again: the server said it is busy or not ready yet (503), or the
-# tenant's request rate is spent for now (429 `rate_limited`). A batch still answered so after
-# the client's retries waits in the buffer for a later round.
-RETRY_STATUSES = frozenset({429, 503})
 
 # The server's default `max_batch`; a larger batch would be refused whole.
 MAX_BATCH = 1000
@@ -50,24 +56,42 @@ _TURN_FIELD = re.compile(r"turns\[(\d+)\]")
 
 def turn_request(request: str, used_tool: str | None, fields: TurnFields) -> ObserveRequest:
     """The turn as the server's request model, held to the rules the server holds a batch's
-    turns to (`turn_problem`; one bad turn would make it refuse the whole batch), but the text
-    sizes, which are the server's settings; `InvalidInput` when it breaks a rule."""
+    turns to (`turn_problem`, and text without a lone surrogate: one bad turn would make it
+    refuse the whole batch), but the text sizes, which are the server's settings;
+    `InvalidInput` when it breaks a rule."""
     used_tools = fields.get("used_tools")
-    turn = ObserveRequest.model_validate(
-        {
-            **fields,
-            "request": request,
-            "used_tool": used_tool,
-            "used_tools": None if used_tools is None else list(used_tools),
-            # Named here, not by the server: a batch re-sent after a lost answer is then
-            # stored once.
-            "turn_id": fields.get("turn_id") or uuid.uuid4().hex,
-        }
-    )
+    given = {
+        **fields,
+        "request": request,
+        "used_tool": used_tool,
+        "used_tools": None if used_tools is None else list(used_tools),
+        # Named here, not by the server: a batch re-sent after a lost answer is then
+        # stored once.
+        "turn_id": fields.get("turn_id") or uuid.uuid4().hex,
+    }
+    turn = ObserveRequest.model_validate(given)
     problem = turn_problem(turn)
     if problem is not None:
         raise InvalidInput(problem.message, problem.field)
+    for field, value in given.items():
+        # The server refuses a body holding one anywhere (`400 invalid_json`, the whole
+        # batch), by the same rule.
+        if has_lone_surrogate(value):
+            raise InvalidInput(
+                f"expected {field} to be Unicode text, got a lone UTF-16 surrogate "
+                "(\\uD800-\\uDFFF)",
+                field,
+            )
     return turn
+
+
+def encoded(turn: ObserveRequest) -> bytes:
+    """The turn's JSON as its batch will carry it, made once when it is buffered: a turn that
+    cannot be encoded is refused alone here (`InvalidInput`), never with its batch."""
+    try:
+        return turn.model_dump_json(exclude_none=True, exclude_unset=True).encode()
+    except ValueError as exc:  # pydantic's serialisation error
+        raise InvalidInput(f"expected a turn JSON can carry, got {exc}") from None
 
 
 @dataclass
@@ -78,23 +102,34 @@ class ObserveStats:
     dropped: int = 0  # the client's buffer was full
     rejected: int = 0  # the server's queue was full (`dropped` in its answer)
     failed: int = 0  # the batch could not be delivered (server down, refused)
-    invalid: int = 0  # the turn broke the request model, or the server's text limit
+    invalid: int = 0  # the turn broke the request model or its rules, or the server's text limit
     pending: int = 0  # buffered, not sent yet
 
 
 class TurnBuffer:
-    """Buffers turns and sends them in batches from a task started on the first turn."""
+    """Buffers turns and sends them in batches from a task started on the first turn.
+
+    The task runs on the loop of the call that started it. When that loop ends (a host running
+    each job in its own `asyncio.run`, which cancels every task) the batch in flight goes back
+    to the buffer, and the next turn or call on another loop starts a new task there."""
 
     def __init__(
-        self, send: Send, *, capacity: int = 10_000, batch: int = 500, interval_s: float = 1.0
+        self,
+        send: Send,
+        *,
+        capacity: int = 10_000,
+        batch: int = 500,
+        interval_s: float = 1.0,
+        close_timeout_s: float = 2.0,
     ) -> None:
         if not 1 <= batch <= MAX_BATCH:
             raise ValueError(f"expected batch in 1..{MAX_BATCH}, got {batch}")
         self._send = send
-        self._turns: deque[ObserveRequest] = deque()
+        self._turns: deque[bytes] = deque()
         self._capacity = capacity
         self._batch = batch
         self._interval_s = interval_s
+        self._close_timeout_s = close_timeout_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -104,20 +139,36 @@ class TurnBuffer:
         """A snapshot of the counts, with the turns still buffered."""
         return replace(self.counts, pending=len(self._turns))
 
-    def add(self, turn: ObserveRequest) -> None:
-        """Buffer one turn; never raises, never waits."""
+    def add(self, turn: bytes) -> None:
+        """Buffer one encoded turn (`encoded`); never raises, never waits."""
         if self._closing or len(self._turns) >= self._capacity:
             self.counts.dropped += 1
             if self.counts.dropped == 1 or self.counts.dropped % 1000 == 0:
                 event = "observe_after_close" if self._closing else "observe_buffer_full"
                 log.warning(event, extra={"dropped": self.counts.dropped})
             return
-        if self._task is None:
-            # Raises off the loop before the turn is kept (the caller counts it `invalid`).
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        # Raises off the loop before the turn is kept (the caller counts it `invalid`).
+        self._start()
         self._turns.append(turn)
         if len(self._turns) >= self._batch:
             self._wake.set()
+
+    def resume(self) -> None:
+        """Start the sender on the running loop when turns wait and it does not run here: the
+        loop it ran on ended with them buffered, and this one's job may never observe."""
+        if self._turns and not self._closing:
+            self._start()
+
+    def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        task = self._task
+        if task is not None and not task.done() and task.get_loop() is loop:
+            return
+        # An Event waits on the loop it was first awaited on: this task needs its own.
+        self._wake = asyncio.Event()
+        if self._turns:
+            self._wake.set()  # turns a task on an ended loop left: they have waited already
+        self._task = loop.create_task(self._run())
 
     async def _run(self) -> None:
         while not self._closing:
@@ -126,13 +177,15 @@ class TurnBuffer:
             self._wake.clear()
             await self._drain()
 
-    async def _drain(self) -> None:
-        while self._turns:
+    async def _drain(self, deadline: float | None = None) -> None:
+        """Send batch after batch: the task's (no `deadline`) until closing, when `close` sends
+        the rest, each batch once, by the loop's clock's `deadline`."""
+        while self._turns and (deadline is not None or not self._closing):
             batch = [self._turns.popleft() for _ in range(min(self._batch, len(self._turns)))]
-            if not await self._deliver(batch):
+            if not await self._deliver(batch, deadline):
                 return
 
-    async def _deliver(self, batch: list[ObserveRequest]) -> bool:
+    async def _deliver(self, batch: list[bytes], deadline: float | None = None) -> bool:
         """Send `batch`; what the server refuses for one turn or for its size goes again without
         that turn or in halves (the module's docstring), the turns' order kept. False when the
         server cannot take turns now: the unsent ones are back in the buffer (or, closing,
@@ -140,16 +193,24 @@ class TurnBuffer:
         parts = [batch]
         while parts:
             turns = parts.pop()
+            unsent = [*turns, *(t for part in reversed(parts) for t in part)]
+            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if left is not None and left <= 0:
+                self._give_up(unsent, TimeoutError("close_timeout_s spent"))
+                return False
             try:
-                answer = await self._send(turns)
+                answer = await self._send(turns, left)
+            except asyncio.CancelledError:
+                # Its loop is ending (`asyncio.run` cancels every task): the turns wait in the
+                # buffer for the next loop's task, or `close` (sent again, stored once).
+                self._turns.extendleft(reversed(unsent))
+                raise
             except (Unreachable, ApiError) as exc:
-                if isinstance(exc, ApiError) and exc.status not in RETRY_STATUSES:
+                if isinstance(exc, ApiError) and not worth_again(exc.status, repeatable=True):
                     self._refused(turns, exc, parts)
                     continue
-                unsent = [*turns, *(t for part in reversed(parts) for t in part)]
                 if self._closing:
-                    self._failed([*unsent, *self._turns], exc)
-                    self._turns.clear()
+                    self._give_up(unsent, exc)
                 else:
                     self._turns.extendleft(reversed(unsent))
                     log.info("observe_server_unavailable", extra={"error": str(exc)})
@@ -163,9 +224,7 @@ class TurnBuffer:
                 self.counts.rejected += answer.dropped
         return True
 
-    def _refused(
-        self, turns: list[ObserveRequest], exc: ApiError, parts: list[list[ObserveRequest]]
-    ) -> None:
+    def _refused(self, turns: list[bytes], exc: ApiError, parts: list[list[bytes]]) -> None:
         """A refusal about one turn sends the rest again; one about the size, the halves."""
         bad = _refused_turn(exc, len(turns))
         if bad is not None:
@@ -179,19 +238,34 @@ class TurnBuffer:
         else:
             self._failed(turns, exc)
 
-    def _failed(self, turns: Sequence[ObserveRequest], exc: Exception) -> None:
+    def _failed(self, turns: Sequence[bytes], exc: Exception) -> None:
         self.counts.failed += len(turns)
         log.warning("observe_batch_failed", extra={"turns": len(turns), "error": str(exc)})
 
+    def _give_up(self, unsent: Sequence[bytes], exc: Exception) -> None:
+        """Closing: `unsent` and everything still buffered fail at once."""
+        self._failed([*unsent, *self._turns], exc)
+        self._turns.clear()
+
     async def close(self) -> None:
-        """Send everything buffered (each batch with the client's retries), then stop."""
+        """Send everything buffered within `close_timeout_s` (the module's docstring), then
+        stop."""
         self._closing = True
-        self._wake.set()
-        if self._task is not None:
-            # The loop may be mid-send: let it finish its batch, then send the rest here.
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-        await self._drain()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._close_timeout_s
+        task, self._task = self._task, None
+        # A task of an ended loop is gone with it: nothing to wait for.
+        if task is not None and not task.done() and task.get_loop() is loop:
+            self._wake.set()
+            # The loop may be mid-send: its batch may finish in time, then the rest go from
+            # here. Else the server gave no answer in all the time there is: neither would it
+            # to the rest, which fail with the batch, back in the buffer once cut short.
+            finished, _ = await asyncio.wait({task}, timeout=self._close_timeout_s)
+            if not finished:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                self._give_up([], TimeoutError("no answer within close_timeout_s"))
+        await self._drain(deadline)
 
 
 def _refused_turn(exc: ApiError, size: int) -> int | None:
