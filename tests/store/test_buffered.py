@@ -4,8 +4,9 @@ closed port), then replayed into a real SQLite store."""
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import neo4j
@@ -14,7 +15,7 @@ import pytest_asyncio
 
 from toolselect.errors import StoreUnavailable
 from toolselect.metrics import Metrics
-from toolselect.records import Exemplar, OracleCall, Tool, Turn
+from toolselect.records import Exemplar, OracleCall, SaveResult, Tool, Turn
 from toolselect.store.buffered import BufferedStore
 from toolselect.store.neo4j.store import Neo4jStore
 from toolselect.store.port import lookup_one, save_one
@@ -187,4 +188,54 @@ async def test_a_turn_the_store_refuses_does_not_block_the_backlog(tmp_path: Pat
     assert await inner.get_turn("bad") is None
     dropped = metrics.value
     assert dropped("toolselect_store_backlog_dropped_total", {"kind": "turn_refused"}) == 1
+    await store.close()
+
+
+class CountedStore(SqliteStore):
+    """The real SQLite store, noting each write call the replay makes."""
+
+    writes: list[str]
+
+    async def record_turns(self, turns: Sequence[Turn]) -> int:
+        self.writes.append("turns")
+        return await super().record_turns(turns)
+
+    async def record_oracle_call(self, call: OracleCall) -> None:
+        self.writes.append("call")
+        await super().record_oracle_call(call)
+
+    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+        self.writes.append("labels")
+        return await super().save_exemplars(exemplars)
+
+
+async def test_a_backlog_of_turns_and_their_labels_replays_in_a_few_writes(
+    tmp_path: Path,
+) -> None:
+    """The learner spools each turn, then its label (and a teacher's call): replayed run by run
+    of one kind, that was a write per record or two (45 records a second on Neo4j, while a
+    restart waits on it). A window is written a kind at a time, turns first, so each label and
+    call still finds its turn, and labels keep their order: the later sighting counts."""
+    inner = CountedStore(tmp_path / "live.db")
+    inner.writes = []
+    await inner.migrate()
+    await inner.upsert_tools([Tool("a", "tool a"), Tool("b", "tool b")])
+    store = BufferedStore(inner)
+    store.last_error = "simulated outage"
+    for i in range(40):
+        await store.record_turns([replace(turn(i), used_tool="a", outcome="ok")])
+        label = replace(exemplar("same request", "a", "usage"), id=f"e{i}", turn_id=f"t{i}")
+        await store.save_exemplars([label])
+        if i % 10 == 0:
+            await store.record_oracle_call(
+                OracleCall(id=f"c{i}", provider="anthropic", model="m", result="labeled",
+                           latency_ms=1.0, at=NOW, turn_id=f"t{i}")
+            )  # fmt: skip
+    assert store.backlog == 84
+    assert await store.flush() == 84
+    assert inner.writes == ["turns", "call", "call", "call", "call", "labels"]
+    assert all([await inner.get_turn(f"t{i}") is not None for i in range(40)])
+    stored = await lookup_one(inner, "same request")
+    assert stored is not None and (stored.tool, stored.count) == ("a", 40)
+    assert len(await inner.oracle_calls(since=NOW - timedelta(hours=1))) == 4
     await store.close()

@@ -375,12 +375,18 @@ class BufferedStore:
             await self.inner.close()
 
 
+# The order a window of the spool is written in, by kind: a label or a teacher call names its
+# turn, which must be there first; a turn names neither. Within a kind the order is kept (a
+# turn's later version wins, labels count sightings in order).
+_REPLAY_ORDER = ("turn", "oracle_call", "exemplar")
+
+
 def _runs(entries: list[Entry]) -> list[list[Entry]]:
-    """Consecutive records of one kind, in order: each run is one write to the store."""
-    runs: list[list[Entry]] = []
+    """The records of each kind, in order, turns first: each run is one write to the store.
+    Runs of consecutive records of one kind were one write each, and the learner spools a turn
+    then its label, so a backlog replayed one or two records a transaction (45 a second on
+    Neo4j), while a restart waits for it to end before it serves."""
+    by_kind: dict[str, list[Entry]] = {kind: [] for kind in _REPLAY_ORDER}
     for entry in entries:
-        if runs and runs[-1][0].kind == entry.kind:
-            runs[-1].append(entry)
-        else:
-            runs.append([entry])
-    return runs
+        by_kind[entry.kind].append(entry)
+    return [run for run in by_kind.values() if run]
