@@ -2,26 +2,37 @@
 
 The standard parser, refusing what has no JSON value to give back: `NaN` and `Infinity` (which
 `json.loads` takes) and numbers past a float's range (which it turns into infinity, stored and
-then written back as `null`). And the one rule for strings both ends hold: a lone UTF-16
-surrogate is not text (`has_lone_surrogate`), which the server refuses in any body and the
-client in a turn before it is buffered.
+then written back as `null`), and a string escaping a lone UTF-16 surrogate. That is the one
+rule for strings both ends hold: a lone surrogate is not text (`has_lone_surrogate`), which
+every boundary refuses (a body, a catalog file, the exec selector's stdin) and the client in a
+turn before it is buffered.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
+
+LONE_SURROGATE = "escapes a lone UTF-16 surrogate (\\uD800-\\uDFFF): not Unicode text"
+# JSON may escape half of a UTF-16 pair ("\ud800"): json.loads accepts it. Only text with
+# such an escape is walked.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def parse_json(text: str | bytes) -> Any:
     """`json.loads` where every refusal is a ValueError whose message says why: not JSON
-    (`JSONDecodeError`, `UnicodeDecodeError`), a non-finite number, or nesting deeper than the
-    parser's recursion (a `RecursionError` otherwise)."""
+    (`JSONDecodeError`, `UnicodeDecodeError`), a non-finite number, nesting deeper than the
+    parser's recursion (a `RecursionError` otherwise), or a lone surrogate."""
     try:
-        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+        value = json.loads(text, parse_constant=_not_json, parse_float=_finite)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    escapes = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    if _SURROGATE_ESCAPE.search(escapes) and has_lone_surrogate(value):
+        raise ValueError(LONE_SURROGATE)
+    return value
 
 
 def _not_json(constant: str) -> Any:

@@ -21,6 +21,8 @@ from typing import Annotated, Literal, TypedDict, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolselect.json_text import has_lone_surrogate
+
 # Tools one turn may list in `used_tools`, and the longest tool name or id a turn may carry.
 MAX_USED_TOOLS = 64
 MAX_NAME_CHARS = 256
@@ -113,8 +115,15 @@ def turn_problem(turn: ReportedTurn, max_text_bytes: int | None = None) -> TurnP
     """What is wrong with a turn the model accepted, or None. One of `used_tool` and a
     non-empty `used_tools` is required, and with both `used_tool` must be one of `used_tools`
     (the JSON schema cannot say either); with `max_text_bytes`, the request and the used tool
-    are at most that many bytes of UTF-8. An empty request or used tool is allowed (it is
-    recorded; a blank request teaches the learner nothing)."""
+    are at most that many bytes of UTF-8. No field may hold a lone UTF-16 surrogate (it is
+    no text a store can encode; a body escaping one never gets here, but the argv of
+    `toolselect observe` or a Python caller may). An empty request or used tool is allowed (it
+    is recorded; a blank request teaches the learner nothing)."""
+    for field, value in turn:
+        if has_lone_surrogate(value):
+            return TurnProblem(
+                field, f"{field} to be Unicode text", "a lone UTF-16 surrogate (\\uD800-\\uDFFF)"
+            )
     if turn.used_tool is None and not turn.used_tools:
         return TurnProblem("used_tool", "used_tool or a non-empty used_tools")
     if turn.used_tool is not None and turn.used_tools and turn.used_tool not in turn.used_tools:

@@ -391,7 +391,14 @@ def test_bad_input_is_one_line_and_nothing_kept(
     (tmp_path / "schema.json").write_text(_deep_catalog(65))
     (tmp_path / "afile").write_text("")
     (tmp_path / "ok.json").write_text(json.dumps(CATALOG))
+    # A lone UTF-16 surrogate is no text (each case once crashed with a traceback, and observe
+    # answered queued for a turn no store could take).
+    (tmp_path / "half.json").write_text('{"tools": [{"name": "a", "description": "\\udc80"}]}')
+    half = '{"query": {"Text": "hi \\ud83d"}, "candidates": [{"ID": "a\\udc80", "Name": "a"}]}'
     cases = [
+        (["select"], half, "lone UTF-16 surrogate"),
+        (["tools", "import", str(tmp_path / "half.json")], "", "lone UTF-16 surrogate"),
+        (["observe", "caf\udce9", "get_weather"], "", "request to be Unicode text"),
         (["observe", "r" * 8193, "get_weather"], "", "request of at most 8192 bytes"),
         (["observe", "weather", "g" * 257], "", "used_tool: String should have at most 256"),
         (["tools", "import", str(tmp_path / "nested.json")], "", "nested too deeply"),

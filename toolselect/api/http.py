@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from toolselect.api.errors import HttpError
 from toolselect.api.validation import rejection
-from toolselect.json_text import has_lone_surrogate, parse_json
+from toolselect.json_text import parse_json
 from toolselect.keys import DEFAULT_TENANT, Caller
 from toolselect.service import Service, TenantServices
 
@@ -81,16 +81,7 @@ async def _read_raw(request: web.Request) -> bytes:
 
 async def read_body(request: web.Request) -> Any:
     """The JSON body: 400 when it is not JSON in UTF-8 (`toolselect.json_text`)."""
-    raw = await _read_raw(request)
-    data = _json_of(raw)
-    if _SURROGATE_ESCAPE.search(raw) and has_lone_surrogate(data):
-        raise HttpError(
-            400,
-            "invalid_json",
-            "body is not Unicode text: it escapes a lone UTF-16 surrogate (\\uD800-\\uDFFF)",
-            "body",
-        )
-    return data
+    return _json_of(await _read_raw(request))
 
 
 def _json_of(raw: bytes) -> Any:
@@ -100,11 +91,6 @@ def _json_of(raw: bytes) -> Any:
         return parse_json(raw.decode("utf-8"))
     except ValueError as exc:
         raise HttpError(400, "invalid_json", f"body is not JSON: {exc}", "body") from None
-
-
-# JSON may escape half of a UTF-16 pair ("\\ud800"): json.loads accepts it, but it is not text
-# (`has_lone_surrogate`). Only bodies with such an escape are walked.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _rejected(exc: ValidationError) -> HttpError:

@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 from toolselect.api.models import ObserveBatchResponse, ObserveRequest
 from toolselect.client.exchange import worth_again
 from toolselect.errors import ApiError, InvalidInput, Unreachable
-from toolselect.json_text import has_lone_surrogate
 from toolselect.turns import TurnFields, turn_problem
 
 # stdlib logging, not structlog: this module runs inside other people's agent processes,
@@ -70,18 +69,11 @@ def turn_request(request: str, used_tool: str | None, fields: TurnFields) -> Obs
         "turn_id": fields.get("turn_id") or uuid.uuid4().hex,
     }
     turn = ObserveRequest.model_validate(given)
+    # Refuses a lone surrogate too: the server refuses a body holding one anywhere, which would
+    # lose the turn's whole batch.
     problem = turn_problem(turn)
     if problem is not None:
         raise InvalidInput(problem.message, problem.field)
-    for field, value in given.items():
-        # The server refuses a body holding one anywhere (`400 invalid_json`, the whole
-        # batch), by the same rule.
-        if has_lone_surrogate(value):
-            raise InvalidInput(
-                f"expected {field} to be Unicode text, got a lone UTF-16 surrogate "
-                "(\\uD800-\\uDFFF)",
-                field,
-            )
     return turn
 
 
