@@ -9,7 +9,8 @@ import structlog
 
 
 def configure_logging(level: str = "info", fmt: str = "auto") -> None:
-    """Route structlog (and stdlib logging) to stderr; request ids come from contextvars."""
+    """Route structlog and stdlib logging to stderr, both rendered alike (JSON lines off a
+    terminal); request ids come from contextvars."""
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
@@ -33,6 +34,22 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(
-        level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(message)s"
+    # Libraries' stdlib records (the Neo4j driver's retries, the MCP SDK, uvicorn) through the
+    # same renderer: as plain text they were lines, often several per record, that no JSON log
+    # pipeline reads.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
     )
+    logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler], force=True)

@@ -38,3 +38,31 @@ def test_lines_of_processes_sharing_stderr_never_splice() -> None:
     assert len(lines) == 2 * LINES
     events = [json.loads(line) for line in lines]
     assert sorted(e["catalog_version"] for e in events) == sorted(list(range(LINES)) * 2)
+
+
+LIBRARY = """
+import logging
+from toolselect.logs import configure_logging
+configure_logging("info", "json")
+logging.getLogger("neo4j").warning("Transaction failed and will be retried\\nin 1.15s")
+try:
+    raise ValueError("bad")
+except ValueError:
+    logging.getLogger("mcp").exception("handler failed")
+logging.getLogger("neo4j").info("below the floor for libraries")
+"""
+
+
+def test_libraries_stdlib_records_are_json_lines_too() -> None:
+    """The Neo4j driver's retry warnings (several lines of plain text each), the MCP SDK's and
+    uvicorn's records reach stderr as JSON lines like toolselect's own, named by logger; the
+    libraries' info records stay below the floor."""
+    done = subprocess.run(
+        [sys.executable, "-c", LIBRARY], capture_output=True, text=True, timeout=60, check=True
+    )
+    events = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(e["logger"], e["level"], e["event"]) for e in events] == [
+        ("neo4j", "warning", "Transaction failed and will be retried\nin 1.15s"),
+        ("mcp", "error", "handler failed"),
+    ]
+    assert "ValueError: bad" in events[1]["exception"]
