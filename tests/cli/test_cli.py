@@ -429,6 +429,33 @@ def test_bad_input_is_one_line_and_nothing_kept(
         assert db.execute("SELECT count(*) FROM turns").fetchone() == (0,)
 
 
+def test_select_in_process_is_held_to_its_timeout_and_the_body_limit(env: dict[str, str]) -> None:
+    """A store that accepts and never answers held an in-process selection for the driver's
+    60 s, past the runtime's own 10 s, and `--timeout` was ignored without `--url`: now it
+    bounds the whole selection (exit 1, one line). Stdin past the body limit `--url`'s server
+    answers 413 to is exit 2 in-process too (it took 10.7 s and 1.9 GB for 11 MB)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        uri = f"bolt://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        hung = run(
+            ["select", "--timeout", "1"],
+            {**env, "TOOLSELECT_STORE": "neo4j", "NEO4J_URI": uri},
+            stdin=json.dumps(SELECT),
+        )
+        took = time.monotonic() - started
+    assert hung.returncode == 1, hung.stderr
+    assert "no selection within --timeout 1 s" in hung.stderr and "Traceback" not in hung.stderr
+    assert took < 20  # the timeout, with the interpreter's start and exit
+    big = {**SELECT, "candidates": SELECT["candidates"] * 20}
+    over = run(["select"], {**env, "TOOLSELECT_MAX_BODY_BYTES": "2048"}, stdin=json.dumps(big))
+    assert over.returncode == 2, over.stderr
+    assert "expected stdin of at most 2048 bytes" in over.stderr
+    fits = run(["select"], {**env, "TOOLSELECT_MAX_BODY_BYTES": "2048"}, stdin=json.dumps(SELECT))
+    assert fits.returncode == 0, fits.stderr
+
+
 def test_serve_on_a_taken_port_is_one_line(env: dict[str, str]) -> None:
     """A port another process holds: one line naming the address, exit 2."""
     with socket.socket() as taken:

@@ -192,23 +192,30 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    data = read_select_request()
     if args.url:
-        return select_remote(args.url, data, args.timeout)
+        return select_remote(args.url, read_select_request(), args.timeout)
     # Spawned once per agent turn: only what one selection needs is imported (no aiohttp,
     # no scikit-learn, no learner), see toolselect.cmd.select.
     from toolselect.catalog import candidates_to_tools
     from toolselect.cmd.select import read_request, select_once
 
+    settings = _settings(args)
+    data = read_select_request(settings.max_body_bytes)
     request = read_request(data)  # InvalidInput: one line on stderr, exit 2
     tools = candidates_to_tools(request.candidates)
-    settings = _settings(args)
 
     async def body() -> int:
+        import asyncio
+
+        from toolselect.errors import NotReady
         from toolselect.logs import configure_logging
 
         configure_logging("warning", settings.log_format)
-        selection = await select_once(settings, request.text, tools, request.k)
+        try:  # a hung store held a spawn the driver's 60 s, past the runtime's own timeout
+            async with asyncio.timeout(args.timeout):
+                selection = await select_once(settings, request.text, tools, request.k)
+        except TimeoutError:
+            raise NotReady(f"no selection within --timeout {args.timeout:g} s") from None
         print(json.dumps({"selected": selection.selected, "reason": selection.reason}))
         return 0
 
@@ -380,7 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sel = with_store(sub.add_parser("select", help="PromptKit exec selector: stdin -> stdout"))
     sel.add_argument("--url", help="thin client of a running server (fast per-call spawn)")
-    sel.add_argument("--timeout", type=_seconds_arg, default=10.0)
+    sel.add_argument(
+        "--timeout", type=_seconds_arg, default=10.0, help="seconds for the whole selection"
+    )
     sel.set_defaults(func=cmd_select)
 
     obs = with_store(sub.add_parser("observe", help="report one turn (request, used tool)"))

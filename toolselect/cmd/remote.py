@@ -17,12 +17,16 @@ class UsageError(Exception):
     """Bad input on the command line or stdin: message to stderr, exit 2."""
 
 
-def read_select_request() -> dict[str, Any]:
-    """The one JSON object PromptKit writes on stdin."""
+def read_select_request(max_bytes: int | None = None) -> dict[str, Any]:
+    """The one JSON object PromptKit writes on stdin, of at most `max_bytes` (the server's body
+    limit, which `--url` meets as a 413, held in-process too)."""
     # Bytes, decoded here: text mode would raise (or, under C.UTF-8, smuggle surrogates past
     # the check) for bytes that are not UTF-8, as a runtime may write by mistake.
+    data = sys.stdin.buffer.read()
+    if max_bytes is not None and len(data) > max_bytes:
+        raise UsageError(f"expected stdin of at most {max_bytes} bytes, got {len(data)}")
     try:
-        raw = sys.stdin.buffer.read().decode("utf-8")
+        raw = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"stdin is not UTF-8: {exc}") from None
     if not raw.strip():
