@@ -107,9 +107,8 @@ class AsyncClient:
         return hashlib.sha256(f"{key}\n{tenant}".encode()).hexdigest()[:16]
 
     @property
-    def _closed(self) -> bool:
-        # Whether `close` has released the connections; the adapters' upload ledger
-        # (`toolselect.integrations.uploads`) reads it to tell an upload that cannot end.
+    def closed(self) -> bool:
+        """Whether `aclose` has released the connections (every call then fails at once)."""
         return self._exchange.closed
 
     async def __aenter__(self) -> AsyncClient:
@@ -290,7 +289,7 @@ class AsyncClient:
         reached the server: a refused connection, a 503 or a 429. `retries` and `timeout_s`
         stand for the client's in this call."""
         data = _encoded(body)
-        if self._closed:
+        if self.closed:
             raise ClientError("the client is closed")
         self._turns.resume()  # on a new loop, turns an ended one left go out now
         attempts = Attempts(

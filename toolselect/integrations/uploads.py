@@ -220,7 +220,7 @@ class InFlight:
         """Whether it may never end: a closed loop runs no task (a blocking `Client` stops its
         loop with the upload pending), and a closed client's PUT hangs until its own timeout
         or fails, while a new client would upload at once."""
-        return self.loop.is_closed() or self.client._closed
+        return self.loop.is_closed() or self.client.closed
 
 
 @dataclass
