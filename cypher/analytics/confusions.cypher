@@ -4,16 +4,34 @@
 // $tenant - the tenant whose data is read (every node matched carries it).
 //   In Neo4j Browser: :param tenant => 'default'
 // Columns: used_tool, label (the labelled tool), turns (flagged turns with that pair).
-// Only flagged turns with a label for another tool count: a label the used tool is under more
-// namespaces (`mcp__jira__create_issue` for `jira__create_issue`), or the other way round, is
-// the same tool (`names.same_tool`); `github__create_issue` and `jira__create_issue` are two.
+// Only flagged turns with a label for another tool count; a used tool is the catalog tool its
+// reported name stands for (`names.CatalogNames`: `mcp__jira__create_issue` is
+// `jira__create_issue`, while `github__create_issue` is another tool), so a label for the very
+// tool used is no confusion, and one tool is one row however agents name it.
 // Order: turns descending, then used_tool, then label.
 MATCH (t:Turn {tenant: $tenant})
 WHERE t.flagged
   AND t.label IS NOT NULL
   AND t.label <> t.used_tool
-  AND NOT t.label ENDS WITH '__' + t.used_tool
-  AND NOT t.used_tool ENDS WITH '__' + t.label
   AND ($since IS NULL OR t.at >= datetime($since))
-RETURN t.used_tool AS used_tool, t.label AS label, count(t) AS turns
+WITH t.used_tool AS reported, t.label AS label, count(t) AS turns
+CALL (reported) {
+  // The catalog tool a reported name stands for (`names.CatalogNames`), else the name itself.
+  OPTIONAL MATCH (exact:Tool {tenant: $tenant, name: reported})
+  OPTIONAL MATCH (same:Tool {tenant: $tenant, bare_name: reverse(split(reverse(reported), '__')[0])})
+  WITH exact, collect(same.name) AS found
+  WITH exact, found, [n IN found WHERE reported ENDS WITH '__' + n] AS within
+  RETURN coalesce(
+    exact.name,
+    CASE
+      WHEN size(found) = 1 THEN found[0]
+      WHEN size(within) > 0
+        THEN reduce(best = within[0], n IN within | CASE WHEN size(n) > size(best) THEN n ELSE best END)
+    END,
+    reported
+  ) AS used_tool
+}
+WITH used_tool, label, sum(turns) AS turns
+WHERE used_tool <> label
+RETURN used_tool, label, turns
 ORDER BY turns DESC, used_tool, label

@@ -6,14 +6,34 @@
 // Columns: used_tool, turns (turns that used it), flagged (of those, flagged),
 //   rate (flagged / turns; toolselect rounds it to 4 places, here it is unrounded),
 //   top_reason (most frequent flag_reason among its flagged turns, ties by name; null if none).
+// A used tool is the catalog tool its reported name stands for (`mcp__jira__create_issue` is
+// `jira__create_issue`, as the learner reads it), so one tool is one row however agents name it.
 // Order: flagged descending, then used_tool.
 MATCH (t:Turn {tenant: $tenant})
 WHERE $since IS NULL OR t.at >= datetime($since)
 WITH
-  t.used_tool AS used_tool,
+  t.used_tool AS reported,
   count(t) AS turns,
   count(CASE WHEN t.flagged THEN 1 END) AS flagged,
   collect(CASE WHEN t.flagged THEN t.flag_reason END) AS reasons
+CALL (reported) {
+  // The catalog tool a reported name stands for (`names.CatalogNames`), else the name itself.
+  OPTIONAL MATCH (exact:Tool {tenant: $tenant, name: reported})
+  OPTIONAL MATCH (same:Tool {tenant: $tenant, bare_name: reverse(split(reverse(reported), '__')[0])})
+  WITH exact, collect(same.name) AS found
+  WITH exact, found, [n IN found WHERE reported ENDS WITH '__' + n] AS within
+  RETURN coalesce(
+    exact.name,
+    CASE
+      WHEN size(found) = 1 THEN found[0]
+      WHEN size(within) > 0
+        THEN reduce(best = within[0], n IN within | CASE WHEN size(n) > size(best) THEN n ELSE best END)
+    END,
+    reported
+  ) AS used_tool
+}
+WITH used_tool, sum(turns) AS turns, sum(flagged) AS flagged, collect(reasons) AS nested
+WITH used_tool, turns, flagged, reduce(every = [], r IN nested | every + r) AS reasons
 CALL (reasons) {
   UNWIND reasons AS reason
   WITH reason, count(*) AS times

@@ -19,6 +19,8 @@
 //   other_pack (search_status 'other_pack': the search was issued for another pack).
 // Whether the right tool was among those shown is not stored, so a fallback can be a miss of
 // the ranker or of the agent alike.
+// A used tool is the catalog tool its reported name stands for (`names.CatalogNames`), so one
+// tool is one row however agents name it.
 // Order: day, then pack (nulls last), then used_tool.
 MATCH (t:Turn {tenant: $tenant})
 WHERE t.search_status IN ['shown', 'not_shown', 'unknown', 'other_pack']
@@ -26,7 +28,7 @@ WHERE t.search_status IN ['shown', 'not_shown', 'unknown', 'other_pack']
 WITH
   toString(date(datetime({datetime: t.at, timezone: 'Z'}))) AS day,
   t.pack AS pack,
-  t.used_tool AS used_tool,
+  t.used_tool AS reported,
   count(CASE WHEN t.search_status IN ['shown', 'not_shown'] THEN 1 END) AS turns,
   count(CASE WHEN t.search_status = 'shown' THEN 1 END) AS shown,
   count(
@@ -39,6 +41,32 @@ WITH
   ) AS ignored,
   count(CASE WHEN t.search_status = 'unknown' THEN 1 END) AS unknown_ids,
   count(CASE WHEN t.search_status = 'other_pack' THEN 1 END) AS other_pack
+CALL (reported) {
+  // The catalog tool a reported name stands for (`names.CatalogNames`), else the name itself.
+  OPTIONAL MATCH (exact:Tool {tenant: $tenant, name: reported})
+  OPTIONAL MATCH (same:Tool {tenant: $tenant, bare_name: reverse(split(reverse(reported), '__')[0])})
+  WITH exact, collect(same.name) AS found
+  WITH exact, found, [n IN found WHERE reported ENDS WITH '__' + n] AS within
+  RETURN coalesce(
+    exact.name,
+    CASE
+      WHEN size(found) = 1 THEN found[0]
+      WHEN size(within) > 0
+        THEN reduce(best = within[0], n IN within | CASE WHEN size(n) > size(best) THEN n ELSE best END)
+    END,
+    reported
+  ) AS used_tool
+}
+WITH
+  day,
+  pack,
+  used_tool,
+  sum(turns) AS turns,
+  sum(shown) AS shown,
+  sum(fallbacks) AS fallbacks,
+  sum(ignored) AS ignored,
+  sum(unknown_ids) AS unknown_ids,
+  sum(other_pack) AS other_pack
 RETURN
   day,
   pack,

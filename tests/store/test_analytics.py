@@ -653,16 +653,19 @@ async def test_a_tool_reported_under_another_prefix_is_that_tool(
     the analyses count it as that tool, as the learner labels it. It is not cold, a teacher
     label for it is no confusion, and it pairs and follows as itself; a bare name two tools
     share stands for neither, unless the name ends with one of them (`mcp__d__find`), and two
-    servers' tools of one bare name are two tools."""
+    servers' tools of one bare name are two tools. Each analysis counts a tool once, under its
+    catalog name."""
     store = await store_factory.make()
     names = ("srv__read", "srv__write", "a__search", "b__search", "c__find", "d__find", "zz_idle")
     await store.upsert_tools([Tool(name) for name in names])
     now = datetime(2026, 3, 2, 12, tzinfo=UTC)
     await store.record_turns(
         [
-            Turn("u1", "open it", "mcp__srv__read", now, session_id="s", used_tools=()),
+            Turn("u1", "open it", "mcp__srv__read", now, session_id="s", used_tools=(),
+                 search_status="shown"),
             Turn("u2", "save it", "write", now + timedelta(minutes=1), session_id="s"),
-            Turn("u3", "both", "read", now + timedelta(minutes=2), used_tools=("read", "write")),
+            Turn("u3", "both", "read", now + timedelta(minutes=2), used_tools=("read", "write"),
+                 search_status="not_shown"),
             Turn("u4", "find it", "x__search", now + timedelta(minutes=3)),
             Turn("u7", "find it", "mcp__d__find", now + timedelta(minutes=4)),
             replace(
@@ -684,11 +687,21 @@ async def test_a_tool_reported_under_another_prefix_is_that_tool(
     )  # fmt: skip
     cold = rows(await store.analytics("cold_tools"))
     assert cold == [("c__find",), ("zz_idle",)]
-    # Two servers' `search` are two tools: using a's where b's was right is a confusion.
+    # Two servers' `search` are two tools: using a's where b's was right is a confusion. The
+    # rows count catalog tools, however agents named them (one row for srv__read).
     assert rows(await store.analytics("confusions")) == [
-        ("mcp__a__search", "b__search", 1),
-        ("mcp__srv__read", "srv__write", 1),
+        ("a__search", "b__search", 1),
+        ("srv__read", "srv__write", 1),
     ]
+    assert [row[:3] + row[4:] for row in rows(await store.analytics("misroute_rate"))] == [
+        ("srv__read", 4, 2, "disagreement"),  # 1 each: ties go by name
+        ("a__search", 1, 1, "disagreement"),
+        ("d__find", 1, 0, None),
+        ("srv__write", 1, 0, None),
+        ("x__search", 1, 0, None),  # a bare name two tools share, and neither's namespace
+    ]
+    (recall,) = rows(await store.analytics("online_recall"))
+    assert recall[2:6] == ("srv__read", 2, 1, 0.5)
     assert rows(await store.analytics("tool_pairs")) == [("srv__read", "srv__write", 1)]
     transitions = rows(await store.analytics("tool_transitions"))
     assert [row[:3] for row in transitions] == [("srv__read", "srv__write", 1)]

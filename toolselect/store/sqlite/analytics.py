@@ -13,22 +13,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolselect.analytics.registry import nearest_rank, ordered_sum
-from toolselect.names import CatalogNames, same_tool
+from toolselect.names import CatalogNames
 
 Row = tuple[Any, ...]
 
 # `:since IS NULL OR at >= :since`: timestamps are fixed-width ISO-8601 UTC text, so text order
 # is time order. Ratios divide REALs, as Cypher's toFloat(a) / b does: the same IEEE doubles.
-_MISROUTE_RATE = """
-    WITH t AS (SELECT * FROM turns WHERE :since IS NULL OR at >= :since),
-    counts AS (
-        SELECT used_tool, COUNT(*) AS turns, SUM(flagged) AS flagged FROM t GROUP BY used_tool),
-    reasons AS (
-        SELECT used_tool, flag_reason, ROW_NUMBER() OVER (
-            PARTITION BY used_tool ORDER BY COUNT(*) DESC, flag_reason) AS place
-        FROM t WHERE flagged AND flag_reason IS NOT NULL GROUP BY used_tool, flag_reason)
-    SELECT c.used_tool, c.turns, c.flagged, CAST(c.flagged AS REAL) / c.turns, r.flag_reason
-    FROM counts c LEFT JOIN reasons r ON r.used_tool = c.used_tool AND r.place = 1"""
+# Per reported name (and flag reason): `_misroute_rate` adds up the names of one catalog tool.
+_MISROUTE_COUNTS = """
+    SELECT used_tool, flagged AND flag_reason IS NOT NULL, flag_reason, COUNT(*), SUM(flagged)
+    FROM turns WHERE :since IS NULL OR at >= :since
+    GROUP BY used_tool, flagged AND flag_reason IS NOT NULL, flag_reason"""
 
 _CONFUSIONS = """
     SELECT used_tool, label, COUNT(*) FROM turns
@@ -74,10 +69,6 @@ _DRIFT = """
 
 # `IS` and `IS NOT` compare NULL as a value, as Cypher's coalesce(flag_reason, '') does above.
 _ONLINE_RECALL = """
-    SELECT day, pack, used_tool, turns, shown,
-        CASE turns WHEN 0 THEN NULL ELSE CAST(shown AS REAL) / turns END,
-        fallbacks, ignored, unknown_ids, other_pack
-    FROM (
         SELECT substr(at, 1, 10) AS day, pack, used_tool,
             SUM(search_status IN ('shown', 'not_shown')) AS turns,
             SUM(search_status = 'shown') AS shown,
@@ -88,7 +79,7 @@ _ONLINE_RECALL = """
         FROM turns
         WHERE search_status IN ('shown', 'not_shown', 'unknown', 'other_pack')
             AND (:since IS NULL OR at >= :since)
-        GROUP BY day, pack, used_tool)"""
+        GROUP BY day, pack, used_tool"""
 
 # Aggregated over all turns recorded (`sessions.py`): `since` does not apply, as in the Cypher.
 _TOOL_PAIRS = "SELECT a, b, count FROM tool_pairs"
@@ -129,9 +120,59 @@ def _oracle_usage(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]
     return rows
 
 
+def _catalog_tool(conn: sqlite3.Connection) -> Callable[[str], str]:
+    """The catalog tool a reported name stands for (`CatalogNames.resolve`), else the name: the
+    analyses count a tool once, however agents name it (`mcp__jira__create_issue`)."""
+    names = CatalogNames(row[0] for row in conn.execute("SELECT name FROM tools"))
+    return lambda name: names.resolve(name) or name
+
+
+def _misroute_rate(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
+    """Turns and flagged turns per catalog tool; its most frequent flag reason (ties by name)."""
+    tool = _catalog_tool(conn)
+    counts: dict[str, list[int]] = {}
+    reasons: dict[str, dict[str, int]] = {}
+    for used, has_reason, reason, turns, flagged in conn.execute(_MISROUTE_COUNTS, params):
+        name = tool(used)
+        total = counts.setdefault(name, [0, 0])
+        total[0] += turns
+        total[1] += flagged
+        if has_reason:
+            mine = reasons.setdefault(name, {})
+            mine[reason] = mine.get(reason, 0) + turns
+    return [
+        (name, turns, flagged, flagged / turns, _top(reasons.get(name, {})))
+        for name, (turns, flagged) in counts.items()
+    ]
+
+
+def _top(counts: Mapping[str, int]) -> str | None:
+    return min(counts, key=lambda reason: (-counts[reason], reason)) if counts else None
+
+
 def _confusions(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
-    """A label for the tool the agent used under another prefix is no confusion (`same_tool`)."""
-    return [row for row in conn.execute(_CONFUSIONS, params) if not same_tool(row[0], row[1])]
+    """Per catalog tool used and label: a label for the very tool used, under whatever name the
+    agent reported it, is no confusion."""
+    tool = _catalog_tool(conn)
+    pairs: dict[tuple[str, str], int] = {}
+    for used, label, turns in conn.execute(_CONFUSIONS, params):
+        if (name := tool(used)) != label:
+            pairs[(name, label)] = pairs.get((name, label), 0) + turns
+    return [(used, label, turns) for (used, label), turns in pairs.items()]
+
+
+def _online_recall(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
+    """Per day, pack and catalog tool used: the counts of its names added up."""
+    tool = _catalog_tool(conn)
+    groups: dict[tuple[Any, Any, str], list[int]] = {}
+    for day, pack, used, *counts in conn.execute(_ONLINE_RECALL, params):
+        total = groups.setdefault((day, pack, tool(used)), [0] * len(counts))
+        for i, count in enumerate(counts):
+            total[i] += count
+    return [
+        (*key, turns, shown, None if turns == 0 else shown / turns, *rest)
+        for key, (turns, shown, *rest) in groups.items()
+    ]
 
 
 def _cold_tools(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
@@ -158,14 +199,14 @@ def _label_conflicts(conn: sqlite3.Connection, params: dict[str, Any]) -> list[R
 
 
 _ANALYSES: Mapping[str, Callable[[sqlite3.Connection, dict[str, Any]], list[Row]]] = {
-    "misroute_rate": _rows(_MISROUTE_RATE),
+    "misroute_rate": _misroute_rate,
     "confusions": _confusions,
     "oracle_usage": _oracle_usage,
     "exemplar_growth": _rows(_EXEMPLAR_GROWTH),
     "cold_tools": _cold_tools,
     "label_conflicts": _label_conflicts,
     "drift": _rows(_DRIFT),
-    "online_recall": _rows(_ONLINE_RECALL),
+    "online_recall": _online_recall,
     "tool_pairs": _rows(_TOOL_PAIRS),
     "tool_transitions": _rows(_TOOL_TRANSITIONS),
 }
