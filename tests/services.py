@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestClient
 from tests.neo4j_server import Neo4jServer
 from toolselect.api.app import create_app
 from toolselect.api.http import SERVICE
+from toolselect.client import AiohttpTransport, Response
 from toolselect.config import Settings
 from toolselect.service import Service
 
@@ -124,3 +125,23 @@ def cli_env(db: Path, **extra: str) -> dict[str, str]:
         "TOOLSELECT_EMBEDDER": "hashing",
         **extra,
     }
+
+
+class WatchedTransport(AiohttpTransport):
+    """The real client transport, calling `before` ahead of every request: a test records,
+    counts, holds or fails requests there, and the rest goes over the wire as ever."""
+
+    async def before(self, method: str, url: str, body: bytes | None) -> None:
+        """Override: runs before `method url` is sent (raise to fail it)."""
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout_s: float,
+    ) -> Response:
+        await self.before(method, url, body)
+        return await super().send(method, url, body=body, headers=headers, timeout_s=timeout_s)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from tests.client.conftest import API_KEY
 from tests.live import LiveServer, live_server, wait_for_turn
+from tests.services import WatchedTransport
 from toolselect.api import models as m
-from toolselect.client import AiohttpTransport, ApiError, AsyncClient, Client, Response
+from toolselect.client import ApiError, AsyncClient, Client
 from toolselect.errors import InvalidInput
 
 WEATHER = "what's the weather in Turin tomorrow, rain or wind?"
@@ -179,7 +179,7 @@ async def test_observe_sends_in_the_background(server: LiveServer) -> None:
         assert ts.observe_stats.sent == 2
 
 
-class HeldTransport(AiohttpTransport):
+class HeldTransport(WatchedTransport):
     """The real transport, but the first observe batch gets no answer (a server slow to
     answer) until the loop sending it ends."""
 
@@ -187,19 +187,10 @@ class HeldTransport(AiohttpTransport):
         super().__init__()
         self.held = asyncio.Event()  # awaited on the first loop only
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        *,
-        body: bytes | None,
-        headers: Mapping[str, str],
-        timeout_s: float,
-    ) -> Response:
+    async def before(self, method: str, url: str, body: bytes | None) -> None:
         if url.endswith("/v1/observe/batch") and not self.held.is_set():
             self.held.set()
             await asyncio.Event().wait()  # cancelled when `asyncio.run` ends
-        return await super().send(method, url, body=body, headers=headers, timeout_s=timeout_s)
 
 
 def test_one_async_client_serves_one_asyncio_run_after_another(server: LiveServer) -> None:
@@ -226,6 +217,7 @@ def test_one_async_client_serves_one_asyncio_run_after_another(server: LiveServe
         ts.observe(WEATHER, "get_weather", turn_id="loop-3", outcome="ok")
         await ts.close()
 
+    gc.collect()  # what earlier tests left unclosed is theirs: collected before the count
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
         asyncio.run(first())

@@ -7,7 +7,6 @@ prior reaches what the model is shown; with nothing pinned the answers are uncha
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import anthropic
@@ -18,8 +17,9 @@ from tests.api.conversation import pin
 from tests.integrations.test_anthropic import sdk
 from tests.integrations.test_openai import responses_stub as responses_stub
 from tests.live import LiveServer
+from tests.services import WatchedTransport
 from tests.stubs import ANTHROPIC_MODEL, Stub, claude_with_tool_search, openai_with_tool_search
-from toolselect.client import AiohttpTransport, AsyncClient, Client, Response
+from toolselect.client import AsyncClient, Client
 from toolselect.integrations import anthropic as claude_search
 from toolselect.integrations import openai as openai_search
 from toolselect.integrations.narrowing import ToolNarrower, ToolSpec
@@ -42,25 +42,16 @@ CATALOG = [
 ]
 
 
-class RecordingTransport(AiohttpTransport):
+class RecordingTransport(WatchedTransport):
     """The real transport, keeping the body of every `POST /v1/rank`."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ranks: list[dict[str, Any]] = []
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        *,
-        body: bytes | None,
-        headers: Mapping[str, str],
-        timeout_s: float,
-    ) -> Response:
+    async def before(self, method: str, url: str, body: bytes | None) -> None:
         if url.endswith("/v1/rank") and body is not None:
             self.ranks.append(json.loads(body))
-        return await super().send(method, url, body=body, headers=headers, timeout_s=timeout_s)
 
 
 def conversation_of(body: dict[str, Any]) -> dict[str, Any]:

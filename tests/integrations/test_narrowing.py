@@ -10,14 +10,13 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from tests.live import LiveServer, wait_for_turn
-from tests.services import free_port
-from toolselect.client import AiohttpTransport, AsyncClient, Client, Response
+from tests.services import WatchedTransport, free_port
+from toolselect.client import AsyncClient, Client
 from toolselect.integrations.narrowing import (
     Narrowed,
     ToolNarrower,
@@ -43,24 +42,15 @@ NAMES = [t.name for t in TOOLS]
 WEATHER = "Will it rain in Turin tomorrow?"
 
 
-class CountingTransport(AiohttpTransport):
+class CountingTransport(WatchedTransport):
     """The real transport, counting the requests by method and path."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sent: list[tuple[str, str]] = []
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        *,
-        body: bytes | None,
-        headers: Mapping[str, str],
-        timeout_s: float,
-    ) -> Response:
+    async def before(self, method: str, url: str, body: bytes | None) -> None:
         self.sent.append((method, url.split("/v1/", 1)[-1].split("?")[0]))
-        return await super().send(method, url, body=body, headers=headers, timeout_s=timeout_s)
 
     def count(self, method: str, path: str) -> int:
         return self.sent.count((method, path))

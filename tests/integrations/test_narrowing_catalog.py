@@ -9,15 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.integrations.test_narrowing import TOOLS, CountingTransport, error_lines
 from tests.live import LiveServer, live_server
+from tests.services import WatchedTransport
 from toolselect.catalog import MAX_DESCRIPTION_BYTES, MAX_NAME_CHARS, MAX_SCHEMA_DEPTH
-from toolselect.client import AiohttpTransport, AsyncClient, Client, Response, Unreachable
+from toolselect.client import AsyncClient, Client, Unreachable
 from toolselect.integrations import uploads
 from toolselect.integrations.narrowing import ToolNarrower, ToolSpec
 
@@ -31,7 +32,7 @@ def keyed(tmp_path: Path) -> Iterator[LiveServer]:
     yield from live_server(tmp_path, api_keys=(ADMIN,))
 
 
-class UnansweredPuts(AiohttpTransport):
+class UnansweredPuts(WatchedTransport):
     """The real transport, but a PUT gets no answer until `release` (a slow first upload: a
     big catalog, a busy server); then it fails as a dropped connection would."""
 
@@ -39,19 +40,10 @@ class UnansweredPuts(AiohttpTransport):
         super().__init__()
         self.released = asyncio.Event()
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        *,
-        body: bytes | None,
-        headers: Mapping[str, str],
-        timeout_s: float,
-    ) -> Response:
+    async def before(self, method: str, url: str, body: bytes | None) -> None:
         if method == "PUT":
             await self.released.wait()
             raise Unreachable(f"{method} {url}: released by the test")
-        return await super().send(method, url, body=body, headers=headers, timeout_s=timeout_s)
 
 
 async def key_of(server: LiveServer, tenant: str, role: str) -> str:
