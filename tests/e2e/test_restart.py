@@ -8,15 +8,17 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
 
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, start_stub
+from toolselect.config import Settings
 from toolselect.embed import HashingEmbedder
 from toolselect.records import Exemplar, Tool, Turn
-from toolselect.service import TenantServices
+from toolselect.service import Service, TenantServices
 from toolselect.store.factory import open_store
 from toolselect.store.port import lookup_one, save_one
 
@@ -175,3 +177,41 @@ async def test_a_service_closes_the_teacher_turns_a_killed_process_left(
     assert still is not None and still.result is None
     closed = service.metrics.value("toolselect_teacher_abandoned_total", {})
     assert closed == 1
+
+
+async def test_a_spool_an_outage_left_is_replayed_behind_a_ready_start(tmp_path: Path) -> None:
+    """Turns and labels a process spooled in an outage, then stopped: the next start serves at
+    once (loaded, its learner taking turns) and replays them behind it, in order, and the
+    labels reach its ranker. Replayed before the load, a spool of 3,490 records kept a
+    restarted server 503 for 84 s, its queue refusing the turns sent meanwhile."""
+    settings = Settings(
+        store=f"sqlite:{tmp_path / 'ts.db'}", data_dir=str(tmp_path), embedder="hashing",
+        oracle="off", poll_interval_s=0.2,
+    )  # fmt: skip
+    first = await Service.start(settings)
+    try:
+        await first.catalog.upsert_tools(TOOLS)
+        first.store.last_error = "simulated outage"  # as a failed write leaves it: writes spool
+        for i in range(50):
+            first.learning.observe(f"weather in city {i}", "get_weather", outcome="ok")
+        await first.learning.feedback(LEARNED, "crypto_price")
+        assert await first.learner.drain(30.0)
+        assert first.store.backlog == 101  # 50 turns, their 50 usage labels, 1 feedback
+    finally:
+        await first.close()
+    second = await Service.start(settings)
+    try:
+        assert second.loaded and second.store.backlog == 101  # serving before the replay
+        found = await second.ranking.search("weather in Rome", 1)
+        assert found.ranking.tools == ("get_weather",)
+        for _ in range(300):
+            if not second.store.backlog and second.index.ranker.exemplar_count("crypto_price"):
+                break
+            await asyncio.sleep(0.05)
+        assert second.store.backlog == 0
+        assert second.index.ranker.exemplar_count("crypto_price") == 1  # by the poll
+        stored = await lookup_one(second.store, LEARNED)
+        assert stored is not None and stored.tool == "crypto_price"
+        assert len(await second.store.exemplars_for_tool("get_weather")) == 50
+    finally:
+        await second.close()
