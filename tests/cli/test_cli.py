@@ -139,6 +139,20 @@ def test_select_in_process_round_trip(catalog_env: dict[str, str]) -> None:
     assert answer["reason"].startswith("centroid ranking")
 
 
+def test_python_dash_m_toolselect_is_the_command(catalog_env: dict[str, str]) -> None:
+    """`python -m toolselect` runs the same command as the entry point (it had no `__main__`)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "toolselect", "select"],
+        input=json.dumps(SELECT),
+        capture_output=True,
+        text=True,
+        env=catalog_env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["selected"][0] == "send_email"
+
+
 def test_select_thin_client_round_trip(server: str, catalog_env: dict[str, str]) -> None:
     """`toolselect select --url` gives the same answer as the in-process selector."""
     remote = run(["select", "--url", server], catalog_env, stdin=json.dumps(SELECT))
