@@ -45,6 +45,21 @@ def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
     )
 
 
+def spawn_stdio(store_db: Path, log: Path) -> subprocess.Popen[str]:
+    """`toolselect mcp` over stdio on `store_db`, its stderr to `log`, for a test to speak
+    JSON-RPC lines to itself (without the SDK's client)."""
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [*EXE, "mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=cli_env(store_db),
+        )
+    return proc
+
+
 def wait_for_port(port: int, proc: subprocess.Popen[str], log: Path, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while True:

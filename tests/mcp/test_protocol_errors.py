@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import queue
-import subprocess
 import threading
 from pathlib import Path
 from typing import IO, Any
@@ -15,9 +14,9 @@ from typing import IO, Any
 import pytest
 from mcp import Client
 
-from tests.mcp.conftest import EXE
+from tests.mcp.conftest import spawn_stdio
 from tests.mcp.test_server import text
-from tests.services import cli_env, raw_exchange
+from tests.services import raw_exchange
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
@@ -69,15 +68,7 @@ def test_stdio_answers_each_line_that_is_no_message(store_db: Path, tmp_path: Pa
     line nothing; each in the order sent, and the server goes on serving: the handshake, a tool
     call after another bad line, then exit 0 when stdin closes."""
     log = tmp_path / "mcp.log"
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            [*EXE, "mcp"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env=cli_env(store_db),
-        )
+    proc = spawn_stdio(store_db, log)
     assert proc.stdin is not None and proc.stdout is not None
     answers = Answers(proc.stdout)
 

@@ -8,7 +8,6 @@ import asyncio
 import json
 import signal
 import sqlite3
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -16,9 +15,8 @@ from typing import IO, Any
 
 import pytest
 
-from tests.mcp.conftest import EXE
+from tests.mcp.conftest import spawn_stdio
 from tests.mcp.test_server import project_store
-from tests.services import cli_env
 
 TURNS = 20
 
@@ -52,15 +50,7 @@ def test_a_signal_drains_the_queued_turns(
     closes the service (its learner drained once the lock goes) and exits 0, and every turn is
     in the store."""
     log = tmp_path / "mcp.log"
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            [*EXE, "mcp"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env=cli_env(store_db),
-        )
+    proc = spawn_stdio(store_db, log)
     assert proc.stdin is not None and proc.stdout is not None
     lock = sqlite3.connect(store_db, isolation_level=None, timeout=30)
     try:
