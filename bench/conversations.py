@@ -173,21 +173,7 @@ async def run_embedder(
         data.tools, embedder, kind, weight, _NO_TEACHER, oracle="off"
     ) as service:
         before = await _rank_held(service, held, ["message alone"])
-        observed = 0
-        for conversation in traffic:
-            for turn in conversation.scored:
-                search = await service.ranking.search(turn.text, K)
-                service.learning.observe(
-                    turn.text,
-                    used_tools=list(dict.fromkeys(turn.calls)),
-                    session_id=conversation.id,
-                    search_id=search.search_id,
-                    outcome="ok",
-                )
-                observed += 1
-        await service.learner.drain(600.0)
-        await service.learning.settle()
-        fit = await service.sessions.refresh()
+        observed, fit = await play_traffic(service, traffic)
         after = await _rank_held(service, held, [*ARMS, *REFERENCES])
         supplied = await _rank_held(service, supplying, ["message alone", "+ context"])
         sensitivity = await _sensitivity(service, held, supplying)
@@ -205,6 +191,27 @@ async def run_embedder(
         "sensitivity": sensitivity,
         "took_s": time.perf_counter() - started,
     }
+
+
+async def play_traffic(service: Service, traffic: Sequence[Conversation]) -> tuple[int, SessionFit]:
+    """Every scored turn searched, then observed as an agent would (its search id, session, used
+    tools in call order, `ok`); the learner drained, the fold settled, the session signals
+    fitted. The turns observed and the fit."""
+    observed = 0
+    for conversation in traffic:
+        for turn in conversation.scored:
+            search = await service.ranking.search(turn.text, K)
+            service.learning.observe(
+                turn.text,
+                used_tools=list(dict.fromkeys(turn.calls)),
+                session_id=conversation.id,
+                search_id=search.search_id,
+                outcome="ok",
+            )
+            observed += 1
+    await service.learner.drain(600.0)
+    await service.learning.settle()
+    return observed, await service.sessions.refresh()
 
 
 async def _sensitivity(

@@ -60,19 +60,7 @@ async def _run(data: Dataset, embedder: Embedder, kind: str, weight: float) -> l
     ) as service:
         for phase in ("before", "after"):
             if phase == "after":
-                for conversation in traffic:
-                    for turn in conversation.scored:
-                        search = await service.ranking.search(turn.text, cv.K)
-                        service.learning.observe(
-                            turn.text,
-                            used_tools=list(dict.fromkeys(turn.calls)),
-                            session_id=conversation.id,
-                            search_id=search.search_id,
-                            outcome="ok",
-                        )
-                await service.learner.drain(600.0)
-                await service.learning.settle()
-                await service.sessions.refresh()
+                await cv.play_traffic(service, traffic)
             for turns, items in (("base", held), ("supplying", supplying)):
                 for way in WAYS:
                     found = await _rank(service, items, way)
