@@ -14,7 +14,7 @@ found by hash, the shown names are read back from the catalog. This process's ow
 ever placed from its log, so one it has forgotten or let expire stays `unknown`, as with
 `TOOLSELECT_SEARCHES_KEPT=0`, which issues ids that carry nothing.
 
-A used tool is placed as the catalog tool it stands for (`names.CatalogNames`), so an agent
+A used tool is placed as the catalog tool it stands for (`names.catalog_names`), so an agent
 reporting `mcp__jira__create_issue` found it where `jira__create_issue` stood, not where a shown
 `github__create_issue` did; a name no catalog tool has is matched by `same_tool` among the shown.
 
@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from toolselect.names import CatalogNames, same_tool
+from toolselect.names import catalog_names, same_tool
 from toolselect.records import SearchStatus
 
 # What one search showed: the tools in rank order, within which pack, and when. A plain tuple
@@ -135,12 +135,8 @@ class SearchLog:
         self._issuer = secrets.token_bytes(4)
         self._searches: OrderedDict[str, Shown] = OrderedDict()
         self._lock = threading.Lock()
-        # The catalog last placed against, with its names by tag: (names, rule, {tag: names}).
-        self._catalog: tuple[Sequence[str], CatalogNames, dict[bytes, list[str]]] = (
-            (),
-            CatalogNames(()),
-            {},
-        )
+        # The catalog names last read back from tags, by tag: (names, {tag: names}).
+        self._by_tag: tuple[Sequence[str], dict[bytes, list[str]]] = ((), {})
 
     def __len__(self) -> int:
         return len(self._searches)
@@ -203,19 +199,14 @@ class SearchLog:
 
     def _tools_of(self, used_tool: str, catalog: Sequence[str]) -> list[str]:
         """The catalog tools `used_tool` may stand for (none when the catalog has no such)."""
-        return self._catalog_of(catalog)[0].matches(used_tool) if used_tool else []
+        return catalog_names(tuple(catalog)).matches(used_tool) if used_tool else []
 
     def _names(self, tags: Sequence[bytes], catalog: Sequence[str]) -> tuple[str, ...]:
         """The catalog name of each tag ('' where no one tool of the catalog has it)."""
-        by_tag = self._catalog_of(catalog)[1]
-        return tuple(found[0] if len(found := by_tag.get(tag, [])) == 1 else "" for tag in tags)
-
-    def _catalog_of(self, catalog: Sequence[str]) -> tuple[CatalogNames, dict[bytes, list[str]]]:
-        """The rule and the tags of `catalog`, built once per catalog (a fold keeps the names)."""
-        names, rule, by_tag = self._catalog
+        names, by_tag = self._by_tag
         if names is not catalog:
-            rule, by_tag = CatalogNames(catalog), {}
+            by_tag = {}
             for name in catalog:
                 by_tag.setdefault(_tag(name), []).append(name)
-            self._catalog = (catalog, rule, by_tag)
-        return rule, by_tag
+            self._by_tag = (catalog, by_tag)
+        return tuple(found[0] if len(found := by_tag.get(tag, [])) == 1 else "" for tag in tags)
