@@ -17,7 +17,7 @@ from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, start_stub
 from toolselect.config import Settings
 from toolselect.embed import HashingEmbedder
-from toolselect.records import Exemplar, Tool, Turn
+from toolselect.records import Exemplar, OracleCall, Tool, Turn
 from toolselect.service import Service, TenantServices
 from toolselect.store.factory import open_store
 from toolselect.store.port import lookup_one, save_one
@@ -213,5 +213,34 @@ async def test_a_spool_an_outage_left_is_replayed_behind_a_ready_start(tmp_path:
         stored = await lookup_one(second.store, LEARNED)
         assert stored is not None and stored.tool == "crypto_price"
         assert len(await second.store.exemplars_for_tool("get_weather")) == 50
+    finally:
+        await second.close()
+
+
+async def test_a_restart_counts_the_teacher_calls_its_spool_holds(
+    tmp_path: Path, anthropic_stub: Stub
+) -> None:
+    """The hourly teacher budget is seeded at start from the calls billed in the last hour;
+    those an outage spooled were billed too, and a start now serves before replaying them:
+    read from the store alone, a crash loop in an outage spent them again every start."""
+    settings = Settings(
+        store=f"sqlite:{tmp_path / 'ts.db'}", data_dir=str(tmp_path), embedder="hashing",
+        teacher="anthropic", anthropic_api_key="test", anthropic_base_url=anthropic_stub.url,
+        teacher_budget_per_hour=10, poll_interval_s=60,
+    )  # fmt: skip
+    first = await Service.start(settings)
+    try:
+        first.store.last_error = "simulated outage"
+        for i in range(3):
+            await first.store.record_oracle_call(
+                OracleCall(id=f"c{i}", provider="anthropic", model="m", result="labeled",
+                           latency_ms=1.0, at=datetime.now(UTC) - timedelta(minutes=i))
+            )  # fmt: skip
+        assert first.store.backlog == 3
+    finally:
+        await first.close()
+    second = await Service.start(settings)
+    try:
+        assert second.oracle.budget.remaining() == 7
     finally:
         await second.close()

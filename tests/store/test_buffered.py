@@ -239,3 +239,29 @@ async def test_a_backlog_of_turns_and_their_labels_replays_in_a_few_writes(
     assert stored is not None and (stored.tool, stored.count) == ("a", 40)
     assert len(await inner.oracle_calls(since=NOW - timedelta(hours=1))) == 4
     await store.close()
+
+
+async def test_spooled_teacher_calls_are_read_with_the_stored_ones(tmp_path: Path) -> None:
+    """A teacher call an outage spooled was paid for: `oracle_calls` (which seeds a restarted
+    service's hourly budget) reads it beside the stored ones, once, before and after replay."""
+    inner = SqliteStore(tmp_path / "live.db")
+    await inner.migrate()
+    await inner.record_turns([turn(1), turn(2)])
+    store = BufferedStore(inner, spool=Spool.open(tmp_path / "spool.db", max_bytes=1 << 20))
+
+    def call(i: int, minutes: int) -> OracleCall:
+        return OracleCall(id=f"c{i}", provider="anthropic", model="m", result="labeled",
+                          latency_ms=1.0, at=NOW - timedelta(minutes=minutes), turn_id=f"t{i}")  # fmt: skip
+
+    await store.record_oracle_call(call(1, 5))
+    store.last_error = "simulated outage"
+    await store.record_oracle_call(call(2, 10))
+    await store.record_oracle_call(call(3, 90))
+    store.last_error = None  # the store answers reads again; the spool is not replayed yet
+    since = NOW - timedelta(hours=1)
+    assert [c.id for c in await store.oracle_calls(since=since)] == ["c2", "c1"]
+    assert [c.id for c in await store.oracle_calls()] == ["c3", "c2", "c1"]
+    assert [c.id for c in await store.oracle_calls(turn_id="t2")] == ["c2"]
+    assert await store.flush() == 2
+    assert [c.id for c in await store.oracle_calls(since=since)] == ["c2", "c1"]
+    await store.close()

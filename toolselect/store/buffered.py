@@ -337,7 +337,23 @@ class BufferedStore:
     async def oracle_calls(
         self, turn_id: str | None = None, since: datetime | None = None
     ) -> list[OracleCall]:
-        return await self._through("oracle_calls", lambda: self.inner.oracle_calls(turn_id, since))
+        """The store's calls and the spooled ones it does not have yet: a restart seeds the
+        teacher's hourly budget from them, and calls an outage spooled were paid for all the
+        same (a spool replayed behind a ready start would otherwise be spent again)."""
+        stored = await self._through(
+            "oracle_calls", lambda: self.inner.oracle_calls(turn_id, since)
+        )
+        if not self.spool.depth["oracle_call"]:
+            return stored
+        known = {call.id for call in stored}
+        spooled = [
+            call
+            for call in await self._on_spool(self.spool.pending_oracle_calls)
+            if call.id not in known
+            and (turn_id is None or call.turn_id == turn_id)
+            and (since is None or call.at >= since)
+        ]
+        return sorted([*stored, *spooled], key=lambda call: call.at) if spooled else stored
 
     async def state(self) -> StoreState:
         return await self._through("state", lambda: self.inner.state())

@@ -300,5 +300,18 @@ class Spool:
                 found[key] = record
         return found
 
+    def pending_oracle_calls(self) -> list[OracleCall]:
+        """The teacher calls waiting to be replayed, oldest first."""
+        try:
+            rows = self._conn.execute(
+                "SELECT body FROM spool WHERE priority = ? AND kind = 'oracle_call' ORDER BY id",
+                (_PRIORITY["oracle_call"],),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise SpoolError(f"write spool {self.path}: cannot read: {exc}") from exc
+        return [
+            call for (body,) in rows if isinstance(call := decode("oracle_call", body), OracleCall)
+        ]
+
     def close(self) -> None:
         self._conn.close()
