@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import warnings
 from pathlib import Path
 
 import pytest
 
 from tests.client.conftest import API_KEY
+from tests.client.test_failures import HeldSleep
 from tests.live import LiveServer, live_server, wait_for_turn
 from tests.services import WatchedTransport
 from toolselect.api import models as m
-from toolselect.client import ApiError, AsyncClient, Client
+from toolselect.client import ApiError, AsyncClient, Client, Unreachable
 from toolselect.errors import InvalidInput
 
 WEATHER = "what's the weather in Turin tomorrow, rain or wind?"
@@ -177,6 +179,90 @@ async def test_observe_sends_in_the_background(server: LiveServer) -> None:
                 break
             await asyncio.sleep(0.05)
         assert ts.observe_stats.sent == 2
+
+
+class HeldBatches(WatchedTransport):
+    """The real transport, but each observe batch waits for `release` (a server slow to answer)
+    after setting `arrived`; thread events, as a blocking client sends from its own thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+
+    async def before(self, method: str, url: str, body: bytes | None) -> None:
+        if url.endswith("/v1/observe/batch"):
+            self.arrived.set()
+            await asyncio.to_thread(self.release.wait)
+
+
+async def test_a_batch_on_its_way_is_still_pending(server: LiveServer) -> None:
+    """The turns of a batch the server has not answered yet are `pending`, with those buffered
+    behind it: `pending` read 0 once a batch left the buffer, though none of its turns had an
+    outcome, so a host waiting for it to exit left them behind."""
+    transport = HeldBatches()
+    ts = AsyncClient(server.url, transport=transport, observe_batch=2, observe_interval_s=3600)
+    try:
+        ts.observe(WEATHER, "get_weather", turn_id="held-1")
+        ts.observe(WEATHER, "get_weather", turn_id="held-2")
+        await asyncio.to_thread(transport.arrived.wait)
+        ts.observe(WEATHER, "get_weather", turn_id="held-3")
+        assert (ts.observe_stats.sent, ts.observe_stats.pending) == (0, 3)
+    finally:
+        transport.release.set()  # a waiting thread would hold the test process at exit
+        await ts.close()
+    assert (ts.observe_stats.sent, ts.observe_stats.pending) == (3, 0)
+    assert wait_for_turn(server, "held-2").request == WEATHER
+
+
+class DroppedOnce(WatchedTransport):
+    """The real transport, but the first observe batch's connection drops before an answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = False
+
+    async def before(self, method: str, url: str, body: bytes | None) -> None:
+        if url.endswith("/v1/observe/batch") and not self.dropped:
+            self.dropped = True
+            raise Unreachable(f"{method} {url}: the connection dropped")
+
+
+async def test_a_batch_waiting_out_a_retry_is_still_pending(server: LiveServer) -> None:
+    """A batch whose attempt failed is `pending` while the client waits to try it again, and
+    sent (none pending) once it goes."""
+    sleep = HeldSleep()
+    async with AsyncClient(
+        server.url, transport=DroppedOnce(), sleep=sleep, observe_batch=2, observe_interval_s=3600
+    ) as ts:
+        ts.observe(WEATHER, "get_weather")
+        ts.observe(WEATHER, "get_weather")
+        await sleep.started.wait()
+        waiting = ts.observe_stats
+        sleep.release.set()
+    assert (waiting.sent, waiting.failed, waiting.pending) == (0, 0, 2)
+    stats = ts.observe_stats
+    assert (stats.sent, stats.failed, stats.pending) == (2, 0, 0)
+
+
+def test_the_blocking_client_counts_pending_turns_as_the_async_one(server: LiveServer) -> None:
+    """`Client.observe_stats` counts the batch on its way, and a turn as soon as `observe`
+    returns (it hands the turn to its loop thread, where it was in no count until buffered)."""
+    transport = HeldBatches()
+    ts = Client(server.url, transport=transport, observe_batch=2, observe_interval_s=3600)
+    try:
+        ts.observe(WEATHER, "get_weather")
+        ts.observe(WEATHER, "get_weather")
+        transport.arrived.wait()
+        in_flight = ts.observe_stats
+        ts.observe(WEATHER, "get_weather")
+        behind = ts.observe_stats
+    finally:
+        transport.release.set()
+        ts.close()
+    assert (in_flight.sent, in_flight.pending) == (0, 2)
+    assert (behind.sent, behind.pending) == (0, 3)
+    assert (ts.observe_stats.sent, ts.observe_stats.pending) == (3, 0)
 
 
 class HeldTransport(WatchedTransport):

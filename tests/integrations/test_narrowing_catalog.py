@@ -19,7 +19,7 @@ from tests.live import LiveServer, live_server
 from tests.services import WatchedTransport
 from toolselect.catalog import MAX_DESCRIPTION_BYTES, MAX_NAME_CHARS, MAX_SCHEMA_DEPTH
 from toolselect.client import AsyncClient, Client, Unreachable
-from toolselect.integrations import uploads
+from toolselect.integrations import ledger
 from toolselect.integrations.narrowing import ToolNarrower, ToolSpec
 
 ADMIN = "k-admin-narrowing-2c9d"
@@ -221,7 +221,7 @@ async def test_a_refused_upload_is_not_sent_again_at_every_turn(
     assert transport.count("POST", "rank") == 3
     [line] = error_lines(caplog)
     assert line.getMessage() == "toolselect_upload_failed"
-    assert line.__dict__["retry_in_s"] == uploads.RETRY_FIRST_S
+    assert line.__dict__["retry_in_s"] == ledger.RETRY_FIRST_S
 
 
 async def test_narrowers_built_at_once_upload_one_catalog_once(server: LiveServer) -> None:
@@ -281,3 +281,47 @@ async def test_two_agents_tools_of_one_name_are_one_stored_tool(server: LiveServ
         stored = await ts.tools.get("search")
     assert stored.description == jira[0].description
     assert sorted(stored.packs) == ["jira-bot", "news-bot"]
+
+
+async def test_a_pack_remembers_its_latest_catalogs_and_uploads_a_forgotten_one_again(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent whose tool descriptions keep changing: the process remembers a pack's latest
+    `per_pack` contents only (it remembered every one it ever uploaded), and a forgotten content
+    that comes back is uploaded again, the server answering it as it holds it."""
+    monkeypatch.setattr(ledger.LEDGER, "per_pack", 2)
+    catalogs = [
+        [ToolSpec("handoff", f"Hand the chat to operator {i}."), *TOOLS[:2]] for i in (1, 2, 3)
+    ]
+    transport = CountingTransport()
+    async with AsyncClient(server.url, transport=transport) as ts:
+        narrower = ToolNarrower(ts, agent="core-bounded", k=1, timeout_s=5.0)
+        for catalog in catalogs:
+            assert await narrower.upload(catalog)
+        assert len(ledger.LEDGER.held[narrower.uploader.key]) == 2
+        assert await narrower.upload(catalogs[2])  # among the latest: not sent again
+        assert transport.count("PUT", "tools") == 3
+        assert await narrower.upload(catalogs[0])  # forgotten: sent again, and remembered
+        assert await narrower.upload(catalogs[0])
+        assert transport.count("PUT", "tools") == 4
+        stored = await ts.tools.get("handoff")
+    assert stored.description == "Hand the chat to operator 1."
+
+
+def test_the_ledger_forgets_a_packs_oldest_contents_past_its_cap() -> None:
+    """Past `HELD_PER_PACK` contents of one pack, uploaded or refused, the oldest are forgotten
+    first (a refused one may be tried again at once); another pack keeps its own."""
+    book = ledger.Ledger()
+    pack, other = ("http://ts", "", "agent"), ("http://ts", "", "other")
+    book.remember(other, "kept", frozenset())
+    digests = [f"content-{i}" for i in range(ledger.HELD_PER_PACK + 10)]
+    for digest in digests:
+        book.remember(pack, digest, frozenset())
+        book.failed(pack, f"refused-{digest}")
+    book.remember(pack, digests[10], frozenset())  # uploaded again: the newest now
+    book.remember(pack, "latest", frozenset())  # so the oldest is digests[11]
+    assert len(book.held[pack]) == len(book.failures[pack]) == ledger.HELD_PER_PACK
+    assert [book.holds(pack, d, 60.0)[0] for d in digests[:12]] == [False] * 10 + [True, False]
+    assert book.holds(pack, "latest", 60.0)[0] and book.holds(other, "kept", 60.0)[0]
+    assert book.may_try(pack, f"refused-{digests[0]}")
+    assert not book.may_try(pack, f"refused-{digests[-1]}")

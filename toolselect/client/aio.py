@@ -202,6 +202,8 @@ class AsyncClient:
 
     @property
     def observe_stats(self) -> ObserveStats:
+        """Where the observed turns went (`ObserveStats`); `pending` counts those without an
+        outcome yet, the batch on its way included."""
         return self._turns.stats()
 
     async def _observe_batch(

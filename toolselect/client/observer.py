@@ -88,14 +88,16 @@ def encoded(turn: ObserveRequest) -> bytes:
 
 @dataclass
 class ObserveStats:
-    """Where the turns handed to `observe` went."""
+    """Where the turns handed to `observe` went. A turn taken into the buffer is `pending` until
+    it has an outcome (`sent`, `rejected`, `failed` or `invalid`): buffered, in a batch on its
+    way, or waiting out a retry with it. A host may wait for `pending == 0` before it exits."""
 
     sent: int = 0  # accepted by the server's queue
     dropped: int = 0  # the client's buffer was full
     rejected: int = 0  # the server's queue was full (`dropped` in its answer)
     failed: int = 0  # the batch could not be delivered (server down, refused)
     invalid: int = 0  # the turn broke the request model or its rules, or the server's text limit
-    pending: int = 0  # buffered, not sent yet
+    pending: int = 0  # accepted, no outcome yet (the docstring)
 
 
 class TurnBuffer:
@@ -125,11 +127,13 @@ class TurnBuffer:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # Turns taken from the buffer for a batch and not yet answered for: still pending.
+        self._in_flight = 0
         self.counts = ObserveStats()
 
     def stats(self) -> ObserveStats:
-        """A snapshot of the counts, with the turns still buffered."""
-        return replace(self.counts, pending=len(self._turns))
+        """A snapshot of the counts, with the turns still pending (buffered or in flight)."""
+        return replace(self.counts, pending=len(self._turns) + self._in_flight)
 
     def add(self, turn: bytes) -> None:
         """Buffer one encoded turn (`encoded`); never raises, never waits."""
@@ -183,38 +187,45 @@ class TurnBuffer:
         server cannot take turns now: the unsent ones are back in the buffer (or, closing,
         failed with everything buffered)."""
         parts = [batch]
-        while parts:
-            turns = parts.pop()
-            unsent = [*turns, *(t for part in reversed(parts) for t in part)]
-            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
-            if left is not None and left <= 0:
-                self._give_up(unsent, TimeoutError("close_timeout_s spent"))
-                return False
-            try:
-                answer = await self._send(turns, left)
-            except asyncio.CancelledError:
-                # Its loop is ending (`asyncio.run` cancels every task): the turns wait in the
-                # buffer for the next loop's task, or `close` (sent again, stored once).
-                self._turns.extendleft(reversed(unsent))
-                raise
-            except (Unreachable, ApiError) as exc:
-                if isinstance(exc, ApiError) and not worth_again(exc.status, repeatable=True):
-                    self._refused(turns, exc, parts)
-                    continue
-                if self._closing:
-                    self._give_up(unsent, exc)
-                else:
+        held = 0  # this call's share of `_in_flight` (a task of an ended loop may hold one too)
+        try:
+            while parts:
+                turns = parts.pop()
+                unsent = [*turns, *(t for part in reversed(parts) for t in part)]
+                self._in_flight += len(unsent) - held
+                held = len(unsent)
+                left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+                if left is not None and left <= 0:
+                    self._give_up(unsent, TimeoutError("close_timeout_s spent"))
+                    return False
+                try:
+                    answer = await self._send(turns, left)
+                except asyncio.CancelledError:
+                    # Its loop is ending (`asyncio.run` cancels every task): the turns wait in
+                    # the buffer for the next loop's task, or `close` (sent again, stored once).
                     self._turns.extendleft(reversed(unsent))
-                    log.info("observe_server_unavailable", extra={"error": str(exc)})
-                return False
-            except Exception as exc:
-                # Anything, not only `ClientError`: this task is the only one that would
-                # notice, and a dead task would silently drop every later turn.
-                self._failed(turns, exc)
-            else:
-                self.counts.sent += answer.queued
-                self.counts.rejected += answer.dropped
-        return True
+                    raise
+                except (Unreachable, ApiError) as exc:
+                    if isinstance(exc, ApiError) and not worth_again(exc.status, repeatable=True):
+                        self._refused(turns, exc, parts)
+                        continue
+                    if self._closing:
+                        self._give_up(unsent, exc)
+                    else:
+                        self._turns.extendleft(reversed(unsent))
+                        log.info("observe_server_unavailable", extra={"error": str(exc)})
+                    return False
+                except Exception as exc:
+                    # Anything, not only `ClientError`: this task is the only one that would
+                    # notice, and a dead task would silently drop every later turn.
+                    self._failed(turns, exc)
+                else:
+                    self.counts.sent += answer.queued
+                    self.counts.rejected += answer.dropped
+            return True
+        finally:
+            # Whatever is still unsent is back in the buffer or counted failed by now.
+            self._in_flight -= held
 
     def _refused(self, turns: list[bytes], exc: ApiError, parts: list[list[bytes]]) -> None:
         """A refusal about one turn sends the rest again; one about the size, the halves."""

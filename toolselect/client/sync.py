@@ -137,6 +137,14 @@ class Client:
 
     @property
     def observe_stats(self) -> ObserveStats:
+        """`AsyncClient.observe_stats`, read on the client's loop: a turn `observe` handed it
+        is buffered there first, so it is `pending` (not in no count) as soon as `observe`
+        returns, and the counts are read between the loop's steps, never amid one."""
+        if self._closed or threading.current_thread() is self._thread:
+            return self._async.observe_stats  # the loop is stopping, or this runs on it
+        return self._run(self._observe_stats())
+
+    async def _observe_stats(self) -> ObserveStats:
         return self._async.observe_stats
 
     def label(self, query: str, tool: str) -> m.FeedbackResponse:

@@ -1,5 +1,5 @@
 """The narrowing's catalog upload: only what the server can hold, in bodies it accepts, and a
-process-wide ledger of what each server already holds for each credential.
+note in the process's ledger (`toolselect.integrations.ledger`) of what each server already holds.
 
 - **Fit**: a description over the server's 8 KiB is clipped (the ranking reads its start); a tool
   the server cannot hold at all (a name over 256 characters or with surrounding spaces, a schema
@@ -8,28 +8,19 @@ process-wide ledger of what each server already holds for each credential.
   (`422` naming it: a limit configured lower) is left out the same way.
 - **Split**: the catalog goes in PUTs of at most `MAX_TOOLS_PER_PUT` tools and `MAX_BODY_BYTES`
   each (the server's defaults); a `413` (a lower configured limit) halves the body and tries again.
-- **Ledger**: by server, credential (a hash of the bearer key: two tenants' keys on one URL hold
-  two catalogs) and pack, the content hashes uploaded and when; the hashes whose upload was
-  refused, tried again only after a doubling wait; the credentials refused any upload (`403`:
-  an agent-role key), never tried again in this process; and the uploads in flight, one per
-  content, shared by every narrower. An upload whose loop or client was closed before it ended
-  (a blocking `Client` closed mid-PUT stops its loop with the task pending) is dropped, never
-  handed out: the next narrower starts its own.
+- **Ledger**: an upload is sent unless the ledger holds its content for the server, credential
+  and pack; refusals and uploads in flight are noted there too (see that module).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import hashlib
 import json
 import logging
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from toolselect.catalog import (
@@ -41,6 +32,7 @@ from toolselect.catalog import (
 from toolselect.client import AsyncClient, clip_text
 from toolselect.config import DEFAULT_MAX_BODY_BYTES
 from toolselect.errors import ApiError, InvalidInput
+from toolselect.integrations.ledger import LEDGER, InFlight, Key, finish
 
 # stdlib logging: this runs in the host's process and follows its logging setup.
 log = logging.getLogger("toolselect.integrations")
@@ -49,9 +41,6 @@ log = logging.getLogger("toolselect.integrations")
 MAX_BODY_BYTES = DEFAULT_MAX_BODY_BYTES
 # Room for the body's envelope (`{"tools": [...]}`) and the separators between entries.
 _ENVELOPE_BYTES = 64
-# A refused upload of one content is tried again after this wait, doubled each time up to the cap.
-RETRY_FIRST_S = 5.0
-RETRY_MAX_S = 900.0
 # How long an upload is trusted before it is sent again, in the background: a tool deleted on the
 # server (the dashboard, a store reset) comes back within this even when no ranking shows it gone.
 RECHECK_S = 300.0
@@ -191,130 +180,6 @@ def _refused_tool(exc: ApiError, size: int) -> int | None:
     return int(index) if index.isdigit() and int(index) < size else None
 
 
-# (server URL, credential hash, pack): the catalogs this process uploaded there.
-Key = tuple[str, str, str]
-
-
-@dataclass
-class _Held:
-    uploaded_at: float
-    refused: frozenset[str]
-
-
-@dataclass
-class _Failure:
-    attempts: int
-    retry_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """An upload in flight: its end, as any thread may wait on it, and the loop and client it
-    runs on."""
-
-    ended: Future[bool]
-    loop: asyncio.AbstractEventLoop
-    client: AsyncClient
-
-    def stranded(self) -> bool:
-        """Whether it may never end: a closed loop runs no task (a blocking `Client` stops its
-        loop with the upload pending), and a closed client's PUT hangs until its own timeout
-        or fails, while a new client would upload at once."""
-        return self.loop.is_closed() or self.client.closed
-
-
-@dataclass
-class Ledger:
-    """What this process uploaded where; shared by every narrower (an agent rebuilt per request,
-    a proxy hook per pack), thread-safe (blocking clients run on their own loop threads)."""
-
-    held: dict[Key, dict[str, _Held]] = field(default_factory=dict)
-    failures: dict[tuple[Key, str], _Failure] = field(default_factory=dict)
-    forbidden: set[tuple[str, str]] = field(default_factory=set)
-    # The uploads in flight, whichever narrower (and loop) started them: one per content.
-    uploads: dict[tuple[Key, str], InFlight] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def upload(
-        self, key: Key, digest: str, start: Callable[[], InFlight] | None
-    ) -> Future[bool] | None:
-        """The upload of this content in flight in this process, else the one `start` begins
-        (None: not now); it leaves the ledger when done. A stranded one is dropped and ended
-        False (whoever still waits on it stops): it would hold every later turn to its timeout
-        and no upload would start again in this process."""
-        started = False
-        with self.lock:
-            found = self.uploads.get((key, digest))
-            stranded = found if found is not None and found.stranded() else None
-            if stranded is not None:
-                del self.uploads[(key, digest)]
-                found = None
-            if found is None and start is not None:
-                found = self.uploads[(key, digest)] = start()
-                started = True
-        if stranded is not None:  # outside the lock: its callbacks take it
-            _finish(stranded.ended, False)
-        if found is None:
-            return None
-        if started:
-            ended = found.ended
-            ended.add_done_callback(lambda _: self._ended(key, digest, ended))
-        return found.ended
-
-    def _ended(self, key: Key, digest: str, upload: Future[bool]) -> None:
-        with self.lock:
-            found = self.uploads.get((key, digest))
-            if found is not None and found.ended is upload:
-                del self.uploads[(key, digest)]
-
-    def holds(self, key: Key, digest: str, fresh_s: float) -> tuple[bool, bool, frozenset[str]]:
-        """Whether the server took this content, whether that is older than `fresh_s` (worth
-        uploading again in the background), and the names it refused."""
-        with self.lock:
-            held = self.held.get(key, {}).get(digest)
-        if held is None:
-            return False, False, frozenset()
-        return True, time.monotonic() - held.uploaded_at > fresh_s, held.refused
-
-    def remember(self, key: Key, digest: str, refused: frozenset[str]) -> None:
-        with self.lock:
-            self.held.setdefault(key, {})[digest] = _Held(time.monotonic(), refused)
-            self.failures.pop((key, digest), None)
-
-    def forget(self, key: Key, digest: str) -> bool:
-        """The server lacks tools of this content: upload it again at the next turn. True when
-        it was held (the server lost tools; worth a line in the log)."""
-        with self.lock:
-            return self.held.get(key, {}).pop(digest, None) is not None
-
-    def failed(self, key: Key, digest: str) -> float:
-        """Note a refused upload; the seconds before this content is tried again."""
-        with self.lock:
-            before = self.failures.get((key, digest))
-            attempts = 1 if before is None else before.attempts + 1
-            wait = min(RETRY_FIRST_S * 2.0 ** (attempts - 1), RETRY_MAX_S)
-            self.failures[(key, digest)] = _Failure(attempts, time.monotonic() + wait)
-            return wait
-
-    def may_try(self, key: Key, digest: str) -> bool:
-        """Whether this content may be uploaded now: its key may upload and no wait is running."""
-        with self.lock:
-            if (key[0], key[1]) in self.forbidden:
-                return False
-            failure = self.failures.get((key, digest))
-            return failure is None or time.monotonic() >= failure.retry_at
-
-    def forbid(self, key: Key) -> bool:
-        """Note that this credential may not upload; True the first time (log it then)."""
-        with self.lock:
-            first = (key[0], key[1]) not in self.forbidden
-            self.forbidden.add((key[0], key[1]))
-            return first
-
-
-LEDGER = Ledger()
-
-
 class Uploader:
     """One narrower's catalog uploads to its server and pack, through the process's `LEDGER`.
 
@@ -432,11 +297,4 @@ def _settle(task: asyncio.Task[bool], ended: Future[bool]) -> None:
         result = False
     else:
         result = task.result()
-    _finish(ended, result)
-
-
-def _finish(ended: Future[bool], result: bool) -> None:
-    """End an upload with `result` unless it ended already (the ledger may drop it as stranded
-    from another thread while its task settles)."""
-    with contextlib.suppress(concurrent.futures.InvalidStateError):
-        ended.set_result(result)
+    finish(ended, result)
