@@ -23,16 +23,17 @@ def stock_quote(ticker: str = "ACME") -> str:
     return f"{ticker}: 42.00"
 
 
-async def main(question: str) -> None:
+async def main(question: str, conversation_id: str) -> None:
     async with AsyncClient(os.environ.get("TOOLSELECT_URL", "http://127.0.0.1:8080")) as ts:
         tools = ToolselectToolRetriever(
             ts, [get_weather, send_email, stock_quote], agent="assistant-li", k=1
         )
+        chat = tools.for_session(conversation_id)  # ranks and reports with the session
         # LlamaIndex's test LLM calls every tool it is offered: put your LLM here.
-        agent = FunctionAgent(tool_retriever=tools, llm=MockFunctionCallingLLM())
+        agent = FunctionAgent(tool_retriever=chat, llm=MockFunctionCallingLLM())
         output = await agent.run(user_msg=question)
-        turn_id = tools.report(output, question)  # the tools the run called, in the background
+        turn_id = chat.report(output, question)  # the tools the run called, in the background
         print([call.tool_name for call in output.tool_calls], "reported as turn", turn_id)
 
 
-asyncio.run(main("Will it rain in Turin tomorrow?"))
+asyncio.run(main("Will it rain in Turin tomorrow?", "conversation-1"))

@@ -84,10 +84,11 @@ async def test_langchain_example_runs(server: LiveServer, openai_stub: Stub) -> 
 
 async def test_llamaindex_example_runs(server: LiveServer) -> None:
     """LlamaIndex's test LLM calls every tool it is offered: only get_weather, which the server
-    stores as the turn's tool, with its search id."""
+    stores as the turn's tool, with its search id and the conversation's session."""
     out = await run_example("llamaindex_agent.py", environment(TOOLSELECT_URL=server.url))
     found = re.fullmatch(r"\['get_weather'\] reported as turn (\w+)\n", out)
     assert found is not None, out
     stored = await asyncio.to_thread(wait_for_turn, server, found.group(1))
     assert (stored.used_tool, stored.pack, stored.outcome) == ("get_weather", "assistant-li", "ok")
     assert stored.search_id is not None and stored.shown_position == 1
+    assert stored.session_id == "conversation-1"

@@ -1,7 +1,8 @@
 """LlamaIndex's `FunctionAgent` with toolselect as its `tool_retriever`, driven by LlamaIndex's
 own `MockFunctionCallingLLM` against a real toolselect server: the model is offered the
-narrowed tools, the tool it calls is reported with the run's narrowing id, a failing tool
-reports `error`, and a stopped server offers every tool."""
+narrowed tools, the tool it calls is reported with the run's narrowing id, a conversation's
+retriever ranks and reports with its session, a failing tool reports `error`, and a stopped
+server offers every tool."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
 from llama_index.core.llms import MockFunctionCallingLLM
 
+from tests.integrations.test_conversation import RecordingTransport
 from tests.live import LiveServer, wait_for_turn
 from tests.services import free_port
 from toolselect.client import AsyncClient, Client
@@ -79,7 +81,7 @@ async def test_the_agent_is_offered_the_narrowed_tools_and_the_call_is_reported(
         retriever = ToolselectToolRetriever(ts, TOOLS, agent="li-weather", k=2, always=["handoff"])
         agent = FunctionAgent(tool_retriever=retriever, llm=model.llm)
         output = await agent.run(user_msg=QUESTION)
-        shown = list(retriever._runs[QUESTION])
+        shown = list(retriever._runs[None, QUESTION])
         turn_id = retriever.report(output, QUESTION, session_id="chat-3")
     assert str(output) == "It will rain tomorrow."
     first, _ = model.offered
@@ -98,6 +100,35 @@ async def test_the_agent_is_offered_the_narrowed_tools_and_the_call_is_reported(
         "chat-3",
     )
     assert stored.search_id is not None and stored.shown_position is not None
+
+
+async def test_a_conversations_retriever_ranks_and_reports_with_its_session(
+    server: LiveServer,
+) -> None:
+    """`for_session` gives one conversation its retriever: every narrowing of its runs is
+    ranked with the session, and its report stores the turn with it, with the search id of
+    that conversation's ranking though another conversation asked the same."""
+    transport = RecordingTransport()
+    async with AsyncClient(server.url, transport=transport) as ts:
+        retriever = ToolselectToolRetriever(ts, TOOLS, agent="li-session", k=2)
+        outputs = {}
+        for session in ("chat-3", "chat-4"):
+            agent = FunctionAgent(tool_retriever=retriever.for_session(session), llm=Model().llm)
+            outputs[session] = await agent.run(user_msg=QUESTION)
+        shown = {session: list(retriever._runs[session, QUESTION]) for session in outputs}
+        turn_id = retriever.for_session("chat-3").report(outputs["chat-3"], QUESTION)
+        # The shared retriever, told the session, finds that conversation's rankings too.
+        other_id = retriever.report(outputs["chat-4"], QUESTION, session_id="chat-4")
+    # Two model calls a run (the one that calls the tool, the one that answers).
+    sessions = [rank.get("session_id") for rank in transport.ranks]
+    assert sessions == ["chat-3", "chat-3", "chat-4", "chat-4"]
+    assert turn_id is not None
+    stored = await asyncio.to_thread(wait_for_turn, server, turn_id)
+    assert (stored.used_tool, stored.session_id) == ("get_weather", "chat-3")
+    assert stored.search_id == shown["chat-3"][0].search_id != shown["chat-4"][0].search_id
+    assert other_id is not None
+    other = await asyncio.to_thread(wait_for_turn, server, other_id)
+    assert (other.session_id, other.search_id) == ("chat-4", shown["chat-4"][0].search_id)
 
 
 async def test_a_failing_tool_reports_an_error(server: LiveServer) -> None:
@@ -130,7 +161,10 @@ async def test_toolselect_down_offers_every_tool(caplog: pytest.LogCaptureFixtur
 
 
 def test_the_synchronous_retriever(server: LiveServer) -> None:
-    with Client(server.url) as ts:
-        retriever = ToolselectToolRetriever(ts, TOOLS, agent="li-sync", k=1)
+    """The blocking retriever ranks too, with the session it was made with."""
+    transport = RecordingTransport()
+    with Client(server.url, transport=transport) as ts:
+        retriever = ToolselectToolRetriever(ts, TOOLS, agent="li-sync", k=1, session_id="chat-9")
         assert [t.metadata.name for t in retriever.retrieve(QUESTION)] == ["get_weather"]
         assert [t.metadata.name for t in retriever.retrieve("send_email")] == ["send_email"]
+    assert [rank.get("session_id") for rank in transport.ranks] == ["chat-9"]
