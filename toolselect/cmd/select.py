@@ -122,7 +122,8 @@ async def select_once(
         short_lived=True,
     )
     try:
-        store = await open_store(settings)
+        # Only read here: a data folder this process cannot write is still one to answer from.
+        store = await open_store(settings, read_only_fallback=True)
         try:
             await store.migrate()
             return await _select(store, embedder, settings, text, candidates, k)

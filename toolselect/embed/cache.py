@@ -10,9 +10,10 @@ is never loaded. A service's index embeds tools and labels through one too
 event loop), so a restart, another worker or a tenant started again reads its catalog's vectors
 instead of running the model.
 
-The cache only ever saves work: a file that cannot be opened, read or written (read-only
-folder, another process holding the lock too long, a corrupt file) is a miss, never an error,
-and an entry of the wrong width is ignored. Rows past `max_entries` are dropped oldest first.
+The cache only ever saves work: a file that cannot be opened or read (another process holding
+the lock too long, a corrupt file) is a miss, never an error, one that cannot be written
+(read-only folder, another user's file) is read and kept as it is, and an entry of the wrong
+width is ignored. Rows past `max_entries` are dropped oldest first.
 
 `RecentVectors` is the in-memory kind, for a long-running service: an agent runtime ranks a
 request and reports the same request as a turn a few seconds later, so the learner finds the
@@ -33,7 +34,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from toolselect.embed.base import Embedder, Vectors
-from toolselect.sqlite_wal import use_wal
+from toolselect.sqlite_wal import cannot_write, open_read_only, use_wal
 
 DEFAULT_MAX_ENTRIES = 50_000
 T = TypeVar("T")
@@ -66,7 +67,9 @@ class VectorStore(Protocol):
 class VectorCache:
     """A SQLite file of float32 vectors; opened on first use (construction does no I/O).
 
-    `hits`, `misses` and `writes` count this instance's lookups and stored rows.
+    `hits`, `misses` and `writes` count this instance's lookups and stored rows. A file this
+    process cannot write is only read (`read_only`, known once the file is opened): `put`
+    keeps nothing.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class VectorCache:
         self.hits = 0
         self.misses = 0
         self.writes = 0
+        self.read_only = False
 
     @property
     def path(self) -> Path:
@@ -126,7 +130,7 @@ class VectorCache:
 
     def _put(self, embedder: str, texts: Sequence[str], vectors: Vectors) -> None:
         conn = self._connect()
-        if conn is None or not texts:
+        if conn is None or self.read_only or not texts:
             return
         rows = [
             (embedder, text_digest(t), np.ascontiguousarray(v, dtype=np.float32).tobytes())
@@ -172,6 +176,17 @@ class VectorCache:
 
     def _connect(self) -> sqlite3.Connection | None:
         if self._conn is not None or self._broken:
+            return self._conn
+        if cannot_write(self._path):
+            # Still worth reading (a folder mounted read-only, another user's): it holds the
+            # vectors of every text seen where it was written. What is embedded here is not kept.
+            try:
+                self._conn = open_read_only(
+                    self._path, timeout=self._busy_timeout, check_same_thread=False
+                )
+            except sqlite3.Error:
+                self._broken = True
+            self.read_only = self._conn is not None
             return self._conn
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ async def open_store(
     verify: bool = True,
     tenant: str = DEFAULT_TENANT,
     beside: Store | None = None,
+    read_only_fallback: bool = False,
 ) -> Store:
     """The configured store of `tenant` (not yet migrated); `StoreUnavailable` names the URI and
     cause. A deployment without tenants uses `default`, whose data is where it always was (the
@@ -22,6 +23,9 @@ async def open_store(
     With `verify=False` a Neo4j store is returned without contacting the server, so a service
     can start before its database and connect when it comes up. `beside` is another tenant's
     open store: a Neo4j store of `tenant` then shares its driver (`Neo4jStore.for_tenant`).
+    With `read_only_fallback` a SQLite file this process cannot write is opened read-only (a
+    reader's case: a data folder mounted read-only, another user's files); a Neo4j store's
+    rights are the server's to grant.
     """
     retention = Retention(
         per_tool=settings.exemplars_per_tool,
@@ -45,4 +49,9 @@ async def open_store(
         )
     from toolselect.store.sqlite.store import SqliteStore
 
-    return SqliteStore(settings.sqlite_path, retention=retention, tenant=tenant)
+    return SqliteStore(
+        settings.sqlite_path,
+        retention=retention,
+        tenant=tenant,
+        read_only_fallback=read_only_fallback,
+    )

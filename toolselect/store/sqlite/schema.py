@@ -1,5 +1,5 @@
-"""The SQLite store's file: its tables, how times are written in them, and the transaction and
-version-counter primitives every operation of the store runs on.
+"""The SQLite store's file: how it is opened, its tables, how times are written in them, and the
+transaction and version-counter primitives every operation of the store runs on.
 
 Functions here run on the store's worker thread, on the connection it owns.
 """
@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from toolselect.errors import StoreError, StoreUnavailable
+from toolselect.sqlite_wal import cannot_write, is_read_only, open_read_only, use_wal
 from toolselect.store.sqlite.sessions import SCHEMA as SESSIONS_SCHEMA
 from toolselect.store.sqlite.times import dt as dt
 from toolselect.store.sqlite.times import ts as ts
@@ -98,8 +99,41 @@ def translate(exc: sqlite3.Error, path: Path) -> StoreError:
     return StoreError(f"sqlite store {path} refused the operation: {text}")
 
 
+def connect(path: Path, busy_timeout: float, *, read_only_fallback: bool) -> sqlite3.Connection:
+    """The store's connection on `path` (its folder made first): WAL, autocommit, rows as
+    `sqlite3.Row`; read-only where `read_only_fallback` and this process cannot write it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot create the folder of {path}: {exc}") from exc
+    if read_only_fallback and cannot_write(path):
+        conn = open_read_only(path, timeout=busy_timeout)
+    else:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
+        try:
+            use_wal(conn)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error:
+            conn.close()
+            raise
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
 def create(conn: sqlite3.Connection) -> None:
-    """Create the tables, indexes and the state record; idempotent."""
+    """Create the tables, indexes and the state record; idempotent. On a read-only connection
+    only check that they are there: a reader cannot add them (`StoreError` when missing)."""
+    if is_read_only(conn):
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version < SCHEMA_VERSION:
+            where = conn.execute("PRAGMA database_list").fetchone()[2]
+            raise StoreError(
+                f"sqlite store {where} is read-only and at schema version {version}, this "
+                f"version reads {SCHEMA_VERSION}: open it once where it can be written "
+                "(toolselect serve or tools import) to upgrade it"
+            )
+        return
     with transaction(conn):
         for statement in _SCHEMA + SESSIONS_SCHEMA:
             conn.execute(statement)

@@ -26,7 +26,7 @@ import structlog
 
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.clock import Clock, utc_now
-from toolselect.errors import StoreError, StoreUnavailable
+from toolselect.errors import StoreError
 from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row, tenant_file
 from toolselect.names import normalise_query
 from toolselect.records import (
@@ -42,7 +42,6 @@ from toolselect.records import (
     Turn,
     UpsertResult,
 )
-from toolselect.sqlite_wal import use_wal
 from toolselect.store.rules import (
     call_from_row,
     call_row,
@@ -127,7 +126,8 @@ class SqliteStore:
     instance per process and tenant is the intended use.
 
     `busy_timeout` is how long (seconds) a write waits for another process's lock before the
-    call raises `StoreUnavailable`.
+    call raises `StoreUnavailable`. With `read_only_fallback` a file this process cannot write
+    is opened read-only (`sqlite_wal.open_read_only`): reads answer, writes raise `StoreError`.
     """
 
     def __init__(
@@ -138,8 +138,10 @@ class SqliteStore:
         clock: Clock = utc_now,
         busy_timeout: float = 5.0,
         tenant: str = DEFAULT_TENANT,
+        read_only_fallback: bool = False,
     ) -> None:
         self._tenant = check_tenant(tenant)
+        self._read_only_fallback = read_only_fallback
         self._path = tenant_file(Path(path), self._tenant)
         self._busy_timeout = busy_timeout
         self._retention = retention or Retention()
@@ -161,20 +163,9 @@ class SqliteStore:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            try:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreUnavailable(f"cannot create the folder of {self._path}: {exc}") from exc
-            conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_timeout)
-            try:
-                conn.row_factory = sqlite3.Row
-                use_wal(conn)
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute("PRAGMA foreign_keys=ON")
-            except sqlite3.Error:
-                conn.close()
-                raise
-            self._conn = conn
+            self._conn = sqlite_schema.connect(
+                self._path, self._busy_timeout, read_only_fallback=self._read_only_fallback
+            )
         return self._conn
 
     def _work(self, fn: Callable[[sqlite3.Connection], T]) -> T:
