@@ -300,3 +300,22 @@ def test_the_ranker_never_labels_a_fallback_with_a_tool_the_agent_was_shown() ->
         Flag("fallback"), "ok", RankSignal("send_email", 0.9), shown=("crypto_price",), **kwargs
     )
     assert (unseen.tier, unseen.label) == ("ranker", "send_email")
+
+
+def test_the_ranker_labels_a_top1_the_agent_passed_over_for_a_tool_that_failed() -> None:
+    """A confident top-1 the agent saw and chose against: refused while the agent's choice may
+    have worked (no outcome), a free label once it failed; a fallback's stays refused."""
+    kwargs: dict[str, Any] = {
+        "margin_floor": 0.05,
+        "ratchet_label": None,
+        "used_tool": "web_search",
+        "shown": ("send_email", "web_search"),
+    }
+    signal = RankSignal("send_email", 0.9)
+    unknown = plan(Flag("disagreement"), None, signal, **kwargs)
+    assert unknown.tier == "teacher"
+    assert unknown.reason == "ranker top-1 was shown to the agent, which did not use it"
+    failed = plan(Flag("disagreement"), "error", signal, **kwargs)
+    assert (failed.tier, failed.label) == ("ranker", "send_email")
+    fallback = plan(Flag("fallback"), "error", signal, **kwargs | {"used_tool": "shell_exec"})
+    assert fallback.tier == "teacher"

@@ -16,7 +16,8 @@ ranker's disagreement is not evidence the agent was wrong. The ranker never conf
 tool whose use flagged the turn (a turn flagged for `text_response`, or for a tool that failed,
 is not labelled with it for free): that would teach the ranker the mis-route it was meant to
 catch. Nor does it confirm a tool the agent was shown for this request and did not use
-(`shown`): the agent looked at it and chose otherwise. The floor is the calibrated one
+(`shown`): the agent looked at it and chose otherwise; unless the tool it chose failed, on a
+turn it did not fall back on (then its choice is no evidence against the top-1). The floor is the calibrated one
 (`toolselect.learn.fit`) unless a setting pins it. With `teacher_worth` False (a disagreement
 not among the most uncertain share the teacher budget is spent on) the teacher row declines;
 fallback and failed turns, where the agent could not find its tool, are always worth a call.
@@ -91,6 +92,15 @@ def passed_over(tool: str, used_tool: str, shown: Collection[str]) -> bool:
     return not same_tool(tool, used_tool) and any(same_tool(tool, s) for s in shown)
 
 
+def _choice_failed(flag: Flag, outcome: str | None) -> bool:
+    """Whether the tool the agent chose over the shown top-1 failed: then its passing over is
+    no evidence against the top-1. In the agent simulation (BENCHMARKS.md, "10% wrong tool,
+    reported error") those top-1s were right 23 of 23 times (hybrid) and 11 of 12 (hashing);
+    refused, the turns went unlabelled, not being among the share the teacher is paid for. A
+    fallback is the agent saying none of what it saw fits, whatever then happened to it."""
+    return flag.reason != "fallback" and outcome_class(outcome) == "failed"
+
+
 def ranker_refusal(
     flag: Flag,
     outcome: str | None,
@@ -107,7 +117,7 @@ def ranker_refusal(
         if flag.reason == "fallback":
             return "ranker top-1 is the fallback tool that flagged the turn"
         return "ranker top-1 is the tool that failed"
-    if passed_over(signal.top1, used_tool, shown):
+    if passed_over(signal.top1, used_tool, shown) and not _choice_failed(flag, outcome):
         return "ranker top-1 was shown to the agent, which did not use it"
     if not signal.margin >= margin_floor:  # written so that a NaN margin is refused too
         return f"ranker margin {signal.margin:.4f} below floor {margin_floor:.4f}"
