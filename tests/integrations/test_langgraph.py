@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -53,16 +54,21 @@ REGISTRY: dict[str, BaseTool] = {
 }
 
 
+def bigtool_agent(model: Any, retriever: ToolselectRetriever) -> Any:
+    """bigtool's agent over the registry, retrieving through `retriever` both ways."""
+    return create_agent(
+        model,
+        REGISTRY,
+        retrieve_tools_function=retriever.retrieve_tools_function,
+        retrieve_tools_coroutine=retriever.retrieve_tools_coroutine,
+    )
+
+
 def test_retrieval_ranks_the_registry_and_the_call_is_reported(server: LiveServer) -> None:
     model = scripted(("retrieve_tools", {"query": "rain forecast for a city"}), "get_weather")
     with Client(server.url) as ts:
         retriever = ToolselectRetriever(ts, REGISTRY, agent="bigtool", k=2)
-        agent = create_agent(
-            model,
-            REGISTRY,
-            retrieve_tools_function=retriever.retrieve_tools_function,
-            retrieve_tools_coroutine=retriever.retrieve_tools_coroutine,
-        ).compile()
+        agent = bigtool_agent(model, retriever).compile()
         result = agent.invoke({"messages": [HumanMessage(QUESTION)]})
         turn_id = retriever.report(result["messages"], session_id="s-1")
     assert turn_id is not None
@@ -84,12 +90,7 @@ def test_the_thread_is_the_session_of_the_ranking_and_the_report(server: LiveSer
     transport = RecordingTransport()
     with Client(server.url, transport=transport) as ts:
         retriever = ToolselectRetriever(ts, REGISTRY, agent="bigtool-thread", k=2)
-        agent = create_agent(
-            model,
-            REGISTRY,
-            retrieve_tools_function=retriever.retrieve_tools_function,
-            retrieve_tools_coroutine=retriever.retrieve_tools_coroutine,
-        ).compile(checkpointer=InMemorySaver())
+        agent = bigtool_agent(model, retriever).compile(checkpointer=InMemorySaver())
         config: RunnableConfig = {"configurable": {"thread_id": "thread-7"}}
         result = agent.invoke({"messages": [HumanMessage(QUESTION)]}, config)
         turn_id = retriever.report(result["messages"])

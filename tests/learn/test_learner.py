@@ -226,36 +226,35 @@ async def test_a_stored_label_the_agent_passed_over_is_taught_again(harness: Har
     assert len(harness.stub.received) == 2
 
 
-async def test_a_top1_the_agent_saw_and_skipped_is_no_free_label_when_its_choice_may_have_worked(
-    harness: Harness,
-) -> None:
-    """The agent's search showed the ranker's confident top-1 and the tool it used, with no
-    outcome: the ranker does not label the request with the top-1 the agent looked at and
-    chose against; the teacher is asked."""
-    harness.stub.reply(teacher_answers("send_email"))
-    shown = Observation.of(
-        "send an email message to Marco", "web_search", {"turn_id": "seen"},
+def passed_over_top1(outcome: str | None) -> Observation:
+    """A turn whose search showed the ranker's confident top-1 (`send_email`) and the tool the
+    agent used instead (`web_search`), at position 2."""
+    return Observation.of(
+        "send an email message to Marco", "web_search", {"turn_id": "seen", "outcome": outcome},
         at=utc_now(), search_status="shown", shown=("send_email", "web_search"),
         shown_position=2,
     )  # fmt: skip
-    assert harness.learner.offer(shown)
+
+
+async def test_a_top1_the_agent_passed_over_is_no_free_label_when_its_choice_may_have_worked(
+    harness: Harness,
+) -> None:
+    """With no outcome the ranker does not label the request with the top-1 the agent looked
+    at and chose against; the teacher is asked."""
+    harness.stub.reply(teacher_answers("send_email"))
+    assert harness.learner.offer(passed_over_top1(None))
     assert await harness.learner.drain(30.0)
     turn = await harness.store.get_turn("seen")
     assert turn is not None and turn.flagged and turn.top1 == "send_email"
     assert turn.tier == "teacher" and len(harness.stub.received) == 1
 
 
-async def test_a_top1_the_agent_skipped_for_a_tool_that_failed_is_a_free_label(
+async def test_a_top1_the_agent_passed_over_for_a_tool_that_failed_is_a_free_label(
     harness: Harness,
 ) -> None:
-    """The same, but the tool the agent chose failed: its choice is no evidence against the
-    top-1, which labels the request for free (no teacher call)."""
-    shown = Observation.of(
-        "send an email message to Marco", "web_search", {"turn_id": "seen", "outcome": "error"},
-        at=utc_now(), search_status="shown", shown=("send_email", "web_search"),
-        shown_position=2,
-    )  # fmt: skip
-    assert harness.learner.offer(shown)
+    """The tool the agent chose failed: its choice is no evidence against the top-1, which
+    labels the request for free (no teacher call)."""
+    assert harness.learner.offer(passed_over_top1("error"))
     assert await harness.learner.drain(30.0)
     turn = await harness.store.get_turn("seen")
     assert turn is not None and turn.flagged and turn.top1 == "send_email"
