@@ -10,7 +10,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import Path
 
@@ -78,7 +78,7 @@ def data_env(data: Path) -> dict[str, str]:
     )
 
 
-def _import(env: dict[str, str], tmp_path: Path, catalog: dict[str, object]) -> None:
+def _import(env: dict[str, str], tmp_path: Path, catalog: Mapping[str, object]) -> None:
     path = tmp_path / "tools.json"
     path.write_text(json.dumps(catalog))
     done = run(["tools", "import", str(path)], env)
