@@ -177,8 +177,13 @@ class StoreState:
 
 @dataclass(frozen=True, slots=True)
 class UpsertResult:
+    """Tools written and tools already stored as given; `moved`: whether the write moved the
+    catalog version (a tool written, or one added to the pack), which a replica's ranker must
+    know to tell its own write from another replica's."""
+
     upserted: int
     unchanged: int
+    moved: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,3 +257,52 @@ async def test_catalog_writes_through_two_replicas_between_polls_reach_both(
         await service.index.refresh()
     for client in (client_a, client_b):
         assert await _has_tool(client, "ocr_scan") and not await _has_tool(client, "ledger")
+
+
+async def test_a_replica_resending_a_tool_it_held_stale_still_takes_the_others_change(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """Replica B writes two tools; A, before its poll, sends one of them as B wrote it: the
+    store changes nothing, so A's write must not pass for B's change. Taking the store's
+    version as its own, A never reloaded: B's other tool was missing from its ranking for
+    good, and a human label for it answered 404."""
+    client_a, a = await services.serve(aiohttp_client, poll_interval_s=3600.0)
+    client_b, b = await services.serve(aiohttp_client, poll_interval_s=3600.0)
+    await client_a.put("/v1/tools", json=CATALOG)
+    for service in (a, b):
+        await service.index.refresh()
+    event = {"name": "calendar_create", "description": "Create a calendar event"}
+    cancel = {"name": "calendar_cancel", "description": "Cancel a calendar event, tell attendees"}
+    assert (await client_b.put("/v1/tools", json={"tools": [event, cancel]})).status == 200
+    resent = await client_a.put("/v1/tools", json={"tools": [event]})
+    assert (await resent.json())["unchanged"] == 1
+    await a.index.refresh()
+    assert await _has_tool(client_a, "calendar_cancel")
+    label = {"query": "call off tomorrow's standup", "tool": "calendar_cancel"}
+    assert (await client_a.post("/v1/exemplars", json=label)).status == 201
+
+
+async def test_labels_for_a_tool_another_replica_just_added_are_kept(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """Replica B adds a tool; before A polls, a human labels a request with it and an agent
+    reports using it (worked) through A: both labels are saved. A judged the name by its
+    ranker alone: the human's label answered 404 and the usage label was silently lost."""
+    client_a, a = await services.serve(aiohttp_client, poll_interval_s=3600.0)
+    client_b, b = await services.serve(aiohttp_client, poll_interval_s=3600.0)
+    await client_a.put("/v1/tools", json=CATALOG)
+    for service in (a, b):
+        await service.index.refresh()
+    pdf = {"name": "pdf_summarize", "description": "Summarize a PDF document"}
+    assert (await client_b.put("/v1/tools", json={"tools": [pdf]})).status == 200
+    label = {"query": "give me the gist of this report.pdf", "tool": "pdf_summarize"}
+    assert (await client_a.post("/v1/exemplars", json=label)).status == 201
+
+    ocr = {"name": "ocr_scan", "description": "Read the text of a scanned page"}
+    assert (await client_b.put("/v1/tools", json={"tools": [ocr]})).status == 200
+    turn = {"request": "what does this scanned invoice say", "used_tool": "ocr_scan",
+            "outcome": "ok"}  # fmt: skip
+    assert (await client_a.post("/v1/observe", json=turn)).status == 202
+    assert await a.learner.drain(30.0)
+    stored = await lookup_one(a.store, "what does this scanned invoice say")
+    assert stored is not None and (stored.tool, stored.tier) == ("ocr_scan", "usage")

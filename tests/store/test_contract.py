@@ -160,16 +160,20 @@ async def test_reopen_after_close_keeps_data(store_factory: StoreFactory) -> Non
 async def test_upsert_counts_new_and_unchanged_by_content_hash(store: Store) -> None:
     """New tools count as upserted, identical ones as unchanged, edited ones as upserted again."""
     first = await store.upsert_tools([tool("a"), tool("b"), tool("c")])
-    assert (first.upserted, first.unchanged) == (3, 0)
+    assert (first.upserted, first.unchanged, first.moved) == (3, 0, True)
     assert (await store.state()).catalog_version == 1
 
     same = await store.upsert_tools([tool("a"), tool("b"), tool("c")])
-    assert (same.upserted, same.unchanged) == (0, 3)
+    assert (same.upserted, same.unchanged, same.moved) == (0, 3, False)
     assert (await store.state()).catalog_version == 1
 
     edited = await store.upsert_tools([tool("a", "new text"), tool("b"), tool("c", q="x")])
-    assert (edited.upserted, edited.unchanged) == (2, 1)
+    assert (edited.upserted, edited.unchanged, edited.moved) == (2, 1, True)
     assert (await store.state()).catalog_version == 2
+
+    packed = await store.upsert_tools([tool("b")], pack="kit")  # membership alone moves it
+    assert (packed.upserted, packed.unchanged, packed.moved) == (0, 1, True)
+    assert (await store.state()).catalog_version == 3
     assert (await store.get_tool("a")) == Tool("a", "new text", {})
     assert (await store.get_tool("c")) == Tool("c", "does c", {"q": "x"})
 

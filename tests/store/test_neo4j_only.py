@@ -330,10 +330,10 @@ async def test_smoke_every_operation(store: Neo4jStore) -> None:
         Tool("gh__create_issue", "Open an issue", {"type": "object", "required": ["title"]}),
         Tool("fs_read", "Read a file"),
     ]
-    assert await store.upsert_tools(tools, pack="dev") == UpsertResult(upserted=2, unchanged=0)
-    assert await store.upsert_tools(tools) == UpsertResult(upserted=0, unchanged=2)
+    assert await store.upsert_tools(tools, pack="dev") == UpsertResult(2, 0, moved=True)
+    assert await store.upsert_tools(tools) == UpsertResult(0, 2, moved=False)
     assert await store.state() == StoreState(1, 0)
-    assert await store.upsert_tools(tools[:1], pack="ops") == UpsertResult(0, 1)
+    assert await store.upsert_tools(tools[:1], pack="ops") == UpsertResult(0, 1, moved=True)
     assert await store.state() == StoreState(2, 0)  # a pack change alone moves the catalog
     got = await store.get_tool("gh__create_issue")
     assert got == Tool(

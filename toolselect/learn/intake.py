@@ -21,18 +21,20 @@ import asyncio
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 import structlog
 
 from toolselect.embed import Embedder
-from toolselect.errors import StoreUnavailable
+from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.learn.batch import Prepared, prepare
+from toolselect.learn.detect import is_fallback
 from toolselect.learn.labelling import Labeller
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
+from toolselect.names import catalog_names
 from toolselect.ranker import CentroidRanker
 
 log = structlog.get_logger("toolselect.learn")
@@ -51,8 +53,10 @@ class Intake:
         tuner: Tuner | None,
         metrics: Metrics,
         stats: LearnerStats,
+        catch_up: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self._embedder = embedder
+        self._catch_up = catch_up
         self._ranker = ranker
         self._labeller = labeller
         self._config = config
@@ -159,6 +163,7 @@ class Intake:
                     self._ahead = self._take_and_embed()
                 batch, embedding = self._ahead
                 self._ahead = None
+                await self._know_used_tools(batch)
                 prepared = await self._prepare_taken(batch, embedding)
                 if self._queue and self._config.overlap_writes:
                     self._ahead = self._take_and_embed()
@@ -177,6 +182,25 @@ class Intake:
             if writing is not None:
                 writing.cancel()
                 await asyncio.gather(writing, return_exceptions=True)
+
+    async def _know_used_tools(self, batch: Sequence[Observation]) -> None:
+        """Catch the ranker up with the store's catalog when a turn used a tool it does not
+        know (not a fallback): another replica may have just added it, and its usage label
+        would otherwise be lost. A store that cannot answer leaves the batch as it is."""
+        if self._catch_up is None:
+            return
+        known = catalog_names(self._ranker.snapshot.names)
+        fallbacks = self._config.fallback_tools
+        if all(
+            not name or is_fallback(name, fallbacks) or known.matches(name)
+            for obs in batch
+            for name in (obs.used_tool, *obs.used_tools)
+        ):
+            return
+        try:
+            await self._catch_up()
+        except StoreError as exc:
+            log.info("catalog_catch_up_failed", error=str(exc))
 
     async def _prepare_taken(
         self, batch: Sequence[Observation], embedding: asyncio.Future[np.ndarray]

@@ -49,6 +49,7 @@ class Learner:
         on_saved: Callable[[SaveResult], Awaitable[None]],
         describe: Callable[[str], str],
         config: LearnerConfig,
+        catch_up: Callable[[], Awaitable[object]] | None = None,
         tuner: Tuner | None = None,
         metrics: Metrics | None = None,
         clock: Clock = utc_now,
@@ -78,6 +79,7 @@ class Learner:
             tuner=tuner,
             metrics=self._metrics,
             stats=self.stats,
+            catch_up=catch_up,
         )
         self._worker: asyncio.Task[None] | None = None
         self._accepting = False

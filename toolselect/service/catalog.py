@@ -73,8 +73,8 @@ class CatalogFacade:
         )
         async with index.lock:
             result = await self._store.upsert_tools(tools, pack)
-            if result.upserted or changed:
-                await index.swap_in(changed, vectors)
+            if result.moved or changed:
+                await index.swap_in(changed, vectors, moved=result.moved)
         return result
 
     async def close(self, timeout_s: float) -> None:

@@ -144,9 +144,9 @@ class LiveIndex:
             or not self.ranker.has(tool.name)
         )
 
-    async def swap_in(self, changed: Sequence[Tool], vectors: np.ndarray) -> None:
-        """After an import's write (under `lock`): put the embedded tools that the store now
-        holds, as it holds them, into the ranker."""
+    async def swap_in(self, changed: Sequence[Tool], vectors: np.ndarray, *, moved: bool) -> None:
+        """After an import's write (under `lock`; `moved`: whether it moved the catalog version):
+        put the embedded tools that the store now holds, as it holds them, into the ranker."""
         stored = {t.name: t for t in await self.store.list_tools()}
         rows = [
             i
@@ -157,7 +157,7 @@ class LiveIndex:
         if fresh:
             self.ranker.upsert_tools(fresh, vectors[rows])
         self._held.update((t.name, t) for t in fresh)
-        await self._wrote_catalog()
+        await self._wrote_catalog(moved)
         self._publish_sizes("upsert")
 
     async def remove(self, names: Iterable[str]) -> None:
@@ -166,15 +166,18 @@ class LiveIndex:
         self.ranker.remove_tools(names)
         for name in names:
             self._held.pop(name, None)
-        await self._wrote_catalog()
+        await self._wrote_catalog(moved=True)
         self._publish_sizes("delete")
 
-    async def _wrote_catalog(self) -> None:
+    async def _wrote_catalog(self, moved: bool) -> None:
         """Take the catalog version this process's own write left, when it is that write's: a
-        write moves it by one. A larger step counts another replica's change too, which only a
-        reload brings in, so the version stays behind and the next poll reloads."""
+        write that changed something moves it by one, one that changed nothing leaves it. Any
+        other step counts another replica's change too, which only a reload brings in, so the
+        version stays behind and the next poll reloads. (Taking one step for granted adopted
+        another replica's version whenever this replica re-sent what it held stale: a tool
+        that replica added was then missing here for good.)"""
         version = (await self.store.state()).catalog_version
-        if version <= self.catalog_version + 1:
+        if version == self.catalog_version + int(moved):
             self.catalog_version = version
 
     async def fold_since(self, version: int) -> int:
@@ -212,6 +215,15 @@ class LiveIndex:
         self.ranker.fold(learned, deleted)
         self._publish_sizes("fold")
         self._tuner.labels_changed()
+
+    async def catch_up(self) -> bool:
+        """Reload now if another replica changed the catalog since this one read it: a name
+        this replica does not know may be a tool another one has just added, whose labels
+        would be refused (a human's with a 404) until the next poll. True when it reloaded."""
+        if (await self.store.state()).catalog_version == self.catalog_version:
+            return False
+        await self.reload()
+        return True
 
     async def refresh(self) -> bool:
         """Pick up other replicas' writes: reload on a catalog change, fold new exemplars."""

@@ -139,7 +139,9 @@ class LearningFacade:
         # Before the catalog is loaded every tool is unknown: 503, which a client retries,
         # not a 404 that would lose the label.
         self._index.check_ready()
-        if not self._index.ranker.has(tool):
+        if not self._index.ranker.has(tool) and not (
+            await self._index.catch_up() and self._index.ranker.has(tool)
+        ):
             raise NotFound(f"no tool named {shown(tool)}", "tool")
         vector = (await self._queries.embed([query]))[0]
         exemplar = Exemplar(

@@ -219,6 +219,7 @@ def compose(
         oracle=oracle,
         on_saved=index.saved,
         describe=index.describe,
+        catch_up=index.catch_up,
         config=LearnerConfig(
             fallback_tools=settings.fallback_tools,
             tiers=settings.oracle_tiers,

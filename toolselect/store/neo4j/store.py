@@ -191,11 +191,11 @@ class Neo4jStore:
     async def upsert_tools(self, tools: Sequence[Tool], pack: str | None = None) -> UpsertResult:
         by_name = {tool.name: tool for tool in last_per_name(tools)}
         if not by_name:
-            return UpsertResult(upserted=0, unchanged=0)
+            return UpsertResult(upserted=0, unchanged=0, moved=False)
         rows = [tool_row(t) for t in by_name.values()]
         links = [] if pack is None else [{"tool": name, "pack": pack} for name in by_name]
 
-        async def work(tx: Scoped) -> int:
+        async def work(tx: Scoped) -> tuple[int, bool]:
             await lock_meta(tx)
             params = {"tools": rows, "now": to_db(self._clock())}
             changed = int((await neo4j_tx.one(tx, "upsert_tools", params))["changed"])
@@ -204,10 +204,10 @@ class Neo4jStore:
                 added = int((await neo4j_tx.one(tx, "add_to_packs", {"links": links}))["added"])
             if changed or added:
                 await neo4j_tx.bump(tx, catalog=1)
-            return changed
+            return changed, bool(changed or added)
 
-        changed = await self._write(work)
-        return UpsertResult(upserted=changed, unchanged=len(rows) - changed)
+        changed, moved = await self._write(work)
+        return UpsertResult(upserted=changed, unchanged=len(rows) - changed, moved=moved)
 
     async def list_tools(self, pack: str | None = None) -> list[Tool]:
         rows = await self._read("list_tools", {"pack": pack})

@@ -246,7 +246,7 @@ class SqliteStore:
                         changed = changed or added.rowcount > 0
                 if changed:
                     bump(conn, BUMP_CATALOG)
-            return UpsertResult(upserted=upserted, unchanged=unchanged)
+            return UpsertResult(upserted=upserted, unchanged=unchanged, moved=changed)
 
         return await self._run(work)
 
