@@ -9,6 +9,7 @@ Nothing else in toolselect reads `os.environ`.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -123,12 +124,9 @@ def setting(
     """A field of `Settings`, declared once: its default, its variable, the parser of the
     variable's text (whose `ValueError` is the message a bad value gets) and its meaning; a
     `secret` may instead be in the file its variable's `_FILE` twin names, and is left out of
-    the settings' repr, so a logged or printed `Settings` does not show it; a `hidden` one is
-    left out of the repr only (it has a form of its own for files).
-
-    What pydantic-settings' `Field` would hold; pydantic itself is not imported here because
-    `toolselect select` is spawned once per agent turn and reads these settings, and importing
-    pydantic-settings adds 50-80 ms to that spawn."""
+    the repr (a logged `Settings` does not show it), as is a `hidden` one. What pydantic-settings'
+    `Field` would hold: `toolselect select`, spawned once per agent turn, reads these settings,
+    and importing pydantic-settings would add 50-80 ms to that spawn."""
     metadata = {"env": env, "parse": parse, "doc": doc, "unset": unset, "secret": secret}
     return field(default=default, repr=not (secret or hidden), metadata=metadata)
 
@@ -312,8 +310,7 @@ class Settings:
 
 
 def _default_data_dir(environ: Mapping[str, str]) -> str:
-    base = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return str(Path(base) / "toolselect")
+    return str(Path(environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "toolselect")
 
 
 # The declarations in `Settings`' order, which is the table's.
@@ -427,6 +424,20 @@ def load_settings(
     settings = Settings(**values)
     settings.validate()
     return settings
+
+
+# Read, but no setting: the settings file, the thin selector's key, the examples' URL, CI's switch.
+_NOT_SETTINGS = {f"TOOLSELECT_{n}" for n in ("CONFIG", "SELECT_API_KEY", "URL", "REQUIRE_NEO4J")}
+
+
+def ignored_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """A line for each `TOOLSELECT_*` variable naming no setting (a typo is otherwise silent)."""
+    known = _NOT_SETTINGS | {f.env for f in FIELDS} | {f"{f.env}_FILE" for f in FIELDS if f.secret}
+    bare = {name.removeprefix("TOOLSELECT_"): name for name in known}  # the prefix is no likeness
+    env = os.environ if environ is None else environ
+    return [f"{n}: no such setting, ignored" + "".join(f" (did you mean {bare[m]}?)" for m in
+            difflib.get_close_matches(n.removeprefix("TOOLSELECT_"), bare, n=1))
+            for n in sorted(env) if n.startswith("TOOLSELECT_") and n not in known]  # fmt: skip
 
 
 def settings_table() -> str:

@@ -153,6 +153,16 @@ def test_python_dash_m_toolselect_is_the_command(catalog_env: dict[str, str]) ->
     assert json.loads(done.stdout)["selected"][0] == "send_email"
 
 
+def test_config_names_a_variable_that_is_no_setting(env: dict[str, str]) -> None:
+    """`toolselect config` prints the table on stdout and, on stderr, each `TOOLSELECT_*`
+    variable that names no setting (a typo is otherwise ignored in silence)."""
+    done = run(["config"], {**env, "TOOLSELECT_POLL_INTERVAL_S": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("| variable | default | meaning |")
+    assert "TOOLSELECT_POLL_INTERVAL_S: no such setting, ignored" in done.stderr
+    assert "did you mean TOOLSELECT_POLL_INTERVAL?" in done.stderr
+
+
 def test_select_thin_client_round_trip(server: str, catalog_env: dict[str, str]) -> None:
     """`toolselect select --url` gives the same answer as the in-process selector."""
     remote = run(["select", "--url", server], catalog_env, stdin=json.dumps(SELECT))

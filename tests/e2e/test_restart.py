@@ -11,7 +11,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
+from structlog.testing import capture_logs
 
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, start_stub
@@ -244,3 +246,22 @@ async def test_a_restart_counts_the_teacher_calls_its_spool_holds(
         assert second.oracle.budget.remaining() == 7
     finally:
         await second.close()
+
+
+async def test_a_start_names_the_variables_that_are_no_setting(
+    services: ServiceFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt `TOOLSELECT_*` variable is logged when the process's service starts (once:
+    not again for each tenant's), where it was ignored in silence."""
+    monkeypatch.setenv("TOOLSELECT_POLL_INTERVAL_S", "1")
+    with capture_logs() as logs:
+        tenants = TenantServices(await services.start())
+        try:
+            await tenants.get("team-a")
+        finally:
+            await tenants.close_others()
+    said = [e["problem"] for e in logs if e["event"] == "setting_ignored"]
+    assert said == [
+        "TOOLSELECT_POLL_INTERVAL_S: no such setting, ignored "
+        "(did you mean TOOLSELECT_POLL_INTERVAL?)"
+    ]

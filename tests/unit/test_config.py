@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from toolselect.config import FIELDS, Field, Settings, load_settings, settings_table
+from toolselect.config import (
+    FIELDS,
+    Field,
+    Settings,
+    ignored_variables,
+    load_settings,
+    settings_table,
+)
 from toolselect.errors import ConfigError
 
 
@@ -199,3 +206,26 @@ def test_readme_table_is_the_generated_one() -> None:
     """README's "Configuration" table is `toolselect config`'s output as printed, row for row."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert settings_table() in readme
+
+
+def test_a_variable_that_names_no_setting_is_reported_with_the_nearest_one() -> None:
+    """A misspelt `TOOLSELECT_*` variable was ignored in silence (the settings file refuses an
+    unknown key): it is named, with the setting it is closest to; settings, their `_FILE`
+    forms, other programs' variables and the variables toolselect reads that are no setting
+    are not."""
+    env = {
+        "TOOLSELECT_POLL_INTERVAL_S": "1",
+        "TOOLSELECT_ZZZ": "1",
+        "TOOLSELECT_PORT": "9000",
+        "TOOLSELECT_OPENAI_API_KEY_FILE": "/run/secrets/key",
+        "TOOLSELECT_CONFIG": "toolselect.toml",
+        "TOOLSELECT_SELECT_API_KEY": "tsk_x",
+        "NEO4J_URI": "bolt://db:7687",
+        "PATH": "/usr/bin",
+    }
+    assert ignored_variables(env) == [
+        "TOOLSELECT_POLL_INTERVAL_S: no such setting, ignored "
+        "(did you mean TOOLSELECT_POLL_INTERVAL?)",
+        "TOOLSELECT_ZZZ: no such setting, ignored",
+    ]
+    assert ignored_variables({}) == []

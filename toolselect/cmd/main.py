@@ -281,9 +281,11 @@ def cmd_analytics(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from toolselect.config import settings_table
+    from toolselect.config import ignored_variables, settings_table
 
     print(settings_table())
+    for problem in ignored_variables():
+        print(problem, file=sys.stderr)
     return 0
 
 

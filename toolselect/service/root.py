@@ -19,7 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from toolselect.catalog import load_demo_catalog
 from toolselect.clock import Clock, utc_now
-from toolselect.config import Settings
+from toolselect.config import Settings, ignored_variables
 from toolselect.embed import embedder_for
 from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
 from toolselect.keys import DEFAULT_TENANT, tenant_file
@@ -91,6 +91,9 @@ class Service:
         # One BLAS thread: ranking is a small matrix-vector product, where a second thread buys
         # nothing at the median and multiplies the p99 whenever the other core is busy.
         threadpool_limits(1, user_api="blas")
+        if beside is None:  # once a process: a tenant's service reads the same environment
+            for problem in ignored_variables():
+                log.warning("setting_ignored", problem=problem)
         # Before the store: a spool that cannot be used stops the start (it may hold labels).
         # On a thread of its own, joined here: the loop's default pool would outlive `close`.
         with ThreadPoolExecutor(1, thread_name_prefix="toolselect-spool-open") as opener:
