@@ -21,6 +21,14 @@ LONE_SURROGATE = "escapes a lone UTF-16 surrogate (\\uD800-\\uDFFF): not Unicode
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
+# Matches every text in which `parse_json` refuses a number (`NaN`, `Infinity`, a literal past
+# a float's range), so a parser that takes them (pydantic's) needs `parse_json` only on a text
+# it matches. A literal past the range is at least 10^308: its exponent has 3 digits or more,
+# or, the exponent being at most 99, it has at least 210 digits before the point. Any run of 200
+# digits covers the latter with room to spare; a match that is no such number costs a parse.
+MAYBE_NOT_FINITE = re.compile(rb"NaN|Infinity|[eE]\+?[0-9]{3}|[0-9]{200}")
+
+
 def parse_json(text: str | bytes) -> Any:
     """`json.loads` where every refusal is a ValueError whose message says why: not JSON
     (`JSONDecodeError`, `UnicodeDecodeError`), a non-finite number, nesting deeper than the

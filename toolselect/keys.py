@@ -200,8 +200,9 @@ def check_name(name: str | None, field: str = "name") -> str | None:
 
 
 def key_hash(key: str) -> str:
-    """What is stored of a key: its SHA-256, hex."""
-    return hashlib.sha256(key.encode()).hexdigest()
+    """What is stored of a key: its SHA-256, hex. A presented key holding a surrogate (a header
+    byte that is not UTF-8, which aiohttp keeps as one) hashes too: it is then no key's."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def new_key(

@@ -8,6 +8,39 @@ import sys
 import structlog
 
 
+class CallersMistakes(logging.Filter):
+    """aiohttp's server logs a request it cannot parse (a bad chunk size, a header over its
+    limit, a NUL in a header) and a body that does not decode at error level with a traceback,
+    though each is the caller's mistake, answered 400: a warning without one here, with the
+    parser's reason in its first words (what follows them quotes the request's bytes, a key
+    maybe). Its records of anything else, the server's own errors, are left as they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # Imported here: only aiohttp's server logs these, and `select --url` stays without it.
+        from aiohttp.http_exceptions import HttpProcessingError
+        from aiohttp.web_protocol import RequestPayloadError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RequestPayloadError):
+            # Met again as aiohttp drains the body after the 400 ("Unhandled exception"); the
+            # body's own error (a coding that does not decode) is its cause.
+            cause = exc.__cause__
+            reason = cause.message if isinstance(cause, HttpProcessingError) else "unreadable"
+            event = "Request body unreadable"
+        elif isinstance(exc, HttpProcessingError) and 400 <= exc.code < 500:
+            reason = exc.message
+            event = record.getMessage()
+        else:
+            return True
+        record.msg = f"{event}: {reason.split(':')[0].strip()[:200]}"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno = logging.WARNING
+        record.levelname = "WARNING"
+        return True
+
+
 def configure_logging(level: str = "info", fmt: str = "auto") -> None:
     """Route structlog and stdlib logging to stderr, both rendered alike (JSON lines off a
     terminal); request ids come from contextvars."""
@@ -53,3 +86,6 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         )
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler], force=True)
+    server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, CallersMistakes) for f in server.filters):
+        server.addFilter(CallersMistakes())

@@ -5,8 +5,9 @@ HTTP API treats `/v1/*` (`api/middleware.py`), with the same keys: the service's
 `KeyRegistry` (`TOOLSELECT_API_KEYS` and the stored keys, read again every poll, so a key
 created or revoked anywhere counts here within `TOOLSELECT_POLL_INTERVAL`). With no key at all
 it stays open. Otherwise a missing, unknown or revoked key is `401 unauthorized` with
-`WWW-Authenticate: Bearer`; `X-Toolselect-Tenant` naming another tenant needs an admin key
-(`403 forbidden`); beyond the tenant's or the process's rate, `429 rate_limited` with
+`WWW-Authenticate: Bearer`; `Authorization` or `X-Toolselect-Tenant` sent twice is `400
+bad_request`; `X-Toolselect-Tenant` naming another tenant needs an admin key (`403
+forbidden`); beyond the tenant's or the process's rate, `429 rate_limited` with
 `Retry-After` (`keys.RateLimits`, this process's own buckets). Errors are the API's JSON model
 (`{"error": {"code", "message", "field"?}}`); a key never reaches a log line or a message.
 
@@ -36,7 +37,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolselect.api.callers import acting_as, authenticate
+from toolselect.api.callers import acting_as, authenticate, one_header
 from toolselect.api.errors import HttpError
 from toolselect.config import Settings
 from toolselect.keys import (
@@ -222,17 +223,20 @@ class KeyGate:
             CALLER.reset(token)
 
     def admit(self, headers: Headers) -> Caller:
-        """The caller a request acts as; `HttpError` (401, 403, 422, 429 or 503) when refused."""
+        """The caller a request acts as; `HttpError` (400, 401, 403, 422, 429 or 503) when
+        refused."""
         service = self._service()
         if service is None:
             raise HttpError(
                 503,
                 "not_ready",
                 "the toolselect service is not running",
+                "Retry-After",
                 headers={"Retry-After": "1"},
             )
-        caller = authenticate(headers.get("authorization"), service.keys)
-        caller = acting_as(headers.get(TENANT_HEADER), caller)
+        key = one_header(headers.getlist("authorization"), "Authorization")
+        caller = authenticate(key, service.keys)
+        caller = acting_as(one_header(headers.getlist(TENANT_HEADER), TENANT_HEADER), caller)
         if self.limits.enabled:
             refused = self.limits.admit(caller.tenant, time.monotonic())
             if refused is not None:
@@ -247,6 +251,7 @@ class KeyGate:
                     429,
                     "rate_limited",
                     message,
+                    "Retry-After",
                     headers={"Retry-After": str(refused.retry_after_s)},
                 )
         return caller

@@ -155,13 +155,13 @@ async def test_body_over_1_mib_is_413(client: Client) -> None:
 async def test_unknown_route_is_404_json(client: Client) -> None:
     """An unknown path answers 404 not_found in the error model."""
     resp = await client.get("/v1/nope")
-    await error_of(resp, 404, "not_found")
+    assert (await error_of(resp, 404, "not_found"))["field"] == "path"
 
 
 async def test_wrong_method_is_405_json(client: Client) -> None:
     """GET on a POST route answers 405 with Allow and the error model."""
     resp = await client.get("/v1/rank")
-    await error_of(resp, 405, "method_not_allowed")
+    assert (await error_of(resp, 405, "method_not_allowed"))["field"] == "method"
     assert resp.headers["Allow"] == "POST"
 
 

@@ -98,37 +98,38 @@ async def test_keys_never_reach_the_logs(
         assert secret not in text
 
 
-async def _stall(port: int) -> asyncio.StreamWriter:
+async def _stall(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Open a request whose body never finishes arriving: a stalled client."""
-    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(
         b"POST /v1/rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b'Content-Length: 100\r\n\r\n{"query": '
     )
     await writer.drain()
-    return writer
+    return reader, writer
 
 
-async def test_overload_and_stalled_clients(
+async def test_stalled_clients_hold_no_slot_and_get_408(
     factory: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:
-    """Beyond the concurrency limit requests get 503 overloaded with Retry-After; stalled
-    clients time out and give their slots back."""
+    """Stalled clients as many as the concurrency limit leave everyone else served: a body is
+    read before the request takes a slot. Each is answered `408 body_timeout` once the
+    request timeout passes, counted, and its connection closed."""
     client = await make_client(factory, aiohttp_client, max_concurrency=2, request_timeout_s=1.0)
     port = client.port
     assert port is not None
     stalled = [await _stall(port), await _stall(port)]
-    await asyncio.sleep(0.2)
-    resp = await client.post("/v1/rank", json={"query": "weather"})
-    assert resp.status == 503
-    assert resp.headers["Retry-After"] == "1"
-    assert (await resp.json())["error"]["code"] == "overloaded"
-    assert (await client.get("/healthz")).status == 200  # health is never refused
-    await asyncio.sleep(1.3)
+    await asyncio.sleep(0.2)  # both are waiting for their bodies by now
     resp = await client.post("/v1/rank", json={"query": "weather"})
     assert resp.status == 200
-    metrics = await (await client.get("/metrics")).text()
-    assert 'toolselect_http_rejected_total{reason="overloaded"} 1.0' in metrics
-    assert 'toolselect_http_rejected_total{reason="timeout"} 2.0' in metrics
-    for writer in stalled:
+    assert (await client.get("/healthz")).status == 200
+    for reader, writer in stalled:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        assert head.startswith(b"HTTP/1.1 408 ") and b"Connection: close" in head, head
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        answer = await reader.readexactly(length)
+        assert b'"code":"body_timeout"' in answer and b'"field":"body"' in answer
         writer.close()
+    metrics = await (await client.get("/metrics")).text()
+    assert 'toolselect_http_rejected_total{reason="body_timeout"} 2.0' in metrics
+    assert 'toolselect_http_requests_total{route="/v1/rank",status="408"} 2.0' in metrics

@@ -55,6 +55,7 @@ async def test_a_tenant_over_its_rate_gets_429_and_another_does_not(
     assert error == {
         "code": "rate_limited",
         "message": "tenant 'default' sent more than 0.1 requests per second",
+        "field": "Retry-After",
     }
     assert int(refused.headers["Retry-After"]) >= 1
     for _ in range(2):

@@ -6,9 +6,9 @@ caller's tenant's catalog; an idle tenant is closed and starts again with its da
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,7 +17,7 @@ from tests.mcp.test_keys import connected, in_process
 from tests.mcp.test_server import text
 from tests.services import ClientFactory, ServiceFactory
 from toolselect.analytics.registry import LEARNING, NAMES
-from toolselect.api.http import TENANTS
+from toolselect.api.http import SERVICE, TENANTS
 from toolselect.clock import utc_now
 from toolselect.keys import new_key, tenant_file
 from toolselect.records import Tool
@@ -301,27 +301,31 @@ async def test_metrics_show_a_key_its_own_tenants_series(
 
 
 async def test_a_tenant_is_not_closed_under_a_request_in_flight(
-    services: ServiceFactory, aiohttp_client: ClientFactory
+    services: ServiceFactory, aiohttp_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A request of tenant A whose body is still arriving holds A open: the background sweep
-    closes idle B meanwhile but not A, the request is answered from A's catalog, and A is
-    closed once idle after it."""
+    """A request of tenant A held in its ranker holds A open: the background sweep closes idle
+    B meanwhile but not A, the request is answered from A's catalog, and A is closed once idle
+    after it. (A body still arriving starts no tenant: it is read before the handler runs.)"""
     client, keys = await two_tenants(services, aiohttp_client, tenant_idle_s=0.2)
     tenants = client.app[TENANTS]
-    release = asyncio.Event()
+    entered, release = asyncio.Event(), asyncio.Event()
+    ranking = type(client.app[SERVICE].ranking)  # every tenant's: A's may start again
+    search = ranking.search
 
-    async def slow_body() -> AsyncIterator[bytes]:
-        yield b'{"query": "weather in Turin tomorrow",'
+    async def held(self: Any, *args: Any, **kwargs: Any) -> Any:
+        entered.set()
         await release.wait()
-        yield b' "k": 1}'
+        return await search(self, *args, **kwargs)
 
+    monkeypatch.setattr(ranking, "search", held)
     sent = asyncio.ensure_future(
         client.post(
             "/v1/rank",
-            data=slow_body(),
-            headers={**bearer(keys[A]["agent"]), "Content-Type": "application/json"},
+            json={"query": "weather in Turin tomorrow", "k": 1},
+            headers=bearer(keys[A]["agent"]),
         )
     )
+    await entered.wait()
     for _ in range(100):
         if tenants.live == [A]:
             break

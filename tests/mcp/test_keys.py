@@ -22,6 +22,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import INVALID_PARAMS
+from multidict import CIMultiDict
 
 from tests.mcp.conftest import CATALOG, EXE, run_cli, stop, wait_for_port
 from tests.mcp.test_readme import block
@@ -29,7 +30,7 @@ from tests.mcp.test_server import read_json, text
 from tests.services import ServiceFactory, cli_env, free_port
 from toolselect.clock import utc_now
 from toolselect.config import Settings
-from toolselect.keys import MCP_ROLES, mcp_role, mcp_rule, new_key
+from toolselect.keys import MCP_ROLES, TENANT_HEADER, mcp_role, mcp_rule, new_key
 from toolselect.mcp_http import http_config
 from toolselect.mcp_server import build_server
 from toolselect.service import Service
@@ -166,6 +167,26 @@ async def test_requests_without_a_valid_key_are_refused_401(keyed: Keyed) -> Non
     status, _, body = await initialize(keyed.url, bearer(ADMIN))
     assert status == 200, body
     assert wrong not in keyed.log.read_text()
+
+
+async def test_a_key_or_tenant_sent_twice_is_refused_400(keyed: Keyed) -> None:
+    """Two `Authorization` headers (an agent's and an admin's key, either way round) or two
+    tenant headers are `400 bad_request` naming the header, as on the HTTP API."""
+    agent, admin = f"Bearer {keyed.keys['agent']}", f"Bearer {ADMIN}"
+    twice = [
+        [("Authorization", agent), ("Authorization", admin)],
+        [("Authorization", admin), ("Authorization", agent)],
+        [("Authorization", admin), (TENANT_HEADER, "team-a"), (TENANT_HEADER, "default")],
+    ]
+    for pairs in twice:
+        headers = CIMultiDict([("Accept", "application/json, text/event-stream"), *pairs])
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(keyed.url, json={}, headers=headers) as resp,
+        ):
+            body = await resp.json()
+        assert (resp.status, body["error"]["code"]) == (400, "bad_request"), body
+        assert body["error"]["field"] == pairs[-1][0]
 
 
 async def test_an_agent_searches_and_reports_but_reads_no_resource(keyed: Keyed) -> None:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from toolselect.api.http import SERVICE, TENANTS
+from toolselect.api.http import SERVICE, TENANTS, expect_continue
 from toolselect.api.key_routes import add_key_routes
 from toolselect.api.middleware import GATE, LIMITS, Gate, middleware
 from toolselect.api.routes import add_routes
@@ -38,6 +38,10 @@ def _app(settings: Settings) -> web.Application:
     add_routes(app)
     add_key_routes(app)
     add_ui_routes(app)
+    for route in app.router.routes():
+        # aiohttp takes an expect handler only route by route (`add_route`), and its default
+        # sends `100 Continue` whatever the declared size: set on every route once they exist.
+        route._expect_handler = expect_continue
     return app
 
 

@@ -4,6 +4,8 @@ answers in the API's error model."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from toolselect.api.errors import HttpError
 from toolselect.errors import InvalidInput
 from toolselect.keys import (
@@ -24,10 +26,22 @@ def _unauthorized(message: str) -> HttpError:
     )
 
 
+def one_header(values: Sequence[str], name: str) -> str | None:
+    """The one value of header `name`, None without it; `400 bad_request` naming it when sent
+    more than once: servers and proxies differ on which of two keys or tenants counts, so none
+    is picked."""
+    if len(values) > 1:
+        raise HttpError(
+            400, "bad_request", f"expected at most one {name} header, got {len(values)}", name
+        )
+    return values[0] if values else None
+
+
 def authenticate(header: str | None, keys: KeyRegistry) -> Caller:
     """The caller of `Authorization: Bearer <key>`; `OPEN_CALLER` while no key exists at all.
     Until the stored keys were read once (the store down since start) a key not configured
-    cannot be checked: `503 not_ready`."""
+    cannot be checked: `503 not_ready`. A key whose bytes are not UTF-8 is no key's: unknown,
+    as any other."""
     token = bearer_token(header)
     caller = None if token is None else keys.resolve(token)
     if caller is not None:
@@ -37,12 +51,15 @@ def authenticate(header: str | None, keys: KeyRegistry) -> Caller:
             503,
             "not_ready",
             "API keys not loaded yet: the store has not answered since start",
+            "Retry-After",
             headers={"Retry-After": "1"},
         )
     if not keys.enabled:
         return OPEN_CALLER
     if token is None:
         raise _unauthorized("expected Authorization: Bearer <API key>")
+    if not token.isascii():
+        raise _unauthorized("expected an API key of ASCII characters (Authorization: Bearer)")
     raise _unauthorized("unknown or revoked API key (Authorization: Bearer <API key>)")
 
 

@@ -24,6 +24,8 @@ class HttpError(ToolselectError):
         message: str,
         field: str | None = None,
         headers: dict[str, str] | None = None,
+        *,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -31,6 +33,9 @@ class HttpError(ToolselectError):
         self.message = message
         self.field = field
         self.headers = headers or {}
+        # Answered with `Connection: close`: after a body the server would not take (over the
+        # limit, stalled, not decodable) the connection serves no further request.
+        self.close = close
 
     def body(self) -> str:
         """The JSON text of the error, for every server that answers one (aiohttp's, the MCP
@@ -41,9 +46,12 @@ class HttpError(ToolselectError):
         return json.dumps({"error": error}, ensure_ascii=False, separators=(",", ":"))
 
     def response(self) -> web.Response:
-        return web.Response(
+        response = web.Response(
             status=self.status,
             text=self.body(),
             content_type="application/json",
             headers=self.headers,
         )
+        if self.close:
+            response.force_close()
+        return response

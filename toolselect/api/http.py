@@ -4,15 +4,14 @@ JSON responses out. Routes and middleware import this; it imports neither of the
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any, TypeVar
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from pydantic import BaseModel, ValidationError
 
 from toolselect.api.errors import HttpError
 from toolselect.api.validation import rejection
-from toolselect.json_text import parse_json
+from toolselect.json_text import MAYBE_NOT_FINITE, parse_json
 from toolselect.keys import DEFAULT_TENANT, Caller
 from toolselect.service import Service, TenantServices
 
@@ -44,10 +43,12 @@ BODY_CODINGS = frozenset({"", "identity", "gzip", "deflate", "br", "zstd"})
 
 def _check_content_type(request: web.Request) -> None:
     if request.content_type != "application/json":
+        # aiohttp reads a missing Content-Type as application/octet-stream, which was not sent.
+        got = request.content_type if "Content-Type" in request.headers else "none"
         raise HttpError(
             415,
             "unsupported_media_type",
-            f"expected Content-Type application/json, got {request.content_type or 'none'}",
+            f"expected Content-Type application/json, got {got}",
             "Content-Type",
         )
     # Every header: aiohttp decodes by the last one, so a second one must not slip past.
@@ -63,20 +64,74 @@ def _check_content_type(request: web.Request) -> None:
         )
 
 
-async def _read_raw(request: web.Request) -> bytes:
-    """The body's bytes: 415 for another content type, 413 past the limit (aiohttp's own),
-    400 when its Content-Encoding does not decode, 499 when the client left before it all came.
-    """
+def check_declared_size(request: web.Request) -> None:
+    """`413 too_large` for a body whose Content-Length is over the limit, before any of it is
+    read (and before `100 Continue` is sent: `expect_continue`)."""
+    limit = request.client_max_size
+    declared = request.content_length
+    if limit and declared is not None and declared > limit:
+        raise HttpError(
+            413,
+            "too_large",
+            f"expected a body of at most {limit} bytes, got Content-Length {declared}",
+            "body",
+            close=True,
+        )
+
+
+async def expect_continue(request: web.Request) -> web.StreamResponse | None:
+    """aiohttp's answer to `Expect: 100-continue` (every route's expect handler: `app.py`), but
+    no `100 Continue` for a body declared over the limit, which the middleware then refuses
+    with 413 rather than have the client send it first. aiohttp answers what this returns as
+    it is, without the middleware."""
+    expect = request.headers.get("Expect", "")
+    if request.version != HttpVersion11:
+        return None
+    if expect.lower() != "100-continue":
+        error = HttpError(
+            417, "expectation_failed", f"expected Expect: 100-continue, got {expect}", "Expect"
+        )
+        return error.response()
+    declared = request.content_length
+    if not (request.client_max_size and declared and declared > request.client_max_size):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    return None
+
+
+async def read_raw(request: web.Request, timeout_s: float) -> bytes:
+    """The body's bytes: 415 for another content type, 413 past the limit (declared or sent),
+    400 when its Content-Encoding does not decode, 408 when it has not all come within
+    `timeout_s`, 499 when the client left before it all came. Read once: the bytes are kept on
+    the request for the handler."""
     _check_content_type(request)
+    check_declared_size(request)
     try:
-        return await request.read()
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    except TimeoutError:
+        request.app[SERVICE].metrics.http_rejected.labels("body_timeout").inc()
+        raise HttpError(
+            408,
+            "body_timeout",
+            f"the body did not all arrive within {timeout_s:g} s",
+            "body",
+            close=True,
+        ) from None
     except web.RequestPayloadError as exc:
-        raise HttpError(400, "invalid_body", f"body cannot be read: {exc}", "body") from None
+        raise HttpError(
+            400, "invalid_body", f"body cannot be read: {exc}", "body", close=True
+        ) from None
     except ConnectionResetError:
         # Nobody is left to answer: counted as 499 (the status proxies use) rather than 500.
         raise HttpError(
             499, "client_closed", "the client closed the connection mid-body", "body"
         ) from None
+
+
+async def _read_raw(request: web.Request) -> bytes:
+    """The body `read_raw` took before the handler ran (the middleware reads every body first,
+    outside the concurrency limit), or read now under the request's own time limit."""
+    return await read_raw(request, request.app[SERVICE].settings.request_timeout_s)
 
 
 async def read_body(request: web.Request) -> Any:
@@ -101,14 +156,12 @@ def _rejected(exc: ValidationError) -> HttpError:
 
 # pydantic's parser takes NaN, Infinity and 1e400 wherever a model holds any JSON (a candidate's
 # `Metadata`, an ignored field), where the standard parser's routes and the exec selector refuse
-# them. Only bodies that may hold one are parsed a second time, by that parser.
-_MAYBE_NOT_FINITE = re.compile(rb"NaN|Infinity|[eE]\+?[0-9]{3}")
-
-
+# them. Only bodies that may hold one (`MAYBE_NOT_FINITE`, that parser's own rule) are parsed a
+# second time, by that parser.
 async def read_model(request: web.Request, model: type[M]) -> M:
     """Read and validate a JSON body in one pass (pydantic parses the bytes itself)."""
     raw = await _read_raw(request)
-    if _MAYBE_NOT_FINITE.search(raw):
+    if MAYBE_NOT_FINITE.search(raw):
         _json_of(raw)
     try:
         return model.model_validate_json(raw)

@@ -1,19 +1,23 @@
 """The one middleware: request id, API keys, limits, concurrency, time limit, error model, metrics.
 
-Outermost first: bind a request id; resolve the caller (`CALLER`) when keys are on (configured
-or stored: `toolselect.keys`), `401 unauthorized` for a missing, unknown or revoked key,
-`403 forbidden` for a role below the route's (`keys.ROUTE_ROLES`) or another tenant asked for
-by a non-admin key; `429 rate_limited` beyond the tenant's or the process's rate; `503
-overloaded` beyond `max_concurrency`; a per-request timeout (which `PUT /v1/tools` moves as its
-import progresses: `DEADLINE`); every error translated into the JSON model; each route counted
-and timed. One function rather than a chain: each layer of aiohttp middleware costs a
-measurable share of a sub-millisecond request. A key never reaches a log line, a metric label
-or an error message.
+Outermost first: bind a request id (the caller's `X-Request-Id` when it is 1..128 printable
+ASCII characters, a generated one otherwise); resolve the caller (`CALLER`) when keys are on
+(configured or stored: `toolselect.keys`), `401 unauthorized` for a missing, unknown or revoked
+key, `400 bad_request` for a key or tenant header sent twice, `403 forbidden` for a role below
+the route's (`keys.ROUTE_ROLES`) or another tenant asked for by a non-admin key; `429
+rate_limited` beyond the tenant's or the process's rate; read the body (`413` for one declared
+over the limit, `408 body_timeout` for one that does not all come within the request timeout)
+before taking a slot; `503 overloaded` beyond `max_concurrency`; a per-request timeout (which
+`PUT /v1/tools` moves as its import progresses: `DEADLINE`); every error translated into the
+JSON model; each route counted and timed. One function rather than a chain: each layer of
+aiohttp middleware costs a measurable share of a sub-millisecond request. A key never reaches a
+log line, a metric label or an error message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -21,9 +25,9 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
-from toolselect.api.callers import acting_as, authenticate
+from toolselect.api.callers import acting_as, authenticate, one_header
 from toolselect.api.errors import HttpError
-from toolselect.api.http import CALLER, DEADLINE, SERVICE, TENANTS
+from toolselect.api.http import CALLER, DEADLINE, SERVICE, TENANTS, check_declared_size, read_raw
 from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
 from toolselect.keys import (
     DEFAULT_TENANT,
@@ -38,6 +42,16 @@ log = structlog.get_logger("toolselect.api")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# The methods whose routes read a JSON body.
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# A caller's request id is echoed and put on every log line of the request: printable ASCII
+# without spaces, at most 128 characters; any other gets a generated one.
+_REQUEST_ID = re.compile(r"[!-~]{1,128}")
+
+
+def _request_id(request: web.Request) -> str:
+    given = request.headers.get("X-Request-Id", "")
+    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
 
 
 def _route(request: web.Request) -> str | None:
@@ -51,27 +65,29 @@ def _route(request: web.Request) -> str | None:
 def _http_error(exc: web.HTTPException) -> HttpError:
     """aiohttp's own refusals (routing, body size) in our error model."""
     if isinstance(exc, web.HTTPNotFound):
-        return HttpError(404, "not_found", "no such route")
+        return HttpError(404, "not_found", "no such route", "path")
     if isinstance(exc, web.HTTPMethodNotAllowed):
         allowed = ", ".join(sorted(exc.allowed_methods))
         return HttpError(
             405,
             "method_not_allowed",
             f"expected one of {allowed}, got {exc.method}",
+            "method",
             headers={"Allow": allowed},
         )
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return HttpError(413, "too_large", exc.text or "request body too large", "body")
+        text = exc.text or "request body too large"
+        return HttpError(413, "too_large", text, "body", close=True)
     return HttpError(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
 
 
 @web.middleware
 async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The one middleware, in order: bind a request id; check the API key; refuse beyond the
-    concurrency limit; bound the request's time; translate every error into the JSON model;
-    count and time the route. (One function rather than a chain: each layer of aiohttp
+    """The one middleware, in order: bind a request id; check the API key; read the body;
+    refuse beyond the concurrency limit; bound the request's time; translate every error into
+    the JSON model; count and time the route. (One function rather than a chain: each layer of aiohttp
     middleware costs a measurable share of a sub-millisecond request.)"""
-    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    request_id = _request_id(request)
     structlog.contextvars.bind_contextvars(request_id=request_id)
     app = request.app
     service = app[SERVICE]
@@ -81,6 +97,8 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
     try:
         try:
             _authorise(request, matched)
+            if matched is not None:
+                await _read_body_first(request)
             caller = request.get(CALLER)
             if caller is None or caller.tenant == DEFAULT_TENANT:
                 response = await _gated(request, handler)
@@ -95,7 +113,7 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
             response = HttpError(404, "not_found", str(exc), exc.field).response()
         except NotReady as exc:
             response = HttpError(
-                503, "not_ready", str(exc), headers={"Retry-After": "1"}
+                503, "not_ready", str(exc), "Retry-After", headers={"Retry-After": "1"}
             ).response()
         except StoreUnavailable as exc:
             log.warning("store_unavailable", error=str(exc))
@@ -136,7 +154,8 @@ def _authorise(request: web.Request, route: str | None) -> None:
     if needed is None and not keyed_scrape:
         return
     try:
-        caller = authenticate(request.headers.get("Authorization"), service.keys)
+        key = one_header(request.headers.getall("Authorization", []), "Authorization")
+        caller = authenticate(key, service.keys)
     except HttpError as exc:
         if exc.status == 401:
             service.metrics.http_rejected.labels("unauthorized").inc()
@@ -150,7 +169,8 @@ def _authorise(request: web.Request, route: str | None) -> None:
             f"got role {caller.role}",
         )
     try:
-        caller = acting_as(request.headers.get(TENANT_HEADER), caller)
+        tenant = one_header(request.headers.getall(TENANT_HEADER, []), TENANT_HEADER)
+        caller = acting_as(tenant, caller)
     except HttpError as exc:
         if exc.status == 403:
             service.metrics.http_rejected.labels("forbidden").inc()
@@ -175,12 +195,30 @@ def _limit(request: web.Request, tenant: str) -> None:
         message = f"tenant {tenant!r} sent more than {limits.tenant_rps:g} requests per second"
     else:
         message = f"more than {limits.global_rps:g} requests per second in all"
+    # No part of the request is at fault: `field` names what the caller acts on, the response's
+    # Retry-After (as every 503 that carries one does).
     raise HttpError(
-        429, "rate_limited", message, headers={"Retry-After": str(refused.retry_after_s)}
+        429,
+        "rate_limited",
+        message,
+        "Retry-After",
+        headers={"Retry-After": str(refused.retry_after_s)},
     )
 
 
 LIMITS = web.AppKey("rate_limits", RateLimits)
+
+
+async def _read_body_first(request: web.Request) -> None:
+    """Refuse a body declared over the limit (413) on any route; read the body of a route that
+    takes one before the request counts against the concurrency limit. A slot stands for work
+    of the server's: a client trickling its body (or sending none of what it declared) would
+    otherwise hold one for the whole request timeout, and a few such clients would have every
+    other request refused `503 overloaded`. The read has the request timeout to itself (`408
+    body_timeout` past it); the handler then finds the bytes read and gets its own."""
+    check_declared_size(request)
+    if request.method in _BODY_METHODS:
+        await read_raw(request, request.app[SERVICE].settings.request_timeout_s)
 
 
 class Gate:
@@ -207,6 +245,7 @@ async def _gated(request: web.Request, handler: Handler) -> web.StreamResponse:
             503,
             "overloaded",
             f"more than {gate.limit} requests in flight",
+            "Retry-After",
             headers={"Retry-After": "1"},
         )
     gate.inflight += 1
@@ -221,6 +260,7 @@ async def _gated(request: web.Request, handler: Handler) -> web.StreamResponse:
             503,
             "timeout",
             f"request took longer than {service.settings.request_timeout_s:g} s",
+            "Retry-After",
             headers={"Retry-After": "1"},
         ) from None
     finally:
