@@ -54,7 +54,7 @@ _QUERY_SCHEMAS = {"pack": {**_STRING, **m.PACK_OR_EMPTY_SCHEMA}}
 
 _ERRORS = {
     "400": "invalid_json",
-    "404": "not_found",
+    "404": "not_found / unknown_tenant",
     "413": "too_large",
     "415": "unsupported_media_type",
     "422": "invalid_request",
