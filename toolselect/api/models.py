@@ -18,6 +18,8 @@ _NON_BLANK: dict[str, Any] = {"minLength": 1, "pattern": "\\S"}
 PACK_SCHEMA: dict[str, Any] = {**_NON_BLANK, "maxLength": MAX_PACK_CHARS}
 # Where a string must be given (`PackID`, `?pack=`), the empty one names no pack.
 PACK_OR_EMPTY_SCHEMA: dict[str, Any] = {"maxLength": MAX_PACK_CHARS, "pattern": "^$|\\S"}
+# A message of a conversation's `context`, under the query's rule (`selection.check_text`).
+_Message = Annotated[str, Field(json_schema_extra=_NON_BLANK)]
 # A tool name: 1..256 characters, no surrounding whitespace.
 _NAME = Field(min_length=1, max_length=256, pattern=r"^\S(?:[\s\S]*\S)?$")
 
@@ -84,7 +86,7 @@ class RankRequest(_Strict):
         f"when not empty, overrides what `session_id` would give. At most {MAX_PREVIOUS_TOOLS}.",
         json_schema_extra={"maxItems": MAX_PREVIOUS_TOOLS},
     )
-    context: list[str] | None = Field(
+    context: list[_Message] | None = Field(
         default=None,
         description=f"The conversation so far, most recent last (at most {MAX_CONTEXT_MESSAGES} "
         "messages, each "
@@ -174,7 +176,7 @@ class SelectRequest(BaseModel):
         f"{MAX_PREVIOUS_TOOLS}.",
         json_schema_extra={"maxItems": MAX_PREVIOUS_TOOLS},
     )
-    context: list[str] | None = Field(
+    context: list[_Message] | None = Field(
         default=None,
         description="As in `/v1/rank`: the conversation so far, most recent last (at most "
         f"{MAX_CONTEXT_MESSAGES} messages, each within the query's size limit).",

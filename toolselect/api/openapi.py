@@ -50,7 +50,14 @@ _OPERATIONS: tuple[
 )  # fmt: skip
 
 _STRING: dict[str, Any] = {"type": "string"}
-_QUERY_SCHEMAS = {"pack": {**_STRING, **m.PACK_OR_EMPTY_SCHEMA}}
+# A tenant wherever one is named (`keys.check_tenant`): the header, `GET /v1/keys?tenant=`.
+_TENANT_SCHEMA: dict[str, Any] = {
+    **_STRING,
+    "pattern": TENANT_PATTERN,
+    "minLength": 1,
+    "maxLength": TENANT_MAX,
+}
+_QUERY_SCHEMAS = {"pack": {**_STRING, **m.PACK_OR_EMPTY_SCHEMA}, "tenant": _TENANT_SCHEMA}
 
 _ERRORS = {
     "400": "invalid_json",
@@ -81,12 +88,7 @@ _TENANT_PARAMETER: dict[str, Any] = {
     "description": "The tenant the request acts on (absent: the key's own; `default` while no "
     "key exists). An admin key, or any request while no key exists, may name any tenant; "
     "another key only its own (else 403). A name breaking the rule is 422.",
-    "schema": {
-        "type": "string",
-        "pattern": TENANT_PATTERN,
-        "minLength": 1,
-        "maxLength": TENANT_MAX,
-    },
+    "schema": _TENANT_SCHEMA,
 }
 _SECURITY_SCHEMES = {
     "bearer": {
