@@ -17,6 +17,7 @@ from pydantic.json_schema import models_json_schema
 from toolselect import __version__
 from toolselect.api import key_models as km
 from toolselect.api import models as m
+from toolselect.catalog import PACK_SCHEMA
 from toolselect.config import DEFAULT_K, Settings
 from toolselect.keys import TENANT_HEADER, TENANT_MAX, TENANT_PATTERN
 
@@ -57,10 +58,10 @@ _TENANT_SCHEMA: dict[str, Any] = {
     "minLength": 1,
     "maxLength": TENANT_MAX,
 }
-_QUERY_SCHEMAS = {"pack": {**_STRING, **m.PACK_OR_EMPTY_SCHEMA}, "tenant": _TENANT_SCHEMA}
+_QUERY_SCHEMAS = {"pack": {**_STRING, **PACK_SCHEMA}, "tenant": _TENANT_SCHEMA}
 
 _ERRORS = {
-    "400": "invalid_json",
+    "400": "invalid_json / invalid_path",
     "404": "not_found / unknown_tenant",
     "413": "too_large",
     "415": "unsupported_media_type",

@@ -30,6 +30,7 @@ from toolselect.api.http import (
     tenant_service,
 )
 from toolselect.api.openapi import served_document
+from toolselect.api.params import checked_query, path_param, query_field
 from toolselect.catalog import MAX_TOOLS_PER_PUT, candidates_to_tools, check_pack, parse_tools
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput
@@ -146,8 +147,7 @@ async def put_tools(request: web.Request) -> web.Response:
             f"expected at most {MAX_TOOLS_PER_PUT} tools, got {len(tools)}",
             "body" if isinstance(body, list) else "tools",  # an OpenAI list has no "tools"
         )
-    if request.query.get("pack"):
-        pack = check_pack(request.query["pack"])
+    pack = checked_query(request, "pack", check_pack) or pack  # `?pack=` empty is none
     service = await tenant_service(request)
     # A size-aware limit: the request timeout plus a share per tool, counted again from every
     # embedded batch, so an import that keeps working is never answered `503 timeout`. The
@@ -173,35 +173,35 @@ async def put_tools(request: web.Request) -> web.Response:
 
 
 async def list_tools(request: web.Request) -> web.Response:
-    pack = check_pack(request.query.get("pack") or None)
+    pack = checked_query(request, "pack", check_pack)
     service = await existing_service(request)
     tools = await service.catalog.list_tools(pack)
     return json_response(m.ToolList(tools=[_tool_out(t) for t in tools]))
 
 
 async def get_tool(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
+    name = path_param(request, "name")
     service = await existing_service(request)
     tool = await service.catalog.get_tool(name)
     return json_response(_tool_out(tool))
 
 
 async def delete_tool(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
+    name = path_param(request, "name")
     service = await existing_service(request)
     await service.catalog.delete_tool(name)
     return json_response(m.DeletedResponse(deleted=True))
 
 
 async def tool_exemplars(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
+    name = path_param(request, "name")
     service = await existing_service(request)
     exemplars = await service.catalog.exemplars_of(name)
     return json_response(m.ExemplarList(exemplars=[exemplar_out(e) for e in exemplars]))
 
 
 async def delete_exemplar(request: web.Request) -> web.Response:
-    exemplar_id = request.match_info["id"]
+    exemplar_id = path_param(request, "id")
     service = await existing_service(request)
     await service.learning.delete_exemplar(exemplar_id)
     return json_response(m.DeletedResponse(deleted=True))
@@ -268,21 +268,25 @@ async def list_analytics(request: web.Request) -> web.Response:
 async def learning_fit(request: web.Request) -> web.Response:
     """What the learning loop chose from its labels: fold, calibration curve, teacher depth."""
     if "since" in request.query:  # as the CLI refuses --since: the fit has no time window
-        raise InvalidInput("learning takes no since: the fit covers every stored label", "since")
+        raise InvalidInput(
+            "learning takes no since: the fit covers every stored label", query_field("since")
+        )
     service = await existing_service(request)
     payload = service.learning.fit()
     return json_response(m.LearningFit.model_validate(payload, strict=False))
 
 
 async def get_analytics(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
-    if len(given := request.query.getall("since", [])) > 1:  # which one was meant?
-        raise InvalidInput(f"expected since at most once, got it {len(given)} times", "since")
-    since = request.query.get("since")
-    parse_since(since)  # refused before the tenant's service is asked for
+    name = path_param(request, "name")
+    since = checked_query(request, "since", _checked_since)
     service = await existing_service(request)
     body = await service.learning.analysis(name, since)
     return web.json_response(body, dumps=lambda v: json.dumps(v, ensure_ascii=False))
+
+
+def _checked_since(text: str | None) -> str | None:
+    parse_since(text)  # refused before the tenant's service is asked for
+    return text
 
 
 async def healthz(request: web.Request) -> web.Response:
