@@ -12,12 +12,15 @@ from functools import cache
 from typing import Any
 
 from toolselect.errors import InvalidInput
+from toolselect.keys import shown
 from toolselect.names import name_words
 from toolselect.records import Tool
 
 MAX_NAME_CHARS = 256
 MAX_DESCRIPTION_BYTES = 8 << 10
 MAX_PACK_CHARS = 256
+# `check_pack`'s rule as a JSON Schema, wherever a pack is given (empty: none).
+PACK_SCHEMA: dict[str, Any] = {"maxLength": MAX_PACK_CHARS, "pattern": "^$|\\S"}
 # Objects and lists inside one input schema. Real schemas nest a dozen deep; far past this, the
 # JSON a tool listing writes back (pydantic's serialiser) refuses the depth, so every listing
 # of the catalog would fail for the one tool.
@@ -215,11 +218,16 @@ def _description(value: object, field: str) -> str:
 
 
 def check_pack(value: object, field: str = "pack") -> str | None:
-    """A pack name from a body or a query string: None, or non-blank and at most 256 chars."""
-    if value is None:
+    """A pack name from a body or a query string: None for none, else non-blank and at most
+    256 characters. `""` is none, as `session_id` and `PackID` take it: it is the zero value a Go
+    or JS client sends for an unset field, and a query string's only way to give none
+    (`?pack=`); blank spaces name no pack either, but are refused as a mistake."""
+    if value is None or value == "":
         return None
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(f"expected a non-empty pack name, got {value!r}", field=field)
+    if not isinstance(value, str):
+        raise InvalidInput(f"expected a pack name (a string), got {_kind(value)}", field=field)
+    if not value.strip():
+        raise InvalidInput(f"expected a pack name that is not blank, got {shown(value)}", field)
     if len(value) > MAX_PACK_CHARS:
         raise InvalidInput(
             f"expected a pack name of at most {MAX_PACK_CHARS} characters, got {len(value)}",
@@ -269,7 +277,7 @@ def _kind(value: object) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, float)):
-        return f"a number ({value!r})"
+        return f"a number ({shown(value)})"
     if isinstance(value, str):
         return f"a string ({value[:40]!r})"
     if isinstance(value, list):

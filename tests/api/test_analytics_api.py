@@ -88,7 +88,7 @@ async def test_bad_since_and_unknown_name(client: Client) -> None:
     """A malformed `since` answers 422 naming it; an unknown analysis answers 404."""
     resp = await client.get("/v1/analytics/drift", params={"since": "yesterday"})
     assert resp.status == 422
-    assert (await resp.json())["error"]["field"] == "since"
+    assert (await resp.json())["error"]["field"] == "query.since"
     resp = await client.get("/v1/analytics/nope")
     assert resp.status == 404
 
@@ -101,5 +101,5 @@ async def test_since_given_twice_or_to_the_learning_fit_is_refused(client: Clien
     for resp in (twice, learning):
         assert resp.status == 422
         error = (await resp.json())["error"]
-        assert (error["code"], error["field"]) == ("invalid_request", "since")
+        assert (error["code"], error["field"]) == ("invalid_request", "query.since")
     assert (await client.get("/v1/analytics/learning")).status == 200

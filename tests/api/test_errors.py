@@ -60,7 +60,7 @@ async def test_a_pack_is_checked_wherever_it_is_named(client: Client) -> None:
         err = await error_of(await client.post("/v1/select", json=body), 422, "invalid_request")
         assert err["field"] == "query.PackID"
         listed = await client.get("/v1/tools", params={"pack": pack})
-        assert (await error_of(listed, 422, "invalid_request"))["field"] == "pack"
+        assert (await error_of(listed, 422, "invalid_request"))["field"] == "query.pack"
     body = {"query": {"Text": "weather", "PackID": "", "K": 1}, "candidates": candidates}
     assert (await client.post("/v1/select", json=body)).status == 200
     assert (await client.get("/v1/tools", params={"pack": ""})).status == 200

@@ -188,7 +188,7 @@ async def test_key_requests_are_validated(
         error = await error_of(resp, 422)
         assert (error["code"], error["field"]) == ("invalid_request", field)
     resp = await client.get("/v1/keys?tenant=BAD", headers=bearer(ADMIN))
-    assert (await error_of(resp, 422))["field"] == "tenant"
+    assert (await error_of(resp, 422))["field"] == "query.tenant"
 
 
 async def test_a_revocation_reaches_a_second_service_within_the_poll_interval(

@@ -159,8 +159,8 @@ async def test_documented_pack_limits_are_the_enforced_ones(
     sqlite: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:
     """Each place a pack is named states its limits, and a pack one past them is refused there
-    while one at them is taken: rank's `pack`, select's `PackID`, the catalog's `?pack=` (where
-    the empty string, which a string field or a query cannot leave out, names none)."""
+    while one at them is taken: rank's `pack`, select's `PackID`, the catalog's `?pack=`, where
+    the empty string names none (the zero value a Go or JS client sends, a query's only way)."""
     client, _ = await sqlite.serve(aiohttp_client)
     doc = await (await client.get("/openapi.json")).json()
     schemas = doc["components"]["schemas"]
@@ -175,11 +175,8 @@ async def test_documented_pack_limits_are_the_enforced_ones(
     longest = rank_pack["maxLength"]
     assert pack_id["maxLength"] == longest
     assert [schema["maxLength"] for schema in query_packs] == [longest, longest]
-    assert rank_pack["minLength"] == 1 and rank_pack["pattern"] == "\\S"
-    assert pack_id["pattern"] == "^$|\\S" and [s["pattern"] for s in query_packs] == [
-        "^$|\\S",
-        "^$|\\S",
-    ]
+    assert rank_pack["pattern"] == pack_id["pattern"] == "^$|\\S"
+    assert [s["pattern"] for s in query_packs] == ["^$|\\S", "^$|\\S"]
 
     def select(pack: str) -> dict[str, Any]:
         return {"query": {"Text": "x", "K": 1, "PackID": pack}, "candidates": [{"ID": "a"}]}
@@ -188,7 +185,7 @@ async def test_documented_pack_limits_are_the_enforced_ones(
         assert (await client.post("/v1/rank", json={"query": "x", "pack": pack})).status == status
         assert (await client.post("/v1/select", json=select(pack))).status == status
         assert (await client.get("/v1/tools", params={"pack": pack})).status == status
-    assert (await client.post("/v1/rank", json={"query": "x", "pack": ""})).status == 422
+    assert (await client.post("/v1/rank", json={"query": "x", "pack": ""})).status == 200
     assert (await client.post("/v1/select", json=select(""))).status == 200
     assert (await client.get("/v1/tools", params={"pack": ""})).status == 200
 
@@ -220,3 +217,37 @@ async def test_documented_tenant_header_limits_are_the_enforced_ones(
     names = ("a", "0", "team-a", "team_b", "-team", "_team", "Team", "team a", "team.a", "tëam")
     for name in names:
         assert await acts_on(name) == (re.search(schema["pattern"], name) is not None), name
+
+
+async def test_documented_context_and_key_tenant_rules_are_the_enforced_ones(
+    sqlite: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """A `context` message follows the query's rule (not blank) in the document as on the
+    server, and `GET /v1/keys?tenant=` the tenant rule: what the document refuses the server
+    refuses (422 naming it), and a value the document takes is taken."""
+    client, _ = await sqlite.serve(aiohttp_client)
+    doc = await (await client.get("/openapi.json")).json()
+    schemas = doc["components"]["schemas"]
+    query = schemas["RankRequest"]["properties"]["query"]
+    for model in ("RankRequest", "SelectRequest"):
+        context = schemas[model]["properties"]["context"]["anyOf"][0]["items"]
+        assert (context["minLength"], context["pattern"]) == (1, query["pattern"]), model
+    select = {"query": {"Text": "x", "K": 1}, "candidates": [{"ID": "a"}]}
+    for context, status in (([""], 422), ([" "], 422), (["earlier"], 200)):
+        rank = await client.post("/v1/rank", json={"query": "x", "context": context})
+        assert rank.status == status, await rank.text()
+        chosen = await client.post("/v1/select", json={**select, "context": context})
+        assert chosen.status == status, await chosen.text()
+        if status == 422:
+            assert (await rank.json())["error"]["field"] == "context[0]"
+    (tenant,) = [
+        p["schema"] for p in doc["paths"]["/v1/keys"]["get"]["parameters"] if p["name"] == "tenant"
+    ]
+    header = doc["paths"]["/v1/keys"]["get"]["parameters"][-1]["schema"]
+    assert tenant == header and tenant["minLength"] == 1
+    for value, status in (("", 422), ("Team A", 422), ("team-a", 200)):
+        resp = await client.get("/v1/keys", params={"tenant": value})
+        assert resp.status == status, (value, await resp.text())
+        assert re.search(tenant["pattern"], value) is not None or status == 422
+        if status == 422:
+            assert (await resp.json())["error"]["field"] == "query.tenant"

@@ -53,8 +53,9 @@ async def test_rank_restricted_to_pack(client: Client) -> None:
 
 
 async def test_rank_refuses_a_pack_no_upload_could_name(client: Client) -> None:
-    """An empty or over-long pack is a mistake (no upload may name one), not an empty answer."""
-    for pack in ("", "   ", "p" * 257):
+    """A blank or over-long pack is a mistake (no upload may name one), not an empty answer;
+    "" is no pack, as in an upload."""
+    for pack in ("   ", "p" * 257):
         resp = await client.post("/v1/rank", json={"query": "weather", "pack": pack})
         assert resp.status == 422
         assert (await resp.json())["error"]["field"] == "pack"

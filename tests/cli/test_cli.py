@@ -437,7 +437,7 @@ def test_bad_input_is_one_line_and_nothing_kept(
         (["select", "--url", "http://127.0.0.1:abc"], json.dumps(SELECT), "--url: expected"),
         (["select", "--url", "http://a b"], json.dumps(SELECT), "--url: expected http://HOST"),
         (["select"], json.dumps({**SELECT, "query": {**SELECT["query"], "PackID": " "}}),
-         "expected a non-empty pack name"),
+         "expected a pack name that is not blank"),
         (["select", "--timeout", "-1", "--url", "http://x"], "{}", "seconds above 0"),
         (["select"], '{"query": {"Text": "x", "K": NaN}, "candidates": []}', "NaN is not"),
         (["analytics", "misroute_rate", "--plot", str(tmp_path / "afile" / "x.png")], "",

@@ -114,7 +114,8 @@ async def test_key_methods_of_the_async_client(keyed_server: LiveServer) -> None
 
 def test_a_client_naming_a_tenant_sees_that_tenants_catalog(keyed_server: LiveServer) -> None:
     """`tenant="team-a"` sends X-Toolselect-Tenant on every request: the admin key then acts on
-    team-a's catalog, not on default's, and the other client still sees default's alone."""
+    team-a's catalog, not on default's, and the other client still sees default's alone; a
+    tenant with no key and no data is unknown until its first upload."""
     team_tool = {"name": "team_a_deploy", "description": "Deploy team A's service to production."}
     with (
         Client(keyed_server.url, api_key=API_KEY, tenant="team-a") as team,
@@ -122,7 +123,9 @@ def test_a_client_naming_a_tenant_sees_that_tenants_catalog(keyed_server: LiveSe
     ):
         assert team.tenant == "team-a" and default.tenant is None
         assert team.whoami().tenant == "team-a"
-        assert team.tools.list() == []  # default's hand-made catalog is not team-a's
+        with pytest.raises(ApiError) as unknown:
+            team.tools.list()  # default's hand-made catalog is not team-a's
+        assert (unknown.value.status, unknown.value.code) == (404, "unknown_tenant")
         team.tools.put([team_tool])
         assert [t.name for t in team.tools.list()] == ["team_a_deploy"]
         assert team.rank("deploy to production", k=1).results[0].tool == "team_a_deploy"
@@ -139,7 +142,8 @@ async def test_the_async_client_names_its_tenant_and_checks_it_first(
     counts as two credentials (two catalogs to upload)."""
     async with AsyncClient(keyed_server.url, api_key=API_KEY, tenant="team-b") as team:
         assert (await team.whoami()).tenant == "team-b"
-        assert await team.tools.list() == []
+        await team.tools.put([{"name": "team_b_tool", "description": "Team B's own tool."}])
+        assert [t.name for t in await team.tools.list()] == ["team_b_tool"]
     for bad in ("Team B", "", "t" * 64, "-team"):
         with pytest.raises(InvalidInput) as refused:
             AsyncClient(keyed_server.url, api_key=API_KEY, tenant=bad)

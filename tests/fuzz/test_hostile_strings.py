@@ -392,7 +392,7 @@ async def test_pack_query_parameter_is_checked_like_the_body(hostile: Hostile) -
     for pack in ("   ", "p" * 257):
         resp = await client.put("/v1/tools", params={"pack": pack}, json=tool)
         assert resp.status == 422, (pack[:10], await resp.text())
-        assert (await resp.json())["error"]["field"] == "pack"
+        assert (await resp.json())["error"]["field"] == "query.pack"
     assert await hostile.service.store.get_tool("packed") is None
 
 

@@ -88,7 +88,7 @@ LONG_NAME = "n" * 257
         ({"tools": [{"name": "a", "inputSchema": "{}"}]}, "tools[0].inputSchema"),
         ({"tools": [{"name": "a", "input_schema": []}]}, "tools[0].input_schema"),
         ({"tools": [], "pack": 5}, "pack"),
-        ({"tools": [], "pack": ""}, "pack"),
+        ({"tools": [], "pack": " "}, "pack"),
         ([7], "[0]"),
         ([{"type": "retrieval"}], "[0].type"),
         ([{"type": "function"}], "[0].function"),

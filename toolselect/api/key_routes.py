@@ -10,6 +10,7 @@ from aiohttp import web
 
 from toolselect.api import key_models as km
 from toolselect.api.http import CALLER, SERVICE, json_response, read_model
+from toolselect.api.params import checked_query, path_param
 from toolselect.clock import utc_now
 from toolselect.errors import NotFound
 from toolselect.keys import check_tenant, new_key, shown
@@ -37,9 +38,7 @@ async def create_key(request: web.Request) -> web.Response:
 
 async def list_keys(request: web.Request) -> web.Response:
     """`GET /v1/keys[?tenant=]`: every tenant's keys, or one tenant's; never a key or hash."""
-    tenant = request.query.get("tenant")
-    if tenant is not None:
-        check_tenant(tenant)
+    tenant = checked_query(request, "tenant", _tenant_or_none)
     keys = await request.app[SERVICE].store.list_keys(tenant)
     return json_response(km.KeyList(keys=[km.KeyOut.of(k) for k in keys]))
 
@@ -48,7 +47,7 @@ async def revoke_key(request: web.Request) -> web.Response:
     """`DELETE /v1/keys/{id}`: the key is refused from now on (here at once, elsewhere within
     the poll interval); 404 for an unknown id."""
     service = request.app[SERVICE]
-    key_id = request.match_info["id"]
+    key_id = path_param(request, "id")
     if not await service.store.revoke_key(key_id):
         raise NotFound(f"no API key with id {shown(key_id)}", "id")
     service.keys.drop(key_id)
@@ -61,6 +60,10 @@ async def whoami(request: web.Request) -> web.Response:
     whose data it reads, and offers a tenant picker only to an admin)."""
     caller = request[CALLER]
     return json_response(km.Whoami(tenant=caller.tenant, role=caller.role, key_id=caller.key_id))
+
+
+def _tenant_or_none(tenant: str | None) -> str | None:
+    return None if tenant is None else check_tenant(tenant)
 
 
 def add_key_routes(app: web.Application) -> None:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel, WithJsonSchema
 
-from toolselect.catalog import MAX_PACK_CHARS
+from toolselect.catalog import PACK_SCHEMA
 from toolselect.config import DEFAULT_K, MAX_COMPANIONS, MAX_CONTEXT_MESSAGES, MAX_PREVIOUS_TOOLS
 from toolselect.turns import MAX_USED_TOOLS as MAX_USED_TOOLS
 from toolselect.turns import Name, ReportedTurn, turn_problem
@@ -14,12 +14,11 @@ from toolselect.turns import Name, ReportedTurn, turn_problem
 # Documented in the schema only: the service enforces these (and its configured limits) with
 # its own messages, so the JSON Schema describes what is accepted without changing errors.
 _NON_BLANK: dict[str, Any] = {"minLength": 1, "pattern": "\\S"}
-# A pack name wherever one is given (`catalog.check_pack`): not blank, at most 256 characters.
-PACK_SCHEMA: dict[str, Any] = {**_NON_BLANK, "maxLength": MAX_PACK_CHARS}
-# Where a string must be given (`PackID`, `?pack=`), the empty one names no pack.
-PACK_OR_EMPTY_SCHEMA: dict[str, Any] = {"maxLength": MAX_PACK_CHARS, "pattern": "^$|\\S"}
+# A message of a conversation's `context`, under the query's rule (`selection.check_text`).
+_Message = Annotated[str, Field(json_schema_extra=_NON_BLANK)]
 # A tool name: 1..256 characters, no surrounding whitespace.
-_NAME = Field(min_length=1, max_length=256, pattern=r"^\S(?:[\s\S]*\S)?$")
+_NAME_PATTERN = r"^\S(?:[\s\S]*\S)?$"
+_NAME = Field(min_length=1, max_length=256, pattern=_NAME_PATTERN)
 
 
 def _integral(value: Any) -> Any:
@@ -71,7 +70,9 @@ class RankRequest(_Strict):
     )
     tools: list[str] | None = Field(default=None, description="Rank only these tool names.")
     pack: str | None = Field(
-        default=None, description="Rank only this pack's tools.", json_schema_extra=PACK_SCHEMA
+        default=None,
+        description="Rank only this pack's tools (empty: no pack, as `null`).",
+        json_schema_extra=PACK_SCHEMA,
     )
     session_id: Name | None = Field(
         default=None,
@@ -84,7 +85,7 @@ class RankRequest(_Strict):
         f"when not empty, overrides what `session_id` would give. At most {MAX_PREVIOUS_TOOLS}.",
         json_schema_extra={"maxItems": MAX_PREVIOUS_TOOLS},
     )
-    context: list[str] | None = Field(
+    context: list[_Message] | None = Field(
         default=None,
         description=f"The conversation so far, most recent last (at most {MAX_CONTEXT_MESSAGES} "
         "messages, each "
@@ -139,7 +140,7 @@ class PromptKitQuery(BaseModel):
     PackID: str = Field(
         default="",
         description="Empty for none; else a pack name, checked as `/v1/rank`'s `pack`.",
-        json_schema_extra=PACK_OR_EMPTY_SCHEMA,
+        json_schema_extra=PACK_SCHEMA,
     )
     AgentID: str = ""
     K: Integer = 0
@@ -151,7 +152,7 @@ class PromptKitCandidate(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
     ID: str = Field(
         description="The tool name returned when selected; unique among the candidates.",
-        json_schema_extra={"minLength": 1, "maxLength": 256, "pattern": r"^\S(?:[\s\S]*\S)?$"},
+        json_schema_extra={"minLength": 1, "maxLength": 256, "pattern": _NAME_PATTERN},
     )
     Name: str = ""
     Description: str = ""
@@ -174,7 +175,7 @@ class SelectRequest(BaseModel):
         f"{MAX_PREVIOUS_TOOLS}.",
         json_schema_extra={"maxItems": MAX_PREVIOUS_TOOLS},
     )
-    context: list[str] | None = Field(
+    context: list[_Message] | None = Field(
         default=None,
         description="As in `/v1/rank`: the conversation so far, most recent last (at most "
         f"{MAX_CONTEXT_MESSAGES} messages, each within the query's size limit).",
@@ -260,7 +261,10 @@ class ExemplarList(_Strict):
 
 class FeedbackRequest(_Strict):
     query: str = Field(json_schema_extra=_NON_BLANK)
-    tool: str
+    # The upload's rule (`catalog.check_tool_name`), which the service applies with its words.
+    tool: str = Field(
+        json_schema_extra={"minLength": 1, "maxLength": 256, "pattern": _NAME_PATTERN}
+    )
 
 
 class FeedbackResponse(_Strict):
@@ -405,7 +409,11 @@ class ToolsIn(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     tools: list[ToolIn] = Field(max_length=10_000)
-    pack: str | None = Field(default=None, max_length=MAX_PACK_CHARS, json_schema_extra=_NON_BLANK)
+    pack: str | None = Field(
+        default=None,
+        description="The pack the tools join (empty: none, as `null`).",
+        json_schema_extra=PACK_SCHEMA,
+    )
 
 
 class OpenAIFunction(BaseModel):

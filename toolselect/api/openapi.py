@@ -17,6 +17,7 @@ from pydantic.json_schema import models_json_schema
 from toolselect import __version__
 from toolselect.api import key_models as km
 from toolselect.api import models as m
+from toolselect.catalog import PACK_SCHEMA
 from toolselect.config import DEFAULT_K, Settings
 from toolselect.keys import TENANT_HEADER, TENANT_MAX, TENANT_PATTERN
 
@@ -50,11 +51,18 @@ _OPERATIONS: tuple[
 )  # fmt: skip
 
 _STRING: dict[str, Any] = {"type": "string"}
-_QUERY_SCHEMAS = {"pack": {**_STRING, **m.PACK_OR_EMPTY_SCHEMA}}
+# A tenant wherever one is named (`keys.check_tenant`): the header, `GET /v1/keys?tenant=`.
+_TENANT_SCHEMA: dict[str, Any] = {
+    **_STRING,
+    "pattern": TENANT_PATTERN,
+    "minLength": 1,
+    "maxLength": TENANT_MAX,
+}
+_QUERY_SCHEMAS = {"pack": {**_STRING, **PACK_SCHEMA}, "tenant": _TENANT_SCHEMA}
 
 _ERRORS = {
-    "400": "invalid_json",
-    "404": "not_found",
+    "400": "invalid_json / invalid_path",
+    "404": "not_found / unknown_tenant",
     "413": "too_large",
     "415": "unsupported_media_type",
     "422": "invalid_request",
@@ -81,12 +89,7 @@ _TENANT_PARAMETER: dict[str, Any] = {
     "description": "The tenant the request acts on (absent: the key's own; `default` while no "
     "key exists). An admin key, or any request while no key exists, may name any tenant; "
     "another key only its own (else 403). A name breaking the rule is 422.",
-    "schema": {
-        "type": "string",
-        "pattern": TENANT_PATTERN,
-        "minLength": 1,
-        "maxLength": TENANT_MAX,
-    },
+    "schema": _TENANT_SCHEMA,
 }
 _SECURITY_SCHEMES = {
     "bearer": {

@@ -1,5 +1,10 @@
 """Route handlers of API v1; each validates with a model from `models.py` and calls the service
-of the caller's tenant (`tenant_service`); health, readiness and metrics are `default`'s."""
+of the caller's tenant (`tenant_service`); health, readiness and metrics are `default`'s.
+
+Every handler reads and checks its input before it asks for the tenant's service: starting a
+tenant makes its store, so a refused request must not start one. Only the writes that make a
+tenant's data (a catalog upload, reported turns) start a tenant that does not exist yet; any
+other request for one is `404 unknown_tenant` (`existing_service`)."""
 
 from __future__ import annotations
 
@@ -11,20 +16,23 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from toolselect.analytics.registry import LEARNING
-from toolselect.analytics.surfaces import analyses_payload
+from toolselect.analytics.surfaces import analyses_payload, parse_since
 from toolselect.api import models as m
 from toolselect.api.errors import HttpError
 from toolselect.api.http import (
     CALLER,
     DEADLINE,
     SERVICE,
+    TENANTS,
     json_response,
     read_body,
     read_model,
     tenant_service,
 )
 from toolselect.api.openapi import served_document
+from toolselect.api.params import checked_query, path_param, query_field
 from toolselect.catalog import MAX_TOOLS_PER_PUT, candidates_to_tools, check_pack, parse_tools
+from toolselect.config import Settings
 from toolselect.errors import InvalidInput
 from toolselect.keys import DEFAULT_TENANT, TENANT_HEADER
 from toolselect.ranker.relations import Companion
@@ -54,9 +62,25 @@ def exemplar_out(e: Exemplar) -> m.ExemplarOut:
     )
 
 
+async def existing_service(request: web.Request) -> Service:
+    """`tenant_service` for a request that makes no data of its tenant (a read, a ranking, a
+    delete, a label, which needs a catalog tool): `404 unknown_tenant` for a tenant that does not
+    exist yet (`TenantServices.known`), which it would otherwise start, making its store."""
+    caller = request.get(CALLER)
+    if caller is not None and not await request.app[TENANTS].known(caller.tenant):
+        raise HttpError(
+            404,
+            "unknown_tenant",
+            f"no tenant {caller.tenant!r}: a tenant starts with a key made for it, or with its "
+            "first catalog upload or reported turn",
+            TENANT_HEADER,
+        )
+    return await tenant_service(request)
+
+
 async def rank(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
     body = await read_model(request, m.RankRequest)
+    service = await existing_service(request)
     started = time.perf_counter()
     k = body.k if "k" in body.model_fields_set else None  # the default within TOOLSELECT_MAX_K
     search = await service.ranking.search(
@@ -93,8 +117,8 @@ def companions_out(found: Sequence[Companion], asked: int) -> list[m.CompanionTo
 
 
 async def select(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
     body = await read_model(request, m.SelectRequest)
+    service = await existing_service(request)
     candidates = candidates_to_tools([c.model_dump() for c in body.candidates])
     selection = await service.ranking.select(
         body.query.Text,
@@ -114,7 +138,6 @@ async def select(request: web.Request) -> web.Response:
 
 
 async def put_tools(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
     body = await read_body(request)
     tools, pack = parse_tools(body)
     if len(tools) > MAX_TOOLS_PER_PUT:
@@ -124,8 +147,8 @@ async def put_tools(request: web.Request) -> web.Response:
             f"expected at most {MAX_TOOLS_PER_PUT} tools, got {len(tools)}",
             "body" if isinstance(body, list) else "tools",  # an OpenAI list has no "tools"
         )
-    if request.query.get("pack"):
-        pack = check_pack(request.query["pack"])
+    pack = checked_query(request, "pack", check_pack) or pack  # `?pack=` empty is none
+    service = await tenant_service(request)
     # A size-aware limit: the request timeout plus a share per tool, counted again from every
     # embedded batch, so an import that keeps working is never answered `503 timeout`. The
     # answer comes when the catalog is stored and ranked; the import is shielded, so a client
@@ -150,48 +173,53 @@ async def put_tools(request: web.Request) -> web.Response:
 
 
 async def list_tools(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
-    tools = await service.catalog.list_tools(check_pack(request.query.get("pack") or None))
+    pack = checked_query(request, "pack", check_pack)
+    service = await existing_service(request)
+    tools = await service.catalog.list_tools(pack)
     return json_response(m.ToolList(tools=[_tool_out(t) for t in tools]))
 
 
 async def get_tool(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
-    tool = await service.catalog.get_tool(request.match_info["name"])
+    name = path_param(request, "name")
+    service = await existing_service(request)
+    tool = await service.catalog.get_tool(name)
     return json_response(_tool_out(tool))
 
 
 async def delete_tool(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
-    await service.catalog.delete_tool(request.match_info["name"])
+    name = path_param(request, "name")
+    service = await existing_service(request)
+    await service.catalog.delete_tool(name)
     return json_response(m.DeletedResponse(deleted=True))
 
 
 async def tool_exemplars(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
-    exemplars = await service.catalog.exemplars_of(request.match_info["name"])
+    name = path_param(request, "name")
+    service = await existing_service(request)
+    exemplars = await service.catalog.exemplars_of(name)
     return json_response(m.ExemplarList(exemplars=[exemplar_out(e) for e in exemplars]))
 
 
 async def delete_exemplar(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
-    await service.learning.delete_exemplar(request.match_info["id"])
+    exemplar_id = path_param(request, "id")
+    service = await existing_service(request)
+    await service.learning.delete_exemplar(exemplar_id)
     return json_response(m.DeletedResponse(deleted=True))
 
 
 async def observe(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
     turn = await read_model(request, m.ObserveRequest)
-    _check_turn(service, turn, "")
+    _check_turn(request.app[SERVICE].settings, turn, "")
+    service = await tenant_service(request)
     queued = service.learning.report(turn)
     reason = None if queued else "queue_full"
     return json_response(m.ObserveResponse(queued=queued, reason=reason), status=202)
 
 
 async def observe_batch(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
     body = await read_model(request, m.ObserveBatchRequest)
-    limit = service.settings.max_batch
+    settings = request.app[SERVICE].settings  # every tenant's limits are the server's
+    limit = settings.max_batch
     if len(body.turns) > limit:
         raise HttpError(
             422,
@@ -200,17 +228,18 @@ async def observe_batch(request: web.Request) -> web.Response:
             "turns",
         )
     for i, turn in enumerate(body.turns):
-        _check_turn(service, turn, f"turns[{i}].")
+        _check_turn(settings, turn, f"turns[{i}].")
+    service = await tenant_service(request)
     queued = sum(service.learning.report(turn) for turn in body.turns)
     return json_response(
         m.ObserveBatchResponse(queued=queued, dropped=len(body.turns) - queued), status=202
     )
 
 
-def _check_turn(service: Service, turn: m.ObserveRequest, prefix: str) -> None:
+def _check_turn(settings: Settings, turn: m.ObserveRequest, prefix: str) -> None:
     """The rules of a reported turn (`turn_problem`) as the API words them; `prefix` places
     a batch's turn (`turns[3].`)."""
-    problem = turn_problem(turn, service.settings.max_query_bytes)
+    problem = turn_problem(turn, settings.max_query_bytes)
     if problem is None:
         return
     field = f"{prefix}{problem.field}"
@@ -222,8 +251,8 @@ def _check_turn(service: Service, turn: m.ObserveRequest, prefix: str) -> None:
 
 
 async def post_exemplar(request: web.Request) -> web.Response:
-    service = await tenant_service(request)
     body = await read_model(request, m.FeedbackRequest)
+    service = await existing_service(request)
     saved, exemplar = await service.learning.feedback(body.query, body.tool)
     return json_response(
         m.FeedbackResponse(saved=saved, exemplar=exemplar_out(exemplar)), status=201
@@ -239,18 +268,25 @@ async def list_analytics(request: web.Request) -> web.Response:
 async def learning_fit(request: web.Request) -> web.Response:
     """What the learning loop chose from its labels: fold, calibration curve, teacher depth."""
     if "since" in request.query:  # as the CLI refuses --since: the fit has no time window
-        raise InvalidInput("learning takes no since: the fit covers every stored label", "since")
-    service = await tenant_service(request)
+        raise InvalidInput(
+            "learning takes no since: the fit covers every stored label", query_field("since")
+        )
+    service = await existing_service(request)
     payload = service.learning.fit()
     return json_response(m.LearningFit.model_validate(payload, strict=False))
 
 
 async def get_analytics(request: web.Request) -> web.Response:
-    if len(since := request.query.getall("since", [])) > 1:  # which one was meant?
-        raise InvalidInput(f"expected since at most once, got it {len(since)} times", "since")
-    service = await tenant_service(request)
-    body = await service.learning.analysis(request.match_info["name"], request.query.get("since"))
+    name = path_param(request, "name")
+    since = checked_query(request, "since", _checked_since)
+    service = await existing_service(request)
+    body = await service.learning.analysis(name, since)
     return web.json_response(body, dumps=lambda v: json.dumps(v, ensure_ascii=False))
+
+
+def _checked_since(text: str | None) -> str | None:
+    parse_since(text)  # refused before the tenant's service is asked for
+    return text
 
 
 async def healthz(request: web.Request) -> web.Response:

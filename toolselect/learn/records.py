@@ -59,7 +59,7 @@ class Observation:
             turn_id=turn.get("turn_id") or uuid.uuid4().hex,
             at=at,
             agent_id=turn.get("agent_id"),
-            pack=turn.get("pack"),
+            pack=turn.get("pack") or None,  # "" is no pack, as everywhere (`check_pack`)
             outcome=turn.get("outcome"),
             # "" is no session (a Go or JS client's zero value), as "" is no turn id above.
             session_id=turn.get("session_id") or None,

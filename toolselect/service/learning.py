@@ -8,6 +8,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Unpack
 
 from toolselect.analytics.surfaces import analysis_payload
+from toolselect.catalog import check_tool_name
 from toolselect.clock import Clock
 from toolselect.embed import Embedder
 from toolselect.errors import NotFound
@@ -136,6 +137,7 @@ class LearningFacade:
         label the store now holds for `query`.
         """
         self._ranking.check_query(query, "query")
+        check_tool_name(tool, "tool")  # "" is no tool anybody has: a mistake, not a 404
         # Before the catalog is loaded every tool is unknown: 503, which a client retries,
         # not a 404 that would lose the label.
         self._index.check_ready()

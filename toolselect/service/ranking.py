@@ -25,6 +25,7 @@ from toolselect.config import (
 )
 from toolselect.embed import Embedder
 from toolselect.errors import InvalidInput
+from toolselect.keys import shown as echoed
 from toolselect.learn.session_fit import SessionWeights
 from toolselect.metrics import Metrics
 from toolselect.names import CatalogNames
@@ -110,12 +111,14 @@ class RankingFacade:
 
     def check_k(self, k: int, field: str = "k") -> None:
         if not 1 <= k <= self._settings.max_k:
-            raise InvalidInput(f"expected {field} in 1..{self._settings.max_k}, got {k}", field)
+            raise InvalidInput(
+                f"expected {field} in 1..{self._settings.max_k}, got {echoed(k)}", field
+            )
 
     def check_conversation(self, conversation: Conversation) -> None:
         if not 0 <= conversation.companions <= MAX_COMPANIONS:
             raise InvalidInput(
-                f"expected companions in 0..{MAX_COMPANIONS}, got {conversation.companions}",
+                f"expected companions in 0..{MAX_COMPANIONS}, got {echoed(conversation.companions)}",
                 "companions",
             )
         if len(conversation.context) > MAX_CONTEXT_MESSAGES:
@@ -155,7 +158,7 @@ class RankingFacade:
     ) -> tuple[Ranking, tuple[Companion, ...]]:
         self.check_query(query, "query")
         self.check_k(k)
-        check_pack(pack)  # a pack no upload may name ("", 257 characters) is a mistake
+        pack = check_pack(pack)  # "" is none; a blank one or 257 characters a mistake
         self.check_conversation(conversation)
         self._check_ready()
         started = time.perf_counter()
@@ -229,7 +232,7 @@ class RankingFacade:
         with the conversation signals as `search` uses them (companions among the candidates);
         remembered under a new search id (what was shown: the chosen, then the companions)."""
         self.check_query(text, "query.Text")
-        check_pack(pack, "query.PackID")
+        pack = check_pack(pack, "query.PackID")
         self.check_conversation(conversation)
         self._check_ready()
         weights = self._sessions.weights

@@ -26,7 +26,7 @@ import structlog
 
 from toolselect.clock import Clock, utc_now
 from toolselect.config import Settings
-from toolselect.keys import DEFAULT_TENANT, check_tenant
+from toolselect.keys import DEFAULT_TENANT, check_tenant, tenant_file
 from toolselect.metrics import Metrics
 from toolselect.service.root import Service
 
@@ -87,6 +87,23 @@ class TenantServices:
                 del self._busy[tenant]
             if tenant in self._used:  # idle from the end of its last request
                 self._used[tenant] = self._now()
+
+    async def known(self, tenant: str) -> bool:
+        """Whether `tenant` exists, so that a request that makes none of its data may start it:
+        `default`, a running tenant, one with data in the data folder (its SQLite store or its
+        spool), or one with a key (revoked ones too; keys are `default`'s data). A tenant comes
+        to exist with a key made for it or with its first write (`get`, which starts any).
+        On Neo4j a tenant's data is nodes of the shared database, which no file shows: every
+        tenant there counts as known, and starts as it always did."""
+        if tenant == DEFAULT_TENANT or tenant in self._live:
+            return True
+        check_tenant(tenant)
+        if self.settings.store_kind == "neo4j":
+            return True
+        files = (self.settings.sqlite_path, self.settings.spool_path)
+        if any(tenant_file(path, tenant).exists() for path in files):
+            return True
+        return bool(await self.default.store.list_keys(tenant))
 
     async def get(self, tenant: str) -> Service:
         """`tenant`'s service, started when it is not running."""
