@@ -61,12 +61,14 @@ _TENANT_SCHEMA: dict[str, Any] = {
 _QUERY_SCHEMAS = {"pack": {**_STRING, **PACK_SCHEMA}, "tenant": _TENANT_SCHEMA}
 
 _ERRORS = {
-    "400": "invalid_json / invalid_path",
+    "400": "invalid_json / invalid_body / invalid_path / bad_request (a header sent twice)",
     "404": "not_found / unknown_tenant",
+    "408": "body_timeout",
     "413": "too_large",
     "415": "unsupported_media_type",
+    "417": "expectation_failed",
     "422": "invalid_request",
-    "503": "overloaded / not_ready",
+    "503": "overloaded / not_ready / timeout / store_unavailable",
 }
 _RETRY_AFTER = {
     "Retry-After": {"description": "Whole seconds to wait", "schema": {"type": "integer"}}
