@@ -115,12 +115,14 @@ def raw_exchange(url: str, request: bytes) -> tuple[int, dict[str, str], Any]:
 
 def cli_env(db: Path, **extra: str) -> dict[str, str]:
     """The process environment without inherited toolselect, Neo4j or Anthropic settings,
-    pointing `toolselect` at the embedded store `db` with the hashing embedder."""
+    pointing `toolselect` at the embedded store `db` with the hashing embedder, its data folder
+    (spool, vector cache) beside it: the default one is the user's, shared by every run."""
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLSELECT_", "NEO4J_"))}
     keep.pop("ANTHROPIC_API_KEY", None)
     return {
         **keep,
         "TOOLSELECT_STORE": f"sqlite:{db}",
+        "TOOLSELECT_DATA_DIR": str(db.parent),
         "TOOLSELECT_LOG_FORMAT": "json",
         "TOOLSELECT_EMBEDDER": "hashing",
         **extra,

@@ -4,6 +4,7 @@
      ├── ConfigError (ValueError)          settings that cannot work; raised at start-up
      ├── InvalidInput (ValueError)         a caller's mistake, with the field at fault
      ├── NotFound (LookupError)            a named tool or exemplar does not exist
+     │    └── UnknownTenant                a tenant that has no key and no data yet
      ├── NotReady                          the catalog is not loaded yet (store not reached)
      ├── StoreError                        the store refused an operation
      │    └── StoreUnavailable             the store cannot be reached (retry or degrade)
@@ -53,6 +54,11 @@ class NotFound(ToolselectError, LookupError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class UnknownTenant(NotFound):
+    """A request that makes no data named a tenant that does not exist yet: starting it would
+    make its store (`TenantServices.existing`)."""
 
 
 class NotReady(ToolselectError):

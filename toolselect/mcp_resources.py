@@ -56,18 +56,23 @@ class Running:
             raise ResourceError("the toolselect service is not running")
         return self.service
 
-    async def tenant_service(self) -> Service:
+    async def tenant_service(self, *, writes: bool = False) -> Service:
         """The service of the current caller's tenant (`mcp_auth.current_caller`; `default`
-        over stdio): the lifespan's for `default`, another tenant's started on first use."""
+        over stdio): the lifespan's for `default`, another tenant's started on first use by a
+        call that `writes` its data (a reported turn); `UnknownTenant` for any other call while
+        the tenant does not exist yet, which would otherwise make its store."""
         default = self.get()
         tenant = current_caller().tenant
         if tenant == DEFAULT_TENANT or self.tenants is None:
             return default
-        return await self.tenants.get(tenant)
+        if writes:
+            return await self.tenants.get(tenant)
+        return await self.tenants.existing(tenant)
 
 
-async def _analysis(service: Service, name: str, since: str | None) -> str:
+async def _analysis(running: Running, name: str, since: str | None) -> str:
     try:
+        service = await running.tenant_service()
         if name == registry.LEARNING:
             return _dumps(service.learning.fit())
         return _dumps(await service.learning.analysis(name, since))
@@ -148,7 +153,7 @@ def add_resources(server: MCPServer[Service], running: Running) -> None:
         mime_type=JSON_MIME,
     )
     async def analysis(name: str, since: str | None = None) -> str:
-        return await _analysis(await running.tenant_service(), name, since)
+        return await _analysis(running, name, since)
 
 
 async def serves(server: MCPServer[Service], uri: str) -> bool:
@@ -166,7 +171,7 @@ async def serves(server: MCPServer[Service], uri: str) -> bool:
 
 def _analysis_reader(running: Running, name: str) -> Callable[[], Any]:
     async def read() -> str:
-        return await _analysis(await running.tenant_service(), name, None)
+        return await _analysis(running, name, None)
 
     read.__name__ = f"analysis_{name}"
     return read

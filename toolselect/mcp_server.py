@@ -101,12 +101,16 @@ class LabelResult(BaseModel):
     tier: str
 
 
-async def _service(ctx: ToolContext) -> Service:
-    """The service of the caller's tenant (`default` over stdio)."""
+async def _service(ctx: ToolContext, *, writes: bool = False) -> Service:
+    """The service of the caller's tenant (`default` over stdio); one that does not exist yet
+    is started only by a call that `writes` its data (`Running.tenant_service`)."""
     server = ctx.mcp_server
-    if isinstance(server, ToolselectMCP):
-        return await server.running.tenant_service()
-    return ctx.request_context.lifespan_context
+    if not isinstance(server, ToolselectMCP):
+        return ctx.request_context.lifespan_context
+    try:
+        return await server.running.tenant_service(writes=writes)
+    except ToolselectError as exc:
+        raise _tool_error(exc) from exc
 
 
 def _schema(tool: Tool | None) -> dict[str, Any]:
@@ -235,7 +239,7 @@ async def report_turn(
     """Report which tool the agent used for a request, after the turn, with the search_id of
     the search_tools result it picked from. Returns at once: the turn is queued for the learner
     (or dropped when its queue is full, never an error)."""
-    service = await _service(ctx)
+    service = await _service(ctx, writes=True)
     # The SDK has validated the arguments against the turn's own field types: the value is
     # made without validating them again, then held to the rules no schema says.
     turn = ReportedTurn.model_construct(

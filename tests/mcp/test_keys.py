@@ -30,7 +30,7 @@ from tests.mcp.test_server import read_json, text
 from tests.services import ServiceFactory, cli_env, free_port
 from toolselect.clock import utc_now
 from toolselect.config import Settings
-from toolselect.keys import MCP_ROLES, TENANT_HEADER, mcp_role, mcp_rule, new_key
+from toolselect.keys import MCP_ROLES, TENANT_HEADER, mcp_role, mcp_rule, new_key, tenant_file
 from toolselect.mcp_http import http_config
 from toolselect.mcp_server import build_server
 from toolselect.service import Service
@@ -267,8 +267,9 @@ async def test_an_editor_reads_resources_and_labels(keyed: Keyed) -> None:
 async def test_another_tenants_key_reaches_only_its_own_data(keyed: Keyed) -> None:
     """A key of tenant `team-a` acts on team-a's own (empty) data, never `default`'s: search
     finds nothing, a turn is queued, the catalog reads empty and a label of a default tool is
-    an unknown tool; an admin acting on `team-b` (`X-Toolselect-Tenant`) likewise; a non-admin
-    naming another tenant is `403 forbidden`."""
+    an unknown tool; an admin acting on `team-b` (`X-Toolselect-Tenant`), a tenant with no key
+    and no data, is told so by a search (which would only make its store) until a reported
+    turn starts it; a non-admin naming another tenant is `403 forbidden`."""
     async with connected(keyed.url, bearer(keyed.keys["team_agent"])) as client:
         found = await client.call_tool("search_tools", SEARCH)
         assert not found.is_error, text(found)
@@ -283,6 +284,12 @@ async def test_another_tenants_key_reaches_only_its_own_data(keyed: Keyed) -> No
         labelled = await client.call_tool("label_turn", {"query": "rain?", "tool": "get_weather"})
         assert labelled.is_error and "get_weather" in text(labelled), text(labelled)
     async with connected(keyed.url, bearer(ADMIN, "team-b")) as client:
+        # team-b has no key and no data: a search would only make its store; a turn makes it.
+        unknown = await client.call_tool("search_tools", SEARCH)
+        assert unknown.is_error and "no tenant 'team-b'" in text(unknown), text(unknown)
+        assert not tenant_file(keyed.db, "team-b").exists()
+        reported = await client.call_tool("report_turn", {"request": "hi", "used_tool": "x"})
+        assert not reported.is_error, text(reported)
         result = await client.call_tool("search_tools", SEARCH)
         assert not result.is_error, text(result)
         assert result.structured_content is not None

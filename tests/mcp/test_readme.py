@@ -64,6 +64,8 @@ async def test_stdio_config_block_runs_as_written(db: Path, on_path: dict[str, s
     entry: dict[str, Any] = json.loads(block("mcp-stdio-config"))["mcpServers"]["toolselect"]
     assert set(entry["env"]) == {"TOOLSELECT_STORE"}
     env = {**entry["env"], "TOOLSELECT_STORE": f"sqlite:{db}", "TOOLSELECT_EMBEDDER": "hashing"}
+    # The default data folder (the spool, the vector cache) under the test's, not the user's.
+    env["XDG_DATA_HOME"] = str(db.parent)
     # A host merges `env` over the SDK's default environment, which carries PATH and HOME.
     params = StdioServerParameters(command=entry["command"], args=entry["args"], env=env)
     async with Client(params, read_timeout_seconds=60) as client:

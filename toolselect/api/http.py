@@ -27,13 +27,17 @@ CALLER = web.RequestKey("caller", Caller)
 M = TypeVar("M", bound=BaseModel)
 
 
-async def tenant_service(request: web.Request) -> Service:
+async def tenant_service(request: web.Request, *, writes: bool = True) -> Service:
     """The service of the tenant the request acts on: the `default` one for `default` and
-    whenever no caller is on the request; another tenant's is started on its first use."""
+    whenever no caller is on the request; another tenant's is started on its first use by a
+    request that `writes` its data (a catalog upload, a reported turn). Any other request (a
+    read, a ranking, a delete, a label, which needs a catalog tool) gets `UnknownTenant`
+    (`404 unknown_tenant`) while the tenant does not exist, rather than make its store."""
     caller = request.get(CALLER)
     if caller is None or caller.tenant == DEFAULT_TENANT:
         return request.app[SERVICE]
-    return await request.app[TENANTS].get(caller.tenant)
+    tenants = request.app[TENANTS]
+    return await (tenants.get if writes else tenants.existing)(caller.tenant)
 
 
 # The codings aiohttp decodes (br and zstd through the Brotli and backports.zstd packages);

@@ -28,7 +28,14 @@ from aiohttp import web
 from toolselect.api.callers import acting_as, authenticate, one_header
 from toolselect.api.errors import HttpError
 from toolselect.api.http import CALLER, DEADLINE, SERVICE, TENANTS, check_declared_size, read_raw
-from toolselect.errors import InvalidInput, NotFound, NotReady, StoreUnavailable, ToolselectError
+from toolselect.errors import (
+    InvalidInput,
+    NotFound,
+    NotReady,
+    StoreUnavailable,
+    ToolselectError,
+    UnknownTenant,
+)
 from toolselect.keys import (
     DEFAULT_TENANT,
     TENANT_HEADER,
@@ -109,6 +116,8 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
             response = exc.response()
         except InvalidInput as exc:
             response = HttpError(422, "invalid_request", exc.message, exc.field).response()
+        except UnknownTenant as exc:
+            response = HttpError(404, "unknown_tenant", str(exc), TENANT_HEADER).response()
         except NotFound as exc:
             response = HttpError(404, "not_found", str(exc), exc.field).response()
         except NotReady as exc:

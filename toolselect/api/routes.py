@@ -4,7 +4,7 @@ of the caller's tenant (`tenant_service`); health, readiness and metrics are `de
 Every handler reads and checks its input before it asks for the tenant's service: starting a
 tenant makes its store, so a refused request must not start one. Only the writes that make a
 tenant's data (a catalog upload, reported turns) start a tenant that does not exist yet; any
-other request for one is `404 unknown_tenant` (`existing_service`)."""
+other request for one is `404 unknown_tenant` (`tenant_service`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from toolselect.api.http import (
     CALLER,
     DEADLINE,
     SERVICE,
-    TENANTS,
     json_response,
     read_body,
     read_model,
@@ -37,7 +36,6 @@ from toolselect.errors import InvalidInput
 from toolselect.keys import DEFAULT_TENANT, TENANT_HEADER
 from toolselect.ranker.relations import Companion
 from toolselect.records import Exemplar, Tool
-from toolselect.service import Service
 from toolselect.service.ranking import Conversation
 from toolselect.turns import turn_problem
 
@@ -62,25 +60,9 @@ def exemplar_out(e: Exemplar) -> m.ExemplarOut:
     )
 
 
-async def existing_service(request: web.Request) -> Service:
-    """`tenant_service` for a request that makes no data of its tenant (a read, a ranking, a
-    delete, a label, which needs a catalog tool): `404 unknown_tenant` for a tenant that does not
-    exist yet (`TenantServices.known`), which it would otherwise start, making its store."""
-    caller = request.get(CALLER)
-    if caller is not None and not await request.app[TENANTS].known(caller.tenant):
-        raise HttpError(
-            404,
-            "unknown_tenant",
-            f"no tenant {caller.tenant!r}: a tenant starts with a key made for it, or with its "
-            "first catalog upload or reported turn",
-            TENANT_HEADER,
-        )
-    return await tenant_service(request)
-
-
 async def rank(request: web.Request) -> web.Response:
     body = await read_model(request, m.RankRequest)
-    service = await existing_service(request)
+    service = await tenant_service(request, writes=False)
     started = time.perf_counter()
     k = body.k if "k" in body.model_fields_set else None  # the default within TOOLSELECT_MAX_K
     search = await service.ranking.search(
@@ -118,7 +100,7 @@ def companions_out(found: Sequence[Companion], asked: int) -> list[m.CompanionTo
 
 async def select(request: web.Request) -> web.Response:
     body = await read_model(request, m.SelectRequest)
-    service = await existing_service(request)
+    service = await tenant_service(request, writes=False)
     candidates = candidates_to_tools([c.model_dump() for c in body.candidates])
     selection = await service.ranking.select(
         body.query.Text,
@@ -174,35 +156,35 @@ async def put_tools(request: web.Request) -> web.Response:
 
 async def list_tools(request: web.Request) -> web.Response:
     pack = checked_query(request, "pack", check_pack)
-    service = await existing_service(request)
+    service = await tenant_service(request, writes=False)
     tools = await service.catalog.list_tools(pack)
     return json_response(m.ToolList(tools=[_tool_out(t) for t in tools]))
 
 
 async def get_tool(request: web.Request) -> web.Response:
     name = path_param(request, "name")
-    service = await existing_service(request)
+    service = await tenant_service(request, writes=False)
     tool = await service.catalog.get_tool(name)
     return json_response(_tool_out(tool))
 
 
 async def delete_tool(request: web.Request) -> web.Response:
     name = path_param(request, "name")
-    service = await existing_service(request)
+    service = await tenant_service(request, writes=False)
     await service.catalog.delete_tool(name)
     return json_response(m.DeletedResponse(deleted=True))
 
 
 async def tool_exemplars(request: web.Request) -> web.Response:
     name = path_param(request, "name")
-    service = await existing_service(request)
+    service = await tenant_service(request, writes=False)
     exemplars = await service.catalog.exemplars_of(name)
     return json_response(m.ExemplarList(exemplars=[exemplar_out(e) for e in exemplars]))
 
 
 async def delete_exemplar(request: web.Request) -> web.Response:
     exemplar_id = path_param(request, "id")
-    service = await existing_service(request)
+    service = await tenant_service(request, writes=False)
     await service.learning.delete_exemplar(exemplar_id)
     return json_response(m.DeletedResponse(deleted=True))
 
@@ -252,7 +234,7 @@ def _check_turn(settings: Settings, turn: m.ObserveRequest, prefix: str) -> None
 
 async def post_exemplar(request: web.Request) -> web.Response:
     body = await read_model(request, m.FeedbackRequest)
-    service = await existing_service(request)
+    service = await tenant_service(request, writes=False)
     saved, exemplar = await service.learning.feedback(body.query, body.tool)
     return json_response(
         m.FeedbackResponse(saved=saved, exemplar=exemplar_out(exemplar)), status=201
@@ -271,7 +253,7 @@ async def learning_fit(request: web.Request) -> web.Response:
         raise InvalidInput(
             "learning takes no since: the fit covers every stored label", query_field("since")
         )
-    service = await existing_service(request)
+    service = await tenant_service(request, writes=False)
     payload = service.learning.fit()
     return json_response(m.LearningFit.model_validate(payload, strict=False))
 
@@ -279,7 +261,7 @@ async def learning_fit(request: web.Request) -> web.Response:
 async def get_analytics(request: web.Request) -> web.Response:
     name = path_param(request, "name")
     since = checked_query(request, "since", _checked_since)
-    service = await existing_service(request)
+    service = await tenant_service(request, writes=False)
     body = await service.learning.analysis(name, since)
     return web.json_response(body, dumps=lambda v: json.dumps(v, ensure_ascii=False))
 

@@ -26,6 +26,7 @@ import structlog
 
 from toolselect.clock import Clock, utc_now
 from toolselect.config import Settings
+from toolselect.errors import UnknownTenant
 from toolselect.keys import DEFAULT_TENANT, check_tenant, tenant_file
 from toolselect.metrics import Metrics
 from toolselect.service.root import Service
@@ -104,6 +105,17 @@ class TenantServices:
         if any(tenant_file(path, tenant).exists() for path in files):
             return True
         return bool(await self.default.store.list_keys(tenant))
+
+    async def existing(self, tenant: str) -> Service:
+        """`get` for a request that makes no data of `tenant` (a read, a ranking, a label, which
+        needs a catalog tool): `UnknownTenant` when it does not exist yet (`known`), which `get`
+        would start, making its store."""
+        if not await self.known(tenant):
+            raise UnknownTenant(
+                f"no tenant {tenant!r}: a tenant starts with a key made for it, or with its "
+                "first catalog upload or reported turn"
+            )
+        return await self.get(tenant)
 
     async def get(self, tenant: str) -> Service:
         """`tenant`'s service, started when it is not running."""
