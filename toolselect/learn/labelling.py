@@ -28,11 +28,13 @@ import structlog
 
 from toolselect.clock import Clock
 from toolselect.embed import Embedder
-from toolselect.errors import StoreUnavailable, ToolselectError
+from toolselect.errors import ToolselectError
 from toolselect.learn.batch import Prepared
 from toolselect.learn.candidates import teacher_candidates
 from toolselect.learn.detect import is_fallback
+from toolselect.learn.finished import FinishedTurns
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
+from toolselect.learn.refused import Refused, RefusedTurn
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.names import catalog_names, is_blank, normalise_query
@@ -88,15 +90,12 @@ class Labeller:
         self._clock = clock
         self.teaching: set[asyncio.Task[None]] = set()
         self._teaching_ids: set[str] = set()
-        # Turns the spent budget refused, newest last (`ask_again`).
-        self._refused: dict[str, tuple[Turn, np.ndarray, tuple[str, ...]]] = {}
+        self._refused = Refused(config.queue_size)  # for `ask_again`
         # Set by the learner's close: turns still drained are not escalated to the teacher.
         self.stopping = False
         self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
         self._in_flight = InFlight()
-        # Turns the teacher tier finished, waiting for the write in flight to end.
-        self._finished: list[Turn] = []
-        self._finish_lock = asyncio.Lock()
+        self._finished = FinishedTurns(store)
         # For the snapshot of that version: its packs' members.
         self._packs: tuple[int, dict[str, frozenset[str]]] = (-1, {})
 
@@ -346,10 +345,7 @@ class Labeller:
                     )
             done = replace(turn, result=answer.result, label=answer.label)
             if answer.result == "limit_reached":  # asked again once the hour frees a slot
-                self._refused.pop(turn.id, None)
-                self._refused[turn.id] = (turn, vector, passed)
-                if len(self._refused) > self._config.queue_size:
-                    del self._refused[next(iter(self._refused))]
+                self._refused.add(RefusedTurn(turn, vector, passed))
             called = answer.attempts > 0  # not the kill switch, the budget or an error
             if self._tuner is not None and called and answer.result in ("labeled", "declined"):
                 names = [c.name for c in candidates]
@@ -376,7 +372,7 @@ class Labeller:
     async def _finish(self, turn: Turn, why: str | None) -> None:
         self._decided(turn)
         self._log_finished(turn, why)
-        await self._record_finished([turn])
+        await self._finished.record([turn])
 
     async def ask_again(self) -> int:
         """Escalate turns the spent budget refused, newest first, as far as it has room beyond
@@ -385,11 +381,11 @@ class Labeller:
         room = self._oracle.budget.remaining() - len(self.teaching)
         if not self._refused or room <= 0 or self.stopping or not self._oracle.active:
             return 0
-        picked = [self._refused.popitem()[1] for _ in range(min(room, len(self._refused)))]
-        labelled = await self._store.exemplars_for_queries([turn.request for turn, _, _ in picked])
-        again = [p for p in picked if normalise_query(p[0].request) not in labelled]
-        for turn, vector, passed in again:
-            self._escalate(replace(turn, result=None), vector, passed)
+        picked = self._refused.take(room)
+        labelled = await self._store.exemplars_for_queries([p.turn.request for p in picked])
+        again = [p for p in picked if normalise_query(p.turn.request) not in labelled]
+        for p in again:
+            self._escalate(replace(p.turn, result=None), p.vector, p.passed)
         self._metrics.teacher_asked_again.inc(len(again))
         return len(again)
 
@@ -404,7 +400,7 @@ class Labeller:
             self._log_finished(turn, ABANDONED)
         if closed:
             self._metrics.teacher_abandoned.inc(len(closed))
-            await self._record_finished(closed)
+            await self._finished.record(closed)
         return len(closed)
 
     def _log_finished(self, turn: Turn, why: str | None) -> None:
@@ -416,33 +412,3 @@ class Labeller:
             label=turn.label,
             why=why,
         )
-
-    async def _record_finished(self, finished: Sequence[Turn]) -> None:
-        """Record turns the teacher tier finished, once every turn finished before is.
-
-        Turns finished while such a write is in flight wait for it and are then recorded
-        together by whichever of them runs first: a burst of escalations costs a few
-        transactions instead of one each.
-        A batch the store refuses is recorded turn by turn, so a bad turn fails alone.
-        """
-        self._finished.extend(finished)
-        async with self._finish_lock:
-            if not self._finished:
-                return  # recorded by the write of an earlier finisher
-            turns, self._finished = self._finished, []
-            try:
-                await self._store.record_turns(turns)
-                return
-            except (StoreUnavailable, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                if len(turns) == 1:
-                    raise
-                log.warning("finished_turns_retried_alone", turns=len(turns), error=repr(exc))
-            for alone in turns:
-                try:
-                    await self._store.record_turns([alone])
-                except (StoreUnavailable, asyncio.CancelledError):
-                    raise
-                except Exception as exc:
-                    log.error("finished_turn_not_recorded", turn_id=alone.id, error=repr(exc))
