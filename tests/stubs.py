@@ -47,6 +47,8 @@ class Reply:
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
     hang: bool = False
+    # Answered (as scripted) only once the test sets `release`: a slow teacher it controls.
+    held: bool = False
 
 
 @dataclass
@@ -89,6 +91,8 @@ class Stub:
             return web.json_response({"error": "unscripted"}, status=599)
         else:
             reply = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if reply.held:
+            await self.release.wait()
         if reply.hang:
             # Held until the test ends (the client gives up first), then answered so the
             # server can shut down without waiting.

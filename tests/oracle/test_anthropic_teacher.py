@@ -388,3 +388,42 @@ async def test_trace_failure_does_not_lose_the_label(h: Harness) -> None:
     h.stub.reply(Reply(body=message("web_search")))
     answer = await h.teach(h.oracle(record=broken))
     assert (answer.result, answer.label) == ("labeled", "web_search")
+
+
+async def test_a_stopped_oracle_starts_no_attempt_and_cuts_the_wait_for_a_retry(
+    h: Harness,
+) -> None:
+    """Stopped while it waits out a 429's retry-after, the oracle makes no retry: the turn is
+    `error` with the 429, at once, its slot given back; a later call is declined unsent."""
+    h.stub.reply(
+        api_error(429, "rate_limit_error", {"retry-after": "3"}),
+        Reply(body=message("web_search")),
+    )
+    waiting = asyncio.Event()
+
+    async def never_over(seconds: float) -> None:
+        waiting.set()
+        await asyncio.Event().wait()
+
+    oracle = Oracle(
+        AnthropicTeacher(h.client, MODEL),
+        enabled=True,
+        budget=h.budget,
+        retry=RetryPolicy(retries=2),
+        timeout_s=5.0,
+        record_call=h.calls,
+        sleep=never_over,
+    )
+    task = asyncio.create_task(h.teach(oracle))
+    await asyncio.wait_for(waiting.wait(), timeout=5)
+    oracle.stop()
+    answer = await asyncio.wait_for(task, timeout=5)  # not left waiting for the retry
+    assert (answer.result, answer.attempts) == ("error", 1)
+    assert "429" in (answer.error or "")
+    assert len(h.stub.received) == 1
+    assert h.calls.results == ["error"]
+    assert h.budget.remaining() == 60
+    later = await h.teach(oracle)
+    assert (later.result, later.reason, later.attempts) == ("declined", SHUTDOWN, 0)
+    assert oracle.refusal() == later
+    assert len(h.stub.received) == 1 and len(h.calls.calls) == 1

@@ -91,13 +91,18 @@ class Labeller:
         self.teaching: set[asyncio.Task[None]] = set()
         self._teaching_ids: set[str] = set()
         self._refused = Refused(config.queue_size)  # for `ask_again`
-        # Set by the learner's close: turns still drained are not escalated to the teacher.
+        # Set by `stop`: turns still drained are not escalated to the teacher.
         self.stopping = False
         self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
         self._in_flight = InFlight()
         self._finished = FinishedTurns(store)
         # For the snapshot of that version: its packs' members.
         self._packs: tuple[int, dict[str, frozenset[str]]] = (-1, {})
+
+    def stop(self) -> None:
+        """A stopping service: no turn is escalated and no teacher attempt starts any more."""
+        self.stopping = True
+        self._oracle.stop()
 
     async def commit(self, prepared: Prepared) -> None:
         """Label the flagged turns of a prepared batch, record every turn, save and fold."""

@@ -145,7 +145,7 @@ class Learner:
     async def close(self, within_s: float = 10.0) -> None:
         """Stop intake, drain within `within_s`, cancel teacher calls, join every task."""
         self._accepting = False
-        self._labeller.stopping = True
+        self._labeller.stop()
         started = self._worker is not None
         # Turns accepted while the catalog never loaded (the store down since the start) have
         # no worker to take them: dropped as surely as those a timed-out drain leaves.

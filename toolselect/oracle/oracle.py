@@ -19,8 +19,10 @@ successful call that picks `none` or a tool outside the candidates keeps its slo
 for) and answers `declined`; so does an answer the provider billed (it reported tokens) with
 nothing usable in it, which answers `error` with its tokens and cost traced.
 
-Cancellation (service shutdown) propagates out of `teach`, tracing the attempt it cut and
-refunding the slot on the way.
+Stopping (`stop`, a service shutting down): no attempt starts afterwards, neither a first one
+(`declined`, nothing traced: no call was made) nor a retry (`error` with the last attempt's
+failure, the wait before it cut short); calls in flight finish. Cancellation propagates out of
+`teach`, tracing the attempt it cut and refunding the slot on the way.
 """
 
 from __future__ import annotations
@@ -148,6 +150,16 @@ class Oracle:
         self._monotonic = monotonic
         self._sleep = sleep
         self._metrics = metrics
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        """Start no attempt from now on (see the module docstring): a stopping service drains
+        its turns without paying for calls it would cut short."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
     @property
     def active(self) -> bool:
@@ -171,7 +183,13 @@ class Oracle:
             return TeacherAnswer("declined", reason="teacher off")
         if not candidates:
             return TeacherAnswer("declined", reason="no candidates")
+        if self.stopping:
+            return TeacherAnswer("declined", reason=SHUTDOWN)
         slot = await self._reserve()
+        if self.stopping:  # while it waited for a slot held in flight
+            if slot is not None:
+                self.budget.refund(slot)
+            return TeacherAnswer("declined", reason=SHUTDOWN)
         if slot is None:
             return self._spent(turn_id)
         try:
@@ -189,7 +207,7 @@ class Oracle:
         """A budget slot; while the last ones are held by calls in flight (which may fail and
         give theirs back), wait for them; None once paid calls have spent the budget."""
         while (slot := self.budget.reserve()) is None:
-            if not self.budget.in_flight():
+            if not self.budget.in_flight() or self.stopping:
                 return None
             await asyncio.sleep(_IN_FLIGHT_POLL_S)
         return slot
@@ -200,6 +218,8 @@ class Oracle:
         candidates that no call will use."""
         if not self._enabled or self._teacher is None:
             return TeacherAnswer("declined", reason="teacher off")
+        if self.stopping:
+            return TeacherAnswer("declined", reason=SHUTDOWN)
         if self.budget.remaining() == 0 and not self.budget.in_flight():
             return self._spent(turn_id)
         return None
@@ -268,7 +288,7 @@ class Oracle:
                 cost=cost,
                 error=error,
             )
-            last = attempt + 1 >= self.retry.attempts
+            last = attempt + 1 >= self.retry.attempts or self.stopping
             delay = None if last or not transient else self.retry.delay(attempt, retry_after)
             log.warning(
                 "teacher_attempt_failed",
@@ -279,7 +299,7 @@ class Oracle:
                 retry_in_s=delay,
                 error=error,
             )
-            if delay is None:
+            if delay is None or not await self._pause(delay):
                 return TeacherAnswer(
                     "error",
                     error=error,
@@ -288,8 +308,21 @@ class Oracle:
                     output_tokens=billed[1],
                     cost_usd=cost,
                 )
-            await self._sleep(delay)
         return TeacherAnswer("error", error=error, attempts=self.retry.attempts)
+
+    async def _pause(self, seconds: float) -> bool:
+        """Wait `seconds` before a retry; False when the oracle was stopped first (a retry-after
+        of 30 s would otherwise hold a stopping service's drain, and then pay)."""
+        if self.stopping:
+            return False
+        sleeping = asyncio.ensure_future(self._sleep(seconds))
+        stopped = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((sleeping, stopped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            stopped.cancel()
+        return not self.stopping
 
     async def _answered(
         self,
