@@ -76,6 +76,7 @@ class Labeller:
         metrics: Metrics,
         stats: LearnerStats,
         clock: Clock,
+        refused: Refused | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -90,7 +91,8 @@ class Labeller:
         self._clock = clock
         self.teaching: set[asyncio.Task[None]] = set()
         self._teaching_ids: set[str] = set()
-        self._refused = Refused(config.queue_size)  # for `ask_again`
+        # For `ask_again`; a tenant's outlives its service, as its budget does.
+        self.refused = refused if refused is not None else Refused(config.queue_size)
         # Set by `stop`: turns still drained are not escalated to the teacher.
         self.stopping = False
         self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
@@ -350,7 +352,7 @@ class Labeller:
                     )
             done = replace(turn, result=answer.result, label=answer.label)
             if answer.result == "limit_reached":  # asked again once the hour frees a slot
-                self._refused.add(RefusedTurn(turn, vector, passed))
+                self.refused.add(RefusedTurn(turn, vector, passed))
             called = answer.attempts > 0  # not the kill switch, the budget or an error
             if self._tuner is not None and called and answer.result in ("labeled", "declined"):
                 names = [c.name for c in candidates]
@@ -384,9 +386,9 @@ class Labeller:
         the calls in progress: a burst that spent the hour is labelled as the rolling hour
         frees slots, not only the turns that came first. A query labelled meanwhile is left."""
         room = self._oracle.budget.remaining() - len(self.teaching)
-        if not self._refused or room <= 0 or self.stopping or not self._oracle.active:
+        if not self.refused or room <= 0 or self.stopping or not self._oracle.active:
             return 0
-        picked = self._refused.take(room)
+        picked = self.refused.take(room)
         labelled = await self._store.exemplars_for_queries([p.turn.request for p in picked])
         again = [p for p in picked if normalise_query(p.turn.request) not in labelled]
         for p in again:
