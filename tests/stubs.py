@@ -49,6 +49,7 @@ class Reply:
     hang: bool = False
     # Answered (as scripted) only once the test sets `release`: a slow teacher it controls.
     held: bool = False
+    gzip: bool = False  # the body compressed (when the client accepts gzip)
 
 
 @dataclass
@@ -105,7 +106,10 @@ class Stub:
                 content_type=reply.content_type,
                 headers=reply.headers,
             )
-        return web.json_response(reply.body, status=reply.status, headers=reply.headers)
+        response = web.json_response(reply.body, status=reply.status, headers=reply.headers)
+        if reply.gzip:
+            response.enable_compression(web.ContentCoding.gzip)
+        return response
 
     def reply(self, *replies: Reply) -> None:
         self.script.extend(replies)

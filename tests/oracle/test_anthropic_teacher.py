@@ -427,3 +427,35 @@ async def test_a_stopped_oracle_starts_no_attempt_and_cuts_the_wait_for_a_retry(
     assert (later.result, later.reason, later.attempts) == ("declined", SHUTDOWN, 0)
     assert oracle.refusal() == later
     assert len(h.stub.received) == 1 and len(h.calls.calls) == 1
+
+
+def padded_answer(chars: int, tool: str = "web_search") -> Any:
+    """A valid `choose_tool` answer behind a text block of `chars` characters."""
+    body = message(tool)
+    body["content"].insert(0, {"type": "text", "text": "a" * chars})
+    return body
+
+
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+async def test_an_answer_over_the_cap_is_an_error_without_retry(
+    anthropic_stub: Stub, gzip: bool
+) -> None:
+    """A 200 carrying 2 MB of text before a valid tool_use is refused as it is read, as the
+    OpenAI-compatible teacher refuses one (1 MiB), compressed to a few KB or not: `error`,
+    not retried, its slot given back; an answer under the cap, compressed, is labelled."""
+    client = anthropic_client(api_key="test", base_url=anthropic_stub.url)
+    h = Harness(anthropic_stub, client)
+    try:
+        anthropic_stub.reply(Reply(body=padded_answer(2_000_000), gzip=gzip))
+        answer = await h.teach(h.oracle(client=client))
+        assert (answer.result, answer.attempts) == ("error", 1)
+        assert answer.error == "anthropic: response larger than 1048576 bytes"
+        assert len(anthropic_stub.received) == 1
+        assert [(c.result, c.error) for c in h.calls.calls] == [("error", answer.error)]
+        assert h.budget.remaining() == 60
+        anthropic_stub.script.clear()
+        anthropic_stub.reply(Reply(body=padded_answer(500_000), gzip=gzip))
+        answer = await h.teach(h.oracle(client=client))
+        assert (answer.result, answer.label) == ("labeled", "web_search")
+    finally:
+        await client.close()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from toolselect.errors import TeacherUnavailable
+from toolselect.errors import TeacherError, TeacherUnavailable
 from toolselect.names import namespace, same_tool
 
 TeacherResult = Literal["labeled", "declined", "limit_reached", "error"]
@@ -27,6 +27,9 @@ MAX_DESCRIPTION_CHARS = 400
 # descriptions cut to each of these lengths in turn (0: the name alone) before any is dropped.
 FULL_DESCRIPTIONS = 10
 SHORTENED_DESCRIPTION_CHARS = (200, 120, 80, 40, 0)
+# A teacher's answer is a few hundred bytes; a larger body is a misconfigured (or hostile)
+# endpoint, refused as it is read rather than held whole on the loop that serves rankings.
+MAX_ANSWER_BYTES = 1 << 20
 
 SYSTEM_PROMPT = (
     "You review the tool choices of an AI agent. You are given a user's request, the tool the "
@@ -79,6 +82,13 @@ class TeacherAnswer:
     reason: str | None = None
     attempts: int = 0
     cost_usd: float = 0.0
+
+
+class AnswerTooLarge(TeacherError):
+    """A teacher's answer over `MAX_ANSWER_BYTES` (decoded, when it came compressed)."""
+
+    def __init__(self, provider: str) -> None:
+        super().__init__(f"{provider}: response larger than {MAX_ANSWER_BYTES} bytes")
 
 
 class RetryLater(TeacherUnavailable):

@@ -15,9 +15,11 @@ import aiohttp
 from toolselect.errors import TeacherError, TeacherUnavailable
 from toolselect.oracle.base import (
     CHOICE_TOOL,
+    MAX_ANSWER_BYTES,
     MAX_OUTPUT_TOKENS,
     NONE_CHOICE,
     SYSTEM_PROMPT,
+    AnswerTooLarge,
     Candidate,
     RawAnswer,
     RetryLater,
@@ -26,8 +28,6 @@ from toolselect.oracle.base import (
     user_prompt,
 )
 from toolselect.retry_after import parse_retry_after
-
-_MAX_BODY_BYTES = 1 << 20
 
 
 def _transient_status(status: int) -> bool:
@@ -122,13 +122,13 @@ class OpenAICompatTeacher:
 
 
 async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
-    # A teacher answer is a few hundred bytes; a huge body is a misconfigured endpoint.
+    # aiohttp hands the body decoded: the cap holds for a compressed one too.
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_chunked(1 << 16):
         size += len(chunk)
-        if size > _MAX_BODY_BYTES:
-            raise TeacherError(f"openai: response larger than {_MAX_BODY_BYTES} bytes")
+        if size > MAX_ANSWER_BYTES:
+            raise AnswerTooLarge("openai")
         chunks.append(chunk)
     return b"".join(chunks)
 
