@@ -459,3 +459,28 @@ async def test_an_answer_over_the_cap_is_an_error_without_retry(
         assert (answer.result, answer.label) == ("labeled", "web_search")
     finally:
         await client.close()
+
+
+LONG = "x" * 900_000  # under the answer's cap, far over what a trace or a log line should hold
+
+
+@pytest.mark.parametrize(
+    ("reply", "result"),
+    [
+        (Reply(status=400, body={"type": "error", "error": {"type": "invalid_request_error",
+                                                             "message": LONG}}), "error"),
+        (Reply(body=message([LONG])), "error"),
+        (Reply(body=message(LONG)), "declined"),
+    ],
+    ids=["error-body", "malformed-input", "made-up-name"],
+)  # fmt: skip
+async def test_teacher_text_is_quoted_cut_short(h: Harness, reply: Reply, result: str) -> None:
+    """A 900 KB error body, malformed input or tool name is quoted in the error or reason the
+    trace stores and the log writes, cut to a few hundred characters."""
+    h.stub.reply(reply)
+    answer = await h.teach(h.oracle(retries=0))
+    assert answer.result == result
+    said = answer.error if result == "error" else answer.reason
+    assert said is not None and "xxxxx" in said and "more characters" in said
+    assert len(said) < 400
+    assert all(len(call.error or "") < 400 for call in h.calls.calls)

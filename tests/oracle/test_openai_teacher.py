@@ -224,3 +224,26 @@ async def test_own_session_is_opened_lazily_and_closed(openai_stub: Stub) -> Non
         await teacher.aclose()
     assert raw.label == "web_search"
     assert "Authorization" not in openai_stub.received[0].headers
+
+
+LONG = "x" * 900_000  # under the answer's cap, far over what a trace or a log line should hold
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(status=400, text=LONG),
+        Reply(body=completion({"tool": [LONG]})),
+        Reply(body=completion({"tool": "web_search"}, name=LONG)),
+        Reply(body=completion({"tool": LONG})),
+    ],
+    ids=["error-body", "malformed-arguments", "other-function", "made-up-name"],
+)
+async def test_teacher_text_is_quoted_cut_short(h: Harness, reply: Reply) -> None:
+    """A 900 KB error body, malformed arguments, function or tool name is quoted in the error
+    or reason the trace stores and the log writes, cut to a few hundred characters."""
+    h.stub.reply(reply)
+    answer = await h.teach(h.oracle(retries=0))
+    said = answer.error if answer.result == "error" else answer.reason
+    assert said is not None and "xxxxx" in said and len(said) < 400
+    assert all(len(call.error or "") < 400 for call in h.calls.calls)

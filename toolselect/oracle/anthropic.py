@@ -36,6 +36,7 @@ from toolselect.oracle.base import (
     RetryLater,
     choice_schema,
     match_candidate,
+    quoted,
     user_prompt,
 )
 from toolselect.retry_after import parse_retry_after
@@ -161,25 +162,25 @@ class AnthropicTeacher:
                 tool_choice=choice,
             )
         except anthropic.APIStatusError as exc:
-            detail = f"anthropic {exc.status_code}: {exc.message}"
+            detail = f"anthropic {exc.status_code}: {quoted(exc.message)}"
             if _transient_status(exc.status_code):
                 raise RetryLater(detail, parse_retry_after(exc.response.headers)) from exc
             raise TeacherError(detail) from exc
         except anthropic.APIConnectionError as exc:  # APITimeoutError is a subclass
             if isinstance(exc.__cause__, TeacherError):  # refused by `_cap_answer`
                 raise exc.__cause__ from None
-            raise TeacherUnavailable(f"anthropic unreachable: {exc.message}") from exc
+            raise TeacherUnavailable(f"anthropic unreachable: {quoted(exc.message)}") from exc
         except anthropic.AnthropicError as exc:  # response validation, credentials, ...
-            raise TeacherError(f"anthropic: {exc}") from exc
+            raise TeacherError(f"anthropic: {quoted(str(exc))}") from exc
         except json.JSONDecodeError as exc:  # a 200 whose body is not JSON
-            raise TeacherError(f"anthropic: malformed response: {exc}") from exc
+            raise TeacherError(f"anthropic: malformed response: {quoted(str(exc))}") from exc
         return _parse(message, candidates)
 
 
 def _parse(message: Any, candidates: Sequence[Candidate]) -> RawAnswer:
     # The SDK builds responses without validation, so any field may be missing or mistyped.
     if not isinstance(message, Message):
-        raise TeacherError(f"anthropic: malformed response: {str(message)[:200]!r}")
+        raise TeacherError(f"anthropic: malformed response: {quoted(repr(message))}")
     usage = getattr(message, "usage", None)
     tokens = {
         "input_tokens": _count(usage, "input_tokens"),
@@ -196,7 +197,7 @@ def _parse(message: Any, candidates: Sequence[Candidate]) -> RawAnswer:
             picked = arguments.get("tool") if isinstance(arguments, dict) else None
             if not isinstance(picked, str):
                 raise TeacherError(
-                    f"anthropic: malformed {CHOICE_TOOL} input: {arguments!r}", **tokens
+                    f"anthropic: malformed {CHOICE_TOOL} input: {quoted(repr(arguments))}", **tokens
                 )
             return RawAnswer(
                 choice=None if picked == NONE_CHOICE else picked,

@@ -30,6 +30,11 @@ SHORTENED_DESCRIPTION_CHARS = (200, 120, 80, 40, 0)
 # A teacher's answer is a few hundred bytes; a larger body is a misconfigured (or hostile)
 # endpoint, refused as it is read rather than held whole on the loop that serves rankings.
 MAX_ANSWER_BYTES = 1 << 20
+# What a teacher sent, quoted in an error or a reason (an error body, a malformed answer, a name
+# it made up), is cut to this many characters: each is stored with a trace or a turn and logged.
+MAX_QUOTED_CHARS = 300
+# And a whole error, whichever teacher wrote it (a quote and the words around it fit).
+MAX_ERROR_CHARS = 1000
 
 SYSTEM_PROMPT = (
     "You review the tool choices of an AI agent. You are given a user's request, the tool the "
@@ -124,6 +129,13 @@ class Teacher(Protocol):
 
     async def aclose(self) -> None:
         """Release the client's connections (called once at shutdown)."""
+
+
+def quoted(text: str, chars: int = MAX_QUOTED_CHARS) -> str:
+    """`text` cut to `chars` characters, saying how much was left out."""
+    if len(text) <= chars:
+        return text
+    return f"{text[:chars]}... ({len(text) - chars} more characters)"
 
 
 def match_candidate(choice: str | None, candidates: Sequence[Candidate]) -> str | None:

@@ -25,6 +25,7 @@ from toolselect.oracle.base import (
     RetryLater,
     choice_schema,
     match_candidate,
+    quoted,
     user_prompt,
 )
 from toolselect.retry_after import parse_retry_after
@@ -105,19 +106,19 @@ class OpenAICompatTeacher:
             async with self._client().post(self._url, json=body, headers=headers) as response:
                 raw = await _read_capped(response)
                 if response.status >= 400:
-                    detail = f"openai {response.status}: {raw[:300].decode(errors='replace')}"
+                    detail = f"openai {response.status}: {quoted(raw.decode(errors='replace'))}"
                     if _transient_status(response.status):
                         retry_after = parse_retry_after(response.headers)
                         raise RetryLater(detail, retry_after)
                     raise TeacherError(detail)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise TeacherUnavailable(f"openai unreachable: {exc}") from exc
+            raise TeacherUnavailable(f"openai unreachable: {quoted(str(exc))}") from exc
         except aiohttp.ClientError as exc:
-            raise TeacherError(f"openai: {exc}") from exc
+            raise TeacherError(f"openai: {quoted(str(exc))}") from exc
         try:
             data = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise TeacherError(f"openai: malformed response: {exc}") from exc
+            raise TeacherError(f"openai: malformed response: {quoted(str(exc))}") from exc
         return _parse(data, candidates)
 
 
@@ -142,16 +143,20 @@ def _parse(data: Any, candidates: Sequence[Candidate]) -> RawAnswer:
     try:
         call = data["choices"][0]["message"]["tool_calls"][0]["function"]
         if call.get("name") not in (None, CHOICE_TOOL):
-            raise TeacherError(f"openai: called {call.get('name')!r}, not {CHOICE_TOOL}", **tokens)
+            raise TeacherError(
+                f"openai: called {quoted(repr(call.get('name')))}, not {CHOICE_TOOL}", **tokens
+            )
         arguments = call["arguments"]
         parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
         picked = parsed["tool"]
     except TeacherError:
         raise
     except (KeyError, IndexError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-        raise TeacherError(f"openai: malformed response: {exc!r}", **tokens) from exc
+        raise TeacherError(f"openai: malformed response: {quoted(repr(exc))}", **tokens) from exc
     if not isinstance(picked, str):
-        raise TeacherError(f"openai: malformed {CHOICE_TOOL} arguments: {parsed!r}", **tokens)
+        raise TeacherError(
+            f"openai: malformed {CHOICE_TOOL} arguments: {quoted(repr(parsed))}", **tokens
+        )
     return RawAnswer(
         choice=None if picked == NONE_CHOICE else picked,
         label=match_candidate(picked, candidates),

@@ -38,12 +38,14 @@ import structlog
 from toolselect.errors import TeacherError, TeacherUnavailable
 from toolselect.metrics import Metrics
 from toolselect.oracle.base import (
+    MAX_ERROR_CHARS,
     Candidate,
     RawAnswer,
     RetryLater,
     Teacher,
     TeacherAnswer,
     TeacherResult,
+    quoted,
 )
 from toolselect.oracle.budget import Budget, RetryPolicy, Slot
 from toolselect.records import OracleCall
@@ -261,14 +263,14 @@ class Oracle:
             except TimeoutError:
                 error, transient = f"timed out after {self._timeout_s:g} s", True
             except TeacherUnavailable as exc:
-                error, transient = str(exc) or type(exc).__name__, True
+                error, transient = quoted(str(exc) or type(exc).__name__, MAX_ERROR_CHARS), True
                 retry_after = exc.retry_after if isinstance(exc, RetryLater) else None
             except TeacherError as exc:
-                error, transient = str(exc) or type(exc).__name__, False
+                error, transient = quoted(str(exc) or type(exc).__name__, MAX_ERROR_CHARS), False
                 billed = (exc.input_tokens, exc.output_tokens)
             except Exception as exc:  # a teacher bug must not kill the learner's worker
                 log.exception("teacher_failed_unexpectedly", turn_id=turn_id)
-                error, transient = f"{type(exc).__name__}: {exc}", False
+                error, transient = quoted(f"{type(exc).__name__}: {exc}", MAX_ERROR_CHARS), False
             else:
                 latency_ms = (self._monotonic() - started) * 1000.0
                 return await self._answered(
@@ -344,7 +346,7 @@ class Oracle:
             reason = (
                 "teacher picked none"
                 if raw.choice is None
-                else f"teacher picked {raw.choice!r}, not a candidate"
+                else f"teacher picked {quoted(repr(raw.choice))}, not a candidate"
             )
         await self._trace(
             teacher,
