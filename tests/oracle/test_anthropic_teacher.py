@@ -484,3 +484,30 @@ async def test_teacher_text_is_quoted_cut_short(h: Harness, reply: Reply, result
     assert said is not None and "xxxxx" in said and "more characters" in said
     assert len(said) < 400
     assert all(len(call.error or "") < 400 for call in h.calls.calls)
+
+
+async def test_the_trace_says_what_became_of_the_label(h: Harness) -> None:
+    """The label is kept before the call is traced: one not kept is traced and answered
+    `declined` with the reason, one the store failed to save `error`; both were paid."""
+
+    async def gone(label: str) -> str | None:
+        return f"{label} left the catalog"
+
+    async def store_down(label: str) -> str | None:
+        raise RuntimeError("store down")
+
+    h.stub.reply(Reply(body=message("web_search")))
+    oracle = h.oracle()
+    answers = [
+        await oracle.teach(REQUEST, USED, CANDIDATES, turn_id="t-1", keep=keep)
+        for keep in (gone, store_down)
+    ]
+    assert [(a.result, a.label, a.reason, a.error) for a in answers] == [
+        ("declined", None, "web_search left the catalog", None),
+        ("error", None, None, "store down"),
+    ]
+    assert [(c.result, c.error, c.input_tokens) for c in h.calls.calls] == [
+        ("declined", None, 120),
+        ("error", "store down", 120),
+    ]
+    assert h.budget.remaining() == 58

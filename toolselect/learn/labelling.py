@@ -348,7 +348,11 @@ class Labeller:
                     )
                     self._metrics.teacher_candidates.observe(len(candidates))
                     answer = await self._oracle.teach(
-                        turn.request, turn.used_tool, candidates, turn_id=turn.id
+                        turn.request,
+                        turn.used_tool,
+                        candidates,
+                        turn_id=turn.id,
+                        keep=lambda label: self._keep(turn, vector, label),
                     )
             done = replace(turn, result=answer.result, label=answer.label)
             if answer.result == "limit_reached":  # asked again once the hour frees a slot
@@ -358,15 +362,7 @@ class Labeller:
                 names = [c.name for c in candidates]
                 position = names.index(answer.label) if answer.label in names else None
                 self._tuner.teacher_answered(len(candidates), position)
-            why = answer.reason or answer.error
-            if answer.result == "labeled" and answer.label is not None:
-                saved = await self._save([(done, vector, answer.label, "teacher", 1.0)])
-                if saved.changed:
-                    await self._on_saved(saved)
-                if saved.unknown_tool:  # removed from the catalog while the teacher answered
-                    done = replace(done, result="declined", label=None)
-                    why = f"{answer.label} left the catalog before its label was saved"
-            await self._finish(done, why)
+            await self._finish(done, answer.reason or answer.error)
         except ToolselectError as exc:
             await self._finish(replace(turn, result="error"), str(exc))
         except asyncio.CancelledError:
@@ -375,6 +371,15 @@ class Labeller:
             raise
         finally:
             self._in_flight.release(key)
+
+    async def _keep(self, turn: Turn, vector: np.ndarray, label: str) -> str | None:
+        """Save and fold the teacher's label of `turn`; why it was not kept, or None."""
+        saved = await self._save([(turn, vector, label, "teacher", 1.0)])
+        if saved.changed:
+            await self._on_saved(saved)
+        if saved.unknown_tool:  # removed from the catalog while the teacher answered
+            return f"{label} left the catalog before its label was saved"
+        return None
 
     async def _finish(self, turn: Turn, why: str | None) -> None:
         self._decided(turn)

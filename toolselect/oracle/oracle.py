@@ -71,6 +71,8 @@ DEFAULT_PRICES: Mapping[str, tuple[float, float]] = {
 }
 
 RecordCall = Callable[[OracleCall], Awaitable[None]]
+# Saves a label the teacher gave; why it was not kept (its tool left the catalog), or None.
+Keep = Callable[[str], Awaitable[str | None]]
 # Why a teacher call, or a turn waiting for one, ended when the service stopped.
 SHUTDOWN = "cancelled: the service is shutting down"
 # How often a call waiting for a budget slot held in flight looks again (real time: the calls
@@ -175,9 +177,13 @@ class Oracle:
         candidates: Sequence[Candidate],
         *,
         turn_id: str | None = None,
+        keep: Keep | None = None,
     ) -> TeacherAnswer:
         """Ask the teacher which candidate the agent should have used.
 
+        `keep` saves the label of an answer before its call is traced, so the trace tells what
+        became of the turn: a label it does not keep is `declined` with its reason, one it
+        failed to save an `error`.
         Never raises, except `CancelledError` when the caller is cancelled (shutdown).
         """
         teacher = self._teacher
@@ -195,7 +201,7 @@ class Oracle:
         if slot is None:
             return self._spent(turn_id)
         try:
-            answer = await self._attempts(teacher, request, used_tool, candidates, turn_id)
+            answer = await self._attempts(teacher, request, used_tool, candidates, turn_id, keep)
         except BaseException:
             self.budget.refund(slot)
             raise
@@ -245,6 +251,7 @@ class Oracle:
         used_tool: str,
         candidates: Sequence[Candidate],
         turn_id: str | None,
+        keep: Keep | None,
     ) -> TeacherAnswer:
         error = "no attempt made"
         for attempt in range(self.retry.attempts):
@@ -274,7 +281,7 @@ class Oracle:
             else:
                 latency_ms = (self._monotonic() - started) * 1000.0
                 return await self._answered(
-                    teacher, raw, candidates, turn_id, at, latency_ms, attempt + 1
+                    teacher, raw, candidates, turn_id, at, latency_ms, attempt + 1, keep
                 )
             latency_ms = (self._monotonic() - started) * 1000.0
             # An answer with nothing usable in it was still billed: traced and charged as such.
@@ -335,19 +342,30 @@ class Oracle:
         at: datetime,
         latency_ms: float,
         attempts: int,
+        keep: Keep | None,
     ) -> TeacherAnswer:
         # Re-checked here rather than trusted: any Teacher implementation may be plugged in.
         names = {c.name for c in candidates}
         label = raw.label if raw.label in names else None
         cost = self._charge(teacher, raw.input_tokens, raw.output_tokens)
         result: TeacherResult = "labeled" if label is not None else "declined"
-        reason = None
+        reason = error = None
         if label is None:
             reason = (
                 "teacher picked none"
                 if raw.choice is None
                 else f"teacher picked {quoted(repr(raw.choice))}, not a candidate"
             )
+        elif keep is not None:
+            try:
+                reason = await keep(label)
+            except asyncio.CancelledError:
+                await self._trace(teacher, turn_id, at, latency_ms, "error", error=SHUTDOWN)
+                raise
+            except Exception as exc:  # the store failed: the answer is lost with the label
+                result, label, error = "error", None, quoted(str(exc), MAX_ERROR_CHARS)
+            if reason is not None:
+                result, label = "declined", None
         await self._trace(
             teacher,
             turn_id,
@@ -357,6 +375,7 @@ class Oracle:
             input_tokens=raw.input_tokens,
             output_tokens=raw.output_tokens,
             cost=cost,
+            error=error,
         )
         log.info(
             "teacher_answered",
@@ -375,6 +394,7 @@ class Oracle:
             input_tokens=raw.input_tokens,
             output_tokens=raw.output_tokens,
             reason=reason,
+            error=error,
             attempts=attempts,
             cost_usd=cost,
         )
