@@ -247,3 +247,20 @@ async def test_teacher_text_is_quoted_cut_short(h: Harness, reply: Reply) -> Non
     said = answer.error if answer.result == "error" else answer.reason
     assert said is not None and "xxxxx" in said and len(said) < 400
     assert all(len(call.error or "") < 400 for call in h.calls.calls)
+
+
+async def test_usage_reported_as_integral_floats_is_counted(h: Harness) -> None:
+    """A server reporting usage as floats (`200.0`) has its tokens traced and costed; a
+    fractional or negative count is no count."""
+    body = completion({"tool": "web_search"})
+    body["usage"] = {"prompt_tokens": 200.0, "completion_tokens": 10.0, "total_tokens": 210.0}
+    odd = completion({"tool": "web_search"})
+    odd["usage"] = {"prompt_tokens": 200.5, "completion_tokens": -1.0}
+    h.stub.reply(Reply(body=body), Reply(body=odd))
+    answer = await h.teach()
+    assert (answer.result, answer.input_tokens, answer.output_tokens) == ("labeled", 200, 10)
+    assert answer.cost_usd > 0
+    (call,) = h.calls.calls
+    assert (call.input_tokens, call.output_tokens) == (200, 10)
+    answer = await h.teach()
+    assert (answer.input_tokens, answer.output_tokens) == (0, 0)

@@ -37,6 +37,7 @@ from toolselect.oracle.base import (
     choice_schema,
     match_candidate,
     quoted,
+    token_count,
     user_prompt,
 )
 from toolselect.retry_after import parse_retry_after
@@ -211,5 +212,4 @@ def _parse(message: Any, candidates: Sequence[Candidate]) -> RawAnswer:
 
 
 def _count(usage: object, name: str) -> int:
-    value = getattr(usage, name, 0)
-    return value if isinstance(value, int) and value >= 0 else 0
+    return token_count(getattr(usage, name, 0))

@@ -131,6 +131,14 @@ class Teacher(Protocol):
         """Release the client's connections (called once at shutdown)."""
 
 
+def token_count(value: object) -> int:
+    """A token count a provider reported: a whole number >= 0, as an int or an integral float
+    (`50.0`: some OpenAI-compatible servers); anything else counts 0."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def quoted(text: str, chars: int = MAX_QUOTED_CHARS) -> str:
     """`text` cut to `chars` characters, saying how much was left out."""
     if len(text) <= chars:

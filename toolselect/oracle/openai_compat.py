@@ -26,6 +26,7 @@ from toolselect.oracle.base import (
     choice_schema,
     match_candidate,
     quoted,
+    token_count,
     user_prompt,
 )
 from toolselect.retry_after import parse_retry_after
@@ -165,5 +166,4 @@ def _parse(data: Any, candidates: Sequence[Candidate]) -> RawAnswer:
 
 
 def _count(usage: Any, name: str) -> int:
-    value = usage.get(name, 0) if isinstance(usage, dict) else 0
-    return value if isinstance(value, int) and value >= 0 else 0
+    return token_count(usage.get(name, 0) if isinstance(usage, dict) else 0)
