@@ -385,6 +385,43 @@ async def test_spent_budget_builds_no_candidates_and_records_limit_reached(
     assert (shown or 0.0) == 0.0  # no series at all until a call is shown candidates
 
 
+async def test_a_refused_turn_keeps_the_budget_that_refused_it_as_its_reason(
+    sqlite_store: SqliteStore, anthropic_stub: Stub
+) -> None:
+    """Budget 1, three turns: the two refused are stored `limit_reached` naming the hourly
+    budget; asked about again they count once more in the decisions, which then add up to the
+    turns decided plus those asked about again."""
+    now = [0.0]
+    h = Harness(sqlite_store, anthropic_stub)
+    h.oracle.budget = Budget(1, clock=lambda: now[0])
+    await h.load_catalog()
+    h.learner.start()
+    try:
+        anthropic_stub.reply(teacher_answers("crypto_price"))
+        burst = {"first": LOW_MARGIN, "second": "prezzo BTC ora?", "third": "BTC adesso?"}
+        for turn_id, request in burst.items():
+            assert h.learner.observe(request, "shell_exec", turn_id=turn_id)
+        assert await h.learner.drain(30.0)
+        turns = [await h.store.get_turn(turn_id) for turn_id in burst]
+        refused = [t for t in turns if t is not None and t.result == "limit_reached"]
+        assert [t.reason for t in refused] == ["hourly budget of 1 calls spent"] * 2
+        now[0] += 3601.0
+        h.oracle.budget = Budget(2, clock=lambda: now[0])
+        assert await h.learner.ask_again() == 2
+        assert await h.learner.drain(30.0)
+        ended = [await h.store.get_turn(turn_id) for turn_id in burst]
+        assert [(t.result, t.reason) for t in ended if t] == [("labeled", None)] * 3
+        decided = {
+            result: h.counter("oracle_decisions", tier="teacher", result=result)
+            for result in ("labeled", "limit_reached")
+        }
+        assert decided == {"labeled": 3, "limit_reached": 2}
+        assert sum(decided.values()) == len(burst) + h.counter("teacher_asked_again")
+    finally:
+        await h.learner.close(1.0)
+        await h.teacher.aclose()
+
+
 async def test_same_query_is_not_labelled_twice_at_once(harness: Harness) -> None:
     """Two turns of one normalised query in flight make one teacher call, not two."""
     harness.stub.reply(Reply(hang=True))

@@ -201,6 +201,7 @@ class Labeller:
                 tier=decision.tier,
                 result=result,
                 label=label,
+                reason=decision.reason,
             )
             if decision.escalate and tuner is not None and rationed:
                 tuner.escalated()
@@ -213,9 +214,9 @@ class Labeller:
                 self._decided(turn)
                 if backlog:
                     self._metrics.teacher_budget_spent.labels("backlog").inc()
-                    self._log_finished(turn, f"{len(self.teaching)} turns wait for the teacher")
+                    turn = self._logged(turn, f"{len(self.teaching)} turns wait for the teacher")
                 elif decision.escalate:
-                    self._log_finished(turn, SHUTDOWN if self.stopping else "teacher off")
+                    turn = self._logged(turn, SHUTDOWN if self.stopping else "teacher off")
                 elif label is not None and decision.tier == "ranker":
                     saves.append((turn, vector, label, "ranker", probability))
             turns.append(turn)
@@ -383,8 +384,7 @@ class Labeller:
 
     async def _finish(self, turn: Turn, why: str | None) -> None:
         self._decided(turn)
-        self._log_finished(turn, why)
-        await self._finished.record([turn])
+        await self._finished.record([self._logged(turn, why)])
 
     async def ask_again(self) -> int:
         """Escalate turns the spent budget refused, newest first, as far as it has room beyond
@@ -409,13 +409,14 @@ class Labeller:
         closed = [replace(t, result="error") for t in left if t.id not in self._teaching_ids]
         for turn in closed:
             self._decided(turn)
-            self._log_finished(turn, ABANDONED)
+        closed = [self._logged(turn, ABANDONED) for turn in closed]
         if closed:
             self._metrics.teacher_abandoned.inc(len(closed))
             await self._finished.record(closed)
         return len(closed)
 
-    def _log_finished(self, turn: Turn, why: str | None) -> None:
+    def _logged(self, turn: Turn, why: str | None) -> Turn:
+        """`turn` with `why` as its stored reason, once logged."""
         log.info(
             "turn_labelled",
             turn_id=turn.id,
@@ -424,3 +425,4 @@ class Labeller:
             label=turn.label,
             why=why,
         )
+        return replace(turn, reason=why)
