@@ -47,6 +47,9 @@ class Reply:
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
     hang: bool = False
+    # Answered (as scripted) only once the test sets `release`: a slow teacher it controls.
+    held: bool = False
+    gzip: bool = False  # the body compressed (when the client accepts gzip)
 
 
 @dataclass
@@ -89,6 +92,8 @@ class Stub:
             return web.json_response({"error": "unscripted"}, status=599)
         else:
             reply = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if reply.held:
+            await self.release.wait()
         if reply.hang:
             # Held until the test ends (the client gives up first), then answered so the
             # server can shut down without waiting.
@@ -101,7 +106,10 @@ class Stub:
                 content_type=reply.content_type,
                 headers=reply.headers,
             )
-        return web.json_response(reply.body, status=reply.status, headers=reply.headers)
+        response = web.json_response(reply.body, status=reply.status, headers=reply.headers)
+        if reply.gzip:
+            response.enable_compression(web.ContentCoding.gzip)
+        return response
 
     def reply(self, *replies: Reply) -> None:
         self.script.extend(replies)

@@ -13,6 +13,7 @@
      ├── EmbedderError
      │    └── EmbedderUnavailable          a remote embedder cannot be reached
      ├── TeacherError
+     │    ├── AnswerTooLarge               the teacher's answer passed 1 MiB (`oracle/base.py`)
      │    └── TeacherUnavailable           the teacher failed transiently (retry or record `error`)
      │         └── RetryLater              ... and said how long to wait (`oracle/base.py`)
      ├── HttpError                         the server's refusal as one JSON response (`api/errors.py`)
@@ -20,9 +21,9 @@
           ├── ApiError                     the server answered an error: status, code, message, field
           └── Unreachable                  no answer: refused, reset, timed out, or a proxy's page
 
-Two of these live beside the code that raises them: `RetryLater` in `toolselect.oracle.base`,
-`HttpError` in `toolselect.api.errors` (the server's; the client's `ApiError` is what a caller
-gets back from it).
+Three of these live beside the code that raises them: `RetryLater` and `AnswerTooLarge` in
+`toolselect.oracle.base`, `HttpError` in `toolselect.api.errors` (the server's; the client's
+`ApiError` is what a caller gets back from it).
 
 Adapters translate their library's errors into this tree at the boundary (`raise ... from exc`),
 so nothing from `neo4j`, `sqlite3`, `aiohttp` or `anthropic` leaks to callers.

@@ -195,7 +195,12 @@ class Metrics:
         )
         self.flags = counter("toolselect_flagged_turns", "Mis-routed turns by reason", "reason")
         self.decisions = counter(
-            "toolselect_oracle_decisions", "Oracle decisions by tier and result", "tier", "result"
+            "toolselect_oracle_decisions",
+            "Results recorded for turns, by tier and result, each when it is recorded: a turn"
+            " the spent budget refused and asked about again counts once more with its new"
+            " result (toolselect_teacher_asked_again_total counts those)",
+            "tier",
+            "result",
         )
         self.teacher_abandoned = counter(
             "toolselect_teacher_abandoned",

@@ -117,6 +117,9 @@ class Turn:
     search_status: str | None = None
     shown_position: int | None = None  # 1-based, among the tools the search showed
     shown_k: int | None = None  # how many tools the search showed
+    # Why the oracle decided as it did, as the `turn_labelled` log says: the budget that refused
+    # a `limit_reached` turn, the teacher's pick a `declined` one names, an `error`'s failure.
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,10 @@ from tests.stubs import Reply, Stub, anthropic_message
 from toolselect.catalog import tool_text
 from toolselect.clock import utc_now
 from toolselect.embed import HashingEmbedder
+from toolselect.learn.fit import FitPolicy, FoldWeights
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.learn.records import Observation
+from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.names import DEFAULT_FALLBACK_TOOLS
 from toolselect.oracle.anthropic import AnthropicTeacher, anthropic_client
@@ -57,11 +59,13 @@ class Harness:
         overlap_writes: bool = False,
         teacher_full_catalog: int = 50,
         teacher_candidates: int = 30,
+        tuned: bool = False,
     ) -> None:
         self.store = store
         self.stub = stub
         self.embedder = HashingEmbedder()
         self.ranker = CentroidRanker()
+        self.tuner = SpyTuner(self.ranker) if tuned else None
         self.metrics = Metrics()
         self.saved: list[Exemplar] = []
         self.teacher = AnthropicTeacher(
@@ -92,6 +96,7 @@ class Harness:
                 teacher_full_catalog=teacher_full_catalog,
                 teacher_candidates=teacher_candidates,
             ),
+            tuner=self.tuner,
             metrics=self.metrics,
         )
 
@@ -104,6 +109,18 @@ class Harness:
     def counter(self, name: str, **labels: str) -> float:
         value = self.metrics.value(f"toolselect_{name}_total", labels)
         return value or 0.0
+
+
+class SpyTuner(Tuner):
+    """A tuner over its own ranker that notes what it is told of the teacher's answers."""
+
+    def __init__(self, ranker: CentroidRanker) -> None:
+        super().__init__(ranker, FitPolicy(prior=FoldWeights(16.0)), embedder="hashing")
+        self.answers: list[tuple[int, int | None]] = []
+
+    def teacher_answered(self, shown: int, position: int | None) -> None:
+        self.answers.append((shown, position))
+        super().teacher_answered(shown, position)
 
 
 def teacher_answers(tool: str) -> Reply:
@@ -202,6 +219,31 @@ async def test_a_teacher_label_for_a_tool_gone_from_the_catalog_is_declined(
     )
     assert harness.saved == []
     assert harness.counter("oracle_decisions", tier="teacher", result="declined") == 1
+
+
+async def test_the_trace_and_the_tuner_say_declined_for_a_label_not_kept(
+    sqlite_store: SqliteStore, anthropic_stub: Stub
+) -> None:
+    """The teacher's pick leaves the catalog while it answers: the call is traced `declined`,
+    as the turn ends, and the tuner hears the teacher found no tool, not that it found one."""
+    h = Harness(sqlite_store, anthropic_stub, tuned=True)
+    assert h.tuner is not None
+    await h.load_catalog()
+    h.learner.start()
+    try:
+        assert await h.store.delete_tool("crypto_price")
+        anthropic_stub.reply(teacher_answers("crypto_price"))
+        h.learner.observe(LOW_MARGIN, "shell_exec", turn_id="gone")
+        assert await h.learner.drain(30.0)
+        turn = await h.store.get_turn("gone")
+        assert turn is not None and (turn.result, turn.label) == ("declined", None)
+        calls = await h.store.oracle_calls("gone")
+        assert [(c.result, c.input_tokens) for c in calls] == [("declined", 120)]
+        assert [position for _, position in h.tuner.answers] == [None]
+    finally:
+        await h.learner.close(1.0)
+        await h.teacher.aclose()
+        await h.tuner.close()
 
 
 async def test_a_stored_label_the_agent_passed_over_is_taught_again(harness: Harness) -> None:
@@ -341,6 +383,43 @@ async def test_spent_budget_builds_no_candidates_and_records_limit_reached(
     assert harness.stub.received == []
     shown = harness.metrics.value("toolselect_teacher_candidates_count")
     assert (shown or 0.0) == 0.0  # no series at all until a call is shown candidates
+
+
+async def test_a_refused_turn_keeps_the_budget_that_refused_it_as_its_reason(
+    sqlite_store: SqliteStore, anthropic_stub: Stub
+) -> None:
+    """Budget 1, three turns: the two refused are stored `limit_reached` naming the hourly
+    budget; asked about again they count once more in the decisions, which then add up to the
+    turns decided plus those asked about again."""
+    now = [0.0]
+    h = Harness(sqlite_store, anthropic_stub)
+    h.oracle.budget = Budget(1, clock=lambda: now[0])
+    await h.load_catalog()
+    h.learner.start()
+    try:
+        anthropic_stub.reply(teacher_answers("crypto_price"))
+        burst = {"first": LOW_MARGIN, "second": "prezzo BTC ora?", "third": "BTC adesso?"}
+        for turn_id, request in burst.items():
+            assert h.learner.observe(request, "shell_exec", turn_id=turn_id)
+        assert await h.learner.drain(30.0)
+        turns = [await h.store.get_turn(turn_id) for turn_id in burst]
+        refused = [t for t in turns if t is not None and t.result == "limit_reached"]
+        assert [t.reason for t in refused] == ["hourly budget of 1 calls spent"] * 2
+        now[0] += 3601.0
+        h.oracle.budget = Budget(2, clock=lambda: now[0])
+        assert await h.learner.ask_again() == 2
+        assert await h.learner.drain(30.0)
+        ended = [await h.store.get_turn(turn_id) for turn_id in burst]
+        assert [(t.result, t.reason) for t in ended if t] == [("labeled", None)] * 3
+        decided = {
+            result: h.counter("oracle_decisions", tier="teacher", result=result)
+            for result in ("labeled", "limit_reached")
+        }
+        assert decided == {"labeled": 3, "limit_reached": 2}
+        assert sum(decided.values()) == len(burst) + h.counter("teacher_asked_again")
+    finally:
+        await h.learner.close(1.0)
+        await h.teacher.aclose()
 
 
 async def test_same_query_is_not_labelled_twice_at_once(harness: Harness) -> None:

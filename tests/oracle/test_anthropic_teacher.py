@@ -388,3 +388,126 @@ async def test_trace_failure_does_not_lose_the_label(h: Harness) -> None:
     h.stub.reply(Reply(body=message("web_search")))
     answer = await h.teach(h.oracle(record=broken))
     assert (answer.result, answer.label) == ("labeled", "web_search")
+
+
+async def test_a_stopped_oracle_starts_no_attempt_and_cuts_the_wait_for_a_retry(
+    h: Harness,
+) -> None:
+    """Stopped while it waits out a 429's retry-after, the oracle makes no retry: the turn is
+    `error` with the 429, at once, its slot given back; a later call is declined unsent."""
+    h.stub.reply(
+        api_error(429, "rate_limit_error", {"retry-after": "3"}),
+        Reply(body=message("web_search")),
+    )
+    waiting = asyncio.Event()
+
+    async def never_over(seconds: float) -> None:
+        waiting.set()
+        await asyncio.Event().wait()
+
+    oracle = Oracle(
+        AnthropicTeacher(h.client, MODEL),
+        enabled=True,
+        budget=h.budget,
+        retry=RetryPolicy(retries=2),
+        timeout_s=5.0,
+        record_call=h.calls,
+        sleep=never_over,
+    )
+    task = asyncio.create_task(h.teach(oracle))
+    await asyncio.wait_for(waiting.wait(), timeout=5)
+    oracle.stop()
+    answer = await asyncio.wait_for(task, timeout=5)  # not left waiting for the retry
+    assert (answer.result, answer.attempts) == ("error", 1)
+    assert "429" in (answer.error or "")
+    assert len(h.stub.received) == 1
+    assert h.calls.results == ["error"]
+    assert h.budget.remaining() == 60
+    later = await h.teach(oracle)
+    assert (later.result, later.reason, later.attempts) == ("declined", SHUTDOWN, 0)
+    assert oracle.refusal() == later
+    assert len(h.stub.received) == 1 and len(h.calls.calls) == 1
+
+
+def padded_answer(chars: int, tool: str = "web_search") -> Any:
+    """A valid `choose_tool` answer behind a text block of `chars` characters."""
+    body = message(tool)
+    body["content"].insert(0, {"type": "text", "text": "a" * chars})
+    return body
+
+
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+async def test_an_answer_over_the_cap_is_an_error_without_retry(
+    anthropic_stub: Stub, gzip: bool
+) -> None:
+    """A 200 carrying 2 MB of text before a valid tool_use is refused as it is read, as the
+    OpenAI-compatible teacher refuses one (1 MiB), compressed to a few KB or not: `error`,
+    not retried, its slot given back; an answer under the cap, compressed, is labelled."""
+    client = anthropic_client(api_key="test", base_url=anthropic_stub.url)
+    h = Harness(anthropic_stub, client)
+    try:
+        anthropic_stub.reply(Reply(body=padded_answer(2_000_000), gzip=gzip))
+        answer = await h.teach(h.oracle(client=client))
+        assert (answer.result, answer.attempts) == ("error", 1)
+        assert answer.error == "anthropic: response larger than 1048576 bytes"
+        assert len(anthropic_stub.received) == 1
+        assert [(c.result, c.error) for c in h.calls.calls] == [("error", answer.error)]
+        assert h.budget.remaining() == 60
+        anthropic_stub.script.clear()
+        anthropic_stub.reply(Reply(body=padded_answer(500_000), gzip=gzip))
+        answer = await h.teach(h.oracle(client=client))
+        assert (answer.result, answer.label) == ("labeled", "web_search")
+    finally:
+        await client.close()
+
+
+LONG = "x" * 900_000  # under the answer's cap, far over what a trace or a log line should hold
+
+
+@pytest.mark.parametrize(
+    ("reply", "result"),
+    [
+        (Reply(status=400, body={"type": "error", "error": {"type": "invalid_request_error",
+                                                             "message": LONG}}), "error"),
+        (Reply(body=message([LONG])), "error"),
+        (Reply(body=message(LONG)), "declined"),
+    ],
+    ids=["error-body", "malformed-input", "made-up-name"],
+)  # fmt: skip
+async def test_teacher_text_is_quoted_cut_short(h: Harness, reply: Reply, result: str) -> None:
+    """A 900 KB error body, malformed input or tool name is quoted in the error or reason the
+    trace stores and the log writes, cut to a few hundred characters."""
+    h.stub.reply(reply)
+    answer = await h.teach(h.oracle(retries=0))
+    assert answer.result == result
+    said = answer.error if result == "error" else answer.reason
+    assert said is not None and "xxxxx" in said and "more characters" in said
+    assert len(said) < 400
+    assert all(len(call.error or "") < 400 for call in h.calls.calls)
+
+
+async def test_the_trace_says_what_became_of_the_label(h: Harness) -> None:
+    """The label is kept before the call is traced: one not kept is traced and answered
+    `declined` with the reason, one the store failed to save `error`; both were paid."""
+
+    async def gone(label: str) -> str | None:
+        return f"{label} left the catalog"
+
+    async def store_down(label: str) -> str | None:
+        raise RuntimeError("store down")
+
+    h.stub.reply(Reply(body=message("web_search")))
+    oracle = h.oracle()
+    answers = [
+        await oracle.teach(REQUEST, USED, CANDIDATES, turn_id="t-1", keep=keep)
+        for keep in (gone, store_down)
+    ]
+    assert [(a.result, a.label, a.reason, a.error) for a in answers] == [
+        ("declined", None, "web_search left the catalog", None),
+        ("error", None, None, "store down"),
+    ]
+    assert [(c.result, c.error, c.input_tokens) for c in h.calls.calls] == [
+        ("declined", None, 120),
+        ("error", "store down", 120),
+    ]
+    assert h.budget.remaining() == 58

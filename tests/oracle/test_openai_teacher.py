@@ -224,3 +224,43 @@ async def test_own_session_is_opened_lazily_and_closed(openai_stub: Stub) -> Non
         await teacher.aclose()
     assert raw.label == "web_search"
     assert "Authorization" not in openai_stub.received[0].headers
+
+
+LONG = "x" * 900_000  # under the answer's cap, far over what a trace or a log line should hold
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(status=400, text=LONG),
+        Reply(body=completion({"tool": [LONG]})),
+        Reply(body=completion({"tool": "web_search"}, name=LONG)),
+        Reply(body=completion({"tool": LONG})),
+    ],
+    ids=["error-body", "malformed-arguments", "other-function", "made-up-name"],
+)
+async def test_teacher_text_is_quoted_cut_short(h: Harness, reply: Reply) -> None:
+    """A 900 KB error body, malformed arguments, function or tool name is quoted in the error
+    or reason the trace stores and the log writes, cut to a few hundred characters."""
+    h.stub.reply(reply)
+    answer = await h.teach(h.oracle(retries=0))
+    said = answer.error if answer.result == "error" else answer.reason
+    assert said is not None and "xxxxx" in said and len(said) < 400
+    assert all(len(call.error or "") < 400 for call in h.calls.calls)
+
+
+async def test_usage_reported_as_integral_floats_is_counted(h: Harness) -> None:
+    """A server reporting usage as floats (`200.0`) has its tokens traced and costed; a
+    fractional or negative count is no count."""
+    body = completion({"tool": "web_search"})
+    body["usage"] = {"prompt_tokens": 200.0, "completion_tokens": 10.0, "total_tokens": 210.0}
+    odd = completion({"tool": "web_search"})
+    odd["usage"] = {"prompt_tokens": 200.5, "completion_tokens": -1.0}
+    h.stub.reply(Reply(body=body), Reply(body=odd))
+    answer = await h.teach()
+    assert (answer.result, answer.input_tokens, answer.output_tokens) == ("labeled", 200, 10)
+    assert answer.cost_usd > 0
+    (call,) = h.calls.calls
+    assert (call.input_tokens, call.output_tokens) == (200, 10)
+    answer = await h.teach()
+    assert (answer.input_tokens, answer.output_tokens) == (0, 0)

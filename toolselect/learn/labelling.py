@@ -28,11 +28,13 @@ import structlog
 
 from toolselect.clock import Clock
 from toolselect.embed import Embedder
-from toolselect.errors import StoreUnavailable, ToolselectError
+from toolselect.errors import ToolselectError
 from toolselect.learn.batch import Prepared
 from toolselect.learn.candidates import teacher_candidates
 from toolselect.learn.detect import is_fallback
+from toolselect.learn.finished import FinishedTurns
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
+from toolselect.learn.refused import Refused, RefusedTurn
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.names import catalog_names, is_blank, normalise_query
@@ -74,6 +76,7 @@ class Labeller:
         metrics: Metrics,
         stats: LearnerStats,
         clock: Clock,
+        refused: Refused | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -88,17 +91,20 @@ class Labeller:
         self._clock = clock
         self.teaching: set[asyncio.Task[None]] = set()
         self._teaching_ids: set[str] = set()
-        # Turns the spent budget refused, newest last (`ask_again`).
-        self._refused: dict[str, tuple[Turn, np.ndarray, tuple[str, ...]]] = {}
-        # Set by the learner's close: turns still drained are not escalated to the teacher.
+        # For `ask_again`; a tenant's outlives its service, as its budget does.
+        self.refused = refused if refused is not None else Refused(config.queue_size)
+        # Set by `stop`: turns still drained are not escalated to the teacher.
         self.stopping = False
         self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
         self._in_flight = InFlight()
-        # Turns the teacher tier finished, waiting for the write in flight to end.
-        self._finished: list[Turn] = []
-        self._finish_lock = asyncio.Lock()
+        self._finished = FinishedTurns(store)
         # For the snapshot of that version: its packs' members.
         self._packs: tuple[int, dict[str, frozenset[str]]] = (-1, {})
+
+    def stop(self) -> None:
+        """A stopping service: no turn is escalated and no teacher attempt starts any more."""
+        self.stopping = True
+        self._oracle.stop()
 
     async def commit(self, prepared: Prepared) -> None:
         """Label the flagged turns of a prepared batch, record every turn, save and fold."""
@@ -195,6 +201,7 @@ class Labeller:
                 tier=decision.tier,
                 result=result,
                 label=label,
+                reason=decision.reason,
             )
             if decision.escalate and tuner is not None and rationed:
                 tuner.escalated()
@@ -207,9 +214,9 @@ class Labeller:
                 self._decided(turn)
                 if backlog:
                     self._metrics.teacher_budget_spent.labels("backlog").inc()
-                    self._log_finished(turn, f"{len(self.teaching)} turns wait for the teacher")
+                    turn = self._logged(turn, f"{len(self.teaching)} turns wait for the teacher")
                 elif decision.escalate:
-                    self._log_finished(turn, SHUTDOWN if self.stopping else "teacher off")
+                    turn = self._logged(turn, SHUTDOWN if self.stopping else "teacher off")
                 elif label is not None and decision.tier == "ranker":
                     saves.append((turn, vector, label, "ranker", probability))
             turns.append(turn)
@@ -342,28 +349,21 @@ class Labeller:
                     )
                     self._metrics.teacher_candidates.observe(len(candidates))
                     answer = await self._oracle.teach(
-                        turn.request, turn.used_tool, candidates, turn_id=turn.id
+                        turn.request,
+                        turn.used_tool,
+                        candidates,
+                        turn_id=turn.id,
+                        keep=lambda label: self._keep(turn, vector, label),
                     )
             done = replace(turn, result=answer.result, label=answer.label)
             if answer.result == "limit_reached":  # asked again once the hour frees a slot
-                self._refused.pop(turn.id, None)
-                self._refused[turn.id] = (turn, vector, passed)
-                if len(self._refused) > self._config.queue_size:
-                    del self._refused[next(iter(self._refused))]
+                self.refused.add(RefusedTurn(turn, vector, passed))
             called = answer.attempts > 0  # not the kill switch, the budget or an error
             if self._tuner is not None and called and answer.result in ("labeled", "declined"):
                 names = [c.name for c in candidates]
                 position = names.index(answer.label) if answer.label in names else None
                 self._tuner.teacher_answered(len(candidates), position)
-            why = answer.reason or answer.error
-            if answer.result == "labeled" and answer.label is not None:
-                saved = await self._save([(done, vector, answer.label, "teacher", 1.0)])
-                if saved.changed:
-                    await self._on_saved(saved)
-                if saved.unknown_tool:  # removed from the catalog while the teacher answered
-                    done = replace(done, result="declined", label=None)
-                    why = f"{answer.label} left the catalog before its label was saved"
-            await self._finish(done, why)
+            await self._finish(done, answer.reason or answer.error)
         except ToolselectError as exc:
             await self._finish(replace(turn, result="error"), str(exc))
         except asyncio.CancelledError:
@@ -373,23 +373,31 @@ class Labeller:
         finally:
             self._in_flight.release(key)
 
+    async def _keep(self, turn: Turn, vector: np.ndarray, label: str) -> str | None:
+        """Save and fold the teacher's label of `turn`; why it was not kept, or None."""
+        saved = await self._save([(turn, vector, label, "teacher", 1.0)])
+        if saved.changed:
+            await self._on_saved(saved)
+        if saved.unknown_tool:  # removed from the catalog while the teacher answered
+            return f"{label} left the catalog before its label was saved"
+        return None
+
     async def _finish(self, turn: Turn, why: str | None) -> None:
         self._decided(turn)
-        self._log_finished(turn, why)
-        await self._record_finished([turn])
+        await self._finished.record([self._logged(turn, why)])
 
     async def ask_again(self) -> int:
         """Escalate turns the spent budget refused, newest first, as far as it has room beyond
         the calls in progress: a burst that spent the hour is labelled as the rolling hour
         frees slots, not only the turns that came first. A query labelled meanwhile is left."""
         room = self._oracle.budget.remaining() - len(self.teaching)
-        if not self._refused or room <= 0 or self.stopping or not self._oracle.active:
+        if not self.refused or room <= 0 or self.stopping or not self._oracle.active:
             return 0
-        picked = [self._refused.popitem()[1] for _ in range(min(room, len(self._refused)))]
-        labelled = await self._store.exemplars_for_queries([turn.request for turn, _, _ in picked])
-        again = [p for p in picked if normalise_query(p[0].request) not in labelled]
-        for turn, vector, passed in again:
-            self._escalate(replace(turn, result=None), vector, passed)
+        picked = self.refused.take(room)
+        labelled = await self._store.exemplars_for_queries([p.turn.request for p in picked])
+        again = [p for p in picked if normalise_query(p.turn.request) not in labelled]
+        for p in again:
+            self._escalate(replace(p.turn, result=None), p.vector, p.passed)
         self._metrics.teacher_asked_again.inc(len(again))
         return len(again)
 
@@ -401,13 +409,14 @@ class Labeller:
         closed = [replace(t, result="error") for t in left if t.id not in self._teaching_ids]
         for turn in closed:
             self._decided(turn)
-            self._log_finished(turn, ABANDONED)
+        closed = [self._logged(turn, ABANDONED) for turn in closed]
         if closed:
             self._metrics.teacher_abandoned.inc(len(closed))
-            await self._record_finished(closed)
+            await self._finished.record(closed)
         return len(closed)
 
-    def _log_finished(self, turn: Turn, why: str | None) -> None:
+    def _logged(self, turn: Turn, why: str | None) -> Turn:
+        """`turn` with `why` as its stored reason, once logged."""
         log.info(
             "turn_labelled",
             turn_id=turn.id,
@@ -416,33 +425,4 @@ class Labeller:
             label=turn.label,
             why=why,
         )
-
-    async def _record_finished(self, finished: Sequence[Turn]) -> None:
-        """Record turns the teacher tier finished, once every turn finished before is.
-
-        Turns finished while such a write is in flight wait for it and are then recorded
-        together by whichever of them runs first: a burst of escalations costs a few
-        transactions instead of one each.
-        A batch the store refuses is recorded turn by turn, so a bad turn fails alone.
-        """
-        self._finished.extend(finished)
-        async with self._finish_lock:
-            if not self._finished:
-                return  # recorded by the write of an earlier finisher
-            turns, self._finished = self._finished, []
-            try:
-                await self._store.record_turns(turns)
-                return
-            except (StoreUnavailable, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                if len(turns) == 1:
-                    raise
-                log.warning("finished_turns_retried_alone", turns=len(turns), error=repr(exc))
-            for alone in turns:
-                try:
-                    await self._store.record_turns([alone])
-                except (StoreUnavailable, asyncio.CancelledError):
-                    raise
-                except Exception as exc:
-                    log.error("finished_turn_not_recorded", turn_id=alone.id, error=repr(exc))
+        return replace(turn, reason=why)

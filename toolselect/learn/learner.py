@@ -20,6 +20,7 @@ from toolselect.embed import Embedder
 from toolselect.learn.intake import Intake
 from toolselect.learn.labelling import Labeller
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
+from toolselect.learn.refused import Refused
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.oracle.oracle import Oracle
@@ -53,6 +54,7 @@ class Learner:
         tuner: Tuner | None = None,
         metrics: Metrics | None = None,
         clock: Clock = utc_now,
+        refused: Refused | None = None,
     ) -> None:
         self.config = config
         self._metrics = metrics or Metrics()
@@ -70,6 +72,7 @@ class Learner:
             metrics=self._metrics,
             stats=self.stats,
             clock=clock,
+            refused=refused,
         )
         self._intake = Intake(
             embedder=embedder,
@@ -102,6 +105,11 @@ class Learner:
     @property
     def depth(self) -> int:
         return self._intake.depth
+
+    @property
+    def refused(self) -> Refused:
+        """The turns the spent budget refused, to be asked about once it has room."""
+        return self._labeller.refused
 
     async def ask_again(self) -> int:
         """Escalate turns the spent budget refused, once it has room (`Labeller.ask_again`)."""
@@ -145,7 +153,7 @@ class Learner:
     async def close(self, within_s: float = 10.0) -> None:
         """Stop intake, drain within `within_s`, cancel teacher calls, join every task."""
         self._accepting = False
-        self._labeller.stopping = True
+        self._labeller.stop()
         started = self._worker is not None
         # Turns accepted while the catalog never loaded (the store down since the start) have
         # no worker to take them: dropped as surely as those a timed-out drain leaves.

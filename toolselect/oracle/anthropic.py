@@ -3,6 +3,10 @@
 The SDK's own retries are switched off (`max_retries=0`): the `Oracle` retries, so that every
 attempt is traced and counted against the budget rules.
 
+The client `anthropic_client` makes refuses an answer over `MAX_ANSWER_BYTES` as it is read
+(decoded: it offers gzip alone, whose output it counts), as the OpenAI-compatible
+teacher does; the SDK would otherwise hold a body of any size, and parse it, on the loop.
+
 No `temperature` is sent. SDK 2.x removed the sampling parameters and sends API version
 2026-10-21, which rejects them with 400 (even `temperature: 1.0`); the forced tool choice with an
 `enum` of candidate names already leaves the model nothing to be creative with.
@@ -11,23 +15,29 @@ No `temperature` is sent. SDK 2.x removed the sampling parameters and sends API 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import zlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anthropic
+import httpx2
 from anthropic.types import Message, ToolChoiceToolParam, ToolParam
 
 from toolselect.errors import TeacherError, TeacherUnavailable
 from toolselect.oracle.base import (
     CHOICE_TOOL,
+    MAX_ANSWER_BYTES,
     MAX_OUTPUT_TOKENS,
     NONE_CHOICE,
     SYSTEM_PROMPT,
+    AnswerTooLarge,
     Candidate,
     RawAnswer,
     RetryLater,
     choice_schema,
     match_candidate,
+    quoted,
+    token_count,
     user_prompt,
 )
 from toolselect.retry_after import parse_retry_after
@@ -38,10 +48,74 @@ DEFAULT_MODEL = "claude-haiku-4-5"
 def anthropic_client(
     *, api_key: str, base_url: str | None = None, timeout_s: float = 20.0
 ) -> anthropic.AsyncAnthropic:
-    """An SDK client as the teacher wants it: no SDK retries, the per-attempt timeout."""
-    return anthropic.AsyncAnthropic(
-        api_key=api_key, base_url=base_url or None, timeout=timeout_s, max_retries=0
+    """An SDK client as the teacher wants it: no SDK retries, the per-attempt timeout, answers
+    capped at `MAX_ANSWER_BYTES`."""
+    http = anthropic.DefaultAsyncHttpxClient(
+        headers={"Accept-Encoding": ", ".join(_CODINGS)},
+        event_hooks={"response": [_cap_answer]},
     )
+    return anthropic.AsyncAnthropic(
+        api_key=api_key,
+        base_url=base_url or None,
+        timeout=timeout_s,
+        max_retries=0,
+        http_client=http,
+    )
+
+
+# The content codings offered, each one whose decoded size `_CappedBody` counts (zlib's window
+# bits for it). Not deflate: servers send it raw or zlib-wrapped, and the SDK decodes both.
+_CODINGS = {"gzip": 31}
+
+
+async def _cap_answer(response: httpx2.Response) -> None:
+    """Refuse an answer declared over the cap; count the bytes of any other as it is read."""
+    length = response.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_ANSWER_BYTES:
+        raise AnswerTooLarge("anthropic")
+    codings = [
+        coding.strip().lower()
+        for coding in response.headers.get_list("content-encoding", split_commas=True)
+        if coding.strip().lower() not in ("", "identity")
+    ]
+    if len(codings) > 1 or (codings and codings[0] not in _CODINGS):
+        raise TeacherError(f"anthropic: response in a coding not offered: {codings}"[:200])
+    if isinstance(response.stream, httpx2.AsyncByteStream):
+        response.stream = _CappedBody(response.stream, codings[0] if codings else None)
+
+
+class _CappedBody(httpx2.AsyncByteStream):
+    """A body read through, refused once it, or what it decodes to, passes the cap."""
+
+    def __init__(self, raw: httpx2.AsyncByteStream, coding: str | None) -> None:
+        self._raw = raw
+        self._inflate = zlib.decompressobj(_CODINGS[coding]) if coding else None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = decoded = 0
+        async for chunk in self._raw:
+            read += len(chunk)
+            if self._inflate is not None:
+                decoded += _inflated(self._inflate, chunk, MAX_ANSWER_BYTES - decoded)
+            if max(read, decoded) > MAX_ANSWER_BYTES:
+                raise AnswerTooLarge("anthropic")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._raw.aclose()
+
+
+def _inflated(inflate: Any, data: bytes, room: int) -> int:
+    """How many bytes `data` decodes to, counted only up to just past `room` (a small
+    compressed chunk may stand for gigabytes)."""
+    size = 0
+    try:
+        while data and size <= room:
+            size += len(inflate.decompress(data, room - size + 1))
+            data = inflate.unconsumed_tail
+    except zlib.error as exc:
+        raise TeacherError(f"anthropic: malformed compressed response: {exc}") from exc
+    return size
 
 
 def _transient_status(status: int) -> bool:
@@ -89,23 +163,25 @@ class AnthropicTeacher:
                 tool_choice=choice,
             )
         except anthropic.APIStatusError as exc:
-            detail = f"anthropic {exc.status_code}: {exc.message}"
+            detail = f"anthropic {exc.status_code}: {quoted(exc.message)}"
             if _transient_status(exc.status_code):
                 raise RetryLater(detail, parse_retry_after(exc.response.headers)) from exc
             raise TeacherError(detail) from exc
         except anthropic.APIConnectionError as exc:  # APITimeoutError is a subclass
-            raise TeacherUnavailable(f"anthropic unreachable: {exc.message}") from exc
+            if isinstance(exc.__cause__, TeacherError):  # refused by `_cap_answer`
+                raise exc.__cause__ from None
+            raise TeacherUnavailable(f"anthropic unreachable: {quoted(exc.message)}") from exc
         except anthropic.AnthropicError as exc:  # response validation, credentials, ...
-            raise TeacherError(f"anthropic: {exc}") from exc
+            raise TeacherError(f"anthropic: {quoted(str(exc))}") from exc
         except json.JSONDecodeError as exc:  # a 200 whose body is not JSON
-            raise TeacherError(f"anthropic: malformed response: {exc}") from exc
+            raise TeacherError(f"anthropic: malformed response: {quoted(str(exc))}") from exc
         return _parse(message, candidates)
 
 
 def _parse(message: Any, candidates: Sequence[Candidate]) -> RawAnswer:
     # The SDK builds responses without validation, so any field may be missing or mistyped.
     if not isinstance(message, Message):
-        raise TeacherError(f"anthropic: malformed response: {str(message)[:200]!r}")
+        raise TeacherError(f"anthropic: malformed response: {quoted(repr(message))}")
     usage = getattr(message, "usage", None)
     tokens = {
         "input_tokens": _count(usage, "input_tokens"),
@@ -122,7 +198,7 @@ def _parse(message: Any, candidates: Sequence[Candidate]) -> RawAnswer:
             picked = arguments.get("tool") if isinstance(arguments, dict) else None
             if not isinstance(picked, str):
                 raise TeacherError(
-                    f"anthropic: malformed {CHOICE_TOOL} input: {arguments!r}", **tokens
+                    f"anthropic: malformed {CHOICE_TOOL} input: {quoted(repr(arguments))}", **tokens
                 )
             return RawAnswer(
                 choice=None if picked == NONE_CHOICE else picked,
@@ -136,5 +212,4 @@ def _parse(message: Any, candidates: Sequence[Candidate]) -> RawAnswer:
 
 
 def _count(usage: object, name: str) -> int:
-    value = getattr(usage, name, 0)
-    return value if isinstance(value, int) and value >= 0 else 0
+    return token_count(getattr(usage, name, 0))

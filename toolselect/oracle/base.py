@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from toolselect.errors import TeacherUnavailable
+from toolselect.errors import TeacherError, TeacherUnavailable
 from toolselect.names import namespace, same_tool
 
 TeacherResult = Literal["labeled", "declined", "limit_reached", "error"]
@@ -27,6 +27,14 @@ MAX_DESCRIPTION_CHARS = 400
 # descriptions cut to each of these lengths in turn (0: the name alone) before any is dropped.
 FULL_DESCRIPTIONS = 10
 SHORTENED_DESCRIPTION_CHARS = (200, 120, 80, 40, 0)
+# A teacher's answer is a few hundred bytes; a larger body is a misconfigured (or hostile)
+# endpoint, refused as it is read rather than held whole on the loop that serves rankings.
+MAX_ANSWER_BYTES = 1 << 20
+# What a teacher sent, quoted in an error or a reason (an error body, a malformed answer, a name
+# it made up), is cut to this many characters: each is stored with a trace or a turn and logged.
+MAX_QUOTED_CHARS = 300
+# And a whole error, whichever teacher wrote it (a quote and the words around it fit).
+MAX_ERROR_CHARS = 1000
 
 SYSTEM_PROMPT = (
     "You review the tool choices of an AI agent. You are given a user's request, the tool the "
@@ -81,6 +89,13 @@ class TeacherAnswer:
     cost_usd: float = 0.0
 
 
+class AnswerTooLarge(TeacherError):
+    """A teacher's answer over `MAX_ANSWER_BYTES` (decoded, when it came compressed)."""
+
+    def __init__(self, provider: str) -> None:
+        super().__init__(f"{provider}: response larger than {MAX_ANSWER_BYTES} bytes")
+
+
 class RetryLater(TeacherUnavailable):
     """A transient failure for which the server said how long to wait (`retry-after`)."""
 
@@ -114,6 +129,21 @@ class Teacher(Protocol):
 
     async def aclose(self) -> None:
         """Release the client's connections (called once at shutdown)."""
+
+
+def token_count(value: object) -> int:
+    """A token count a provider reported: a whole number >= 0, as an int or an integral float
+    (`50.0`: some OpenAI-compatible servers); anything else counts 0."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def quoted(text: str, chars: int = MAX_QUOTED_CHARS) -> str:
+    """`text` cut to `chars` characters, saying how much was left out."""
+    if len(text) <= chars:
+        return text
+    return f"{text[:chars]}... ({len(text) - chars} more characters)"
 
 
 def match_candidate(choice: str | None, candidates: Sequence[Candidate]) -> str | None:

@@ -15,19 +15,21 @@ import aiohttp
 from toolselect.errors import TeacherError, TeacherUnavailable
 from toolselect.oracle.base import (
     CHOICE_TOOL,
+    MAX_ANSWER_BYTES,
     MAX_OUTPUT_TOKENS,
     NONE_CHOICE,
     SYSTEM_PROMPT,
+    AnswerTooLarge,
     Candidate,
     RawAnswer,
     RetryLater,
     choice_schema,
     match_candidate,
+    quoted,
+    token_count,
     user_prompt,
 )
 from toolselect.retry_after import parse_retry_after
-
-_MAX_BODY_BYTES = 1 << 20
 
 
 def _transient_status(status: int) -> bool:
@@ -105,30 +107,30 @@ class OpenAICompatTeacher:
             async with self._client().post(self._url, json=body, headers=headers) as response:
                 raw = await _read_capped(response)
                 if response.status >= 400:
-                    detail = f"openai {response.status}: {raw[:300].decode(errors='replace')}"
+                    detail = f"openai {response.status}: {quoted(raw.decode(errors='replace'))}"
                     if _transient_status(response.status):
                         retry_after = parse_retry_after(response.headers)
                         raise RetryLater(detail, retry_after)
                     raise TeacherError(detail)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise TeacherUnavailable(f"openai unreachable: {exc}") from exc
+            raise TeacherUnavailable(f"openai unreachable: {quoted(str(exc))}") from exc
         except aiohttp.ClientError as exc:
-            raise TeacherError(f"openai: {exc}") from exc
+            raise TeacherError(f"openai: {quoted(str(exc))}") from exc
         try:
             data = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise TeacherError(f"openai: malformed response: {exc}") from exc
+            raise TeacherError(f"openai: malformed response: {quoted(str(exc))}") from exc
         return _parse(data, candidates)
 
 
 async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
-    # A teacher answer is a few hundred bytes; a huge body is a misconfigured endpoint.
+    # aiohttp hands the body decoded: the cap holds for a compressed one too.
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_chunked(1 << 16):
         size += len(chunk)
-        if size > _MAX_BODY_BYTES:
-            raise TeacherError(f"openai: response larger than {_MAX_BODY_BYTES} bytes")
+        if size > MAX_ANSWER_BYTES:
+            raise AnswerTooLarge("openai")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -142,16 +144,20 @@ def _parse(data: Any, candidates: Sequence[Candidate]) -> RawAnswer:
     try:
         call = data["choices"][0]["message"]["tool_calls"][0]["function"]
         if call.get("name") not in (None, CHOICE_TOOL):
-            raise TeacherError(f"openai: called {call.get('name')!r}, not {CHOICE_TOOL}", **tokens)
+            raise TeacherError(
+                f"openai: called {quoted(repr(call.get('name')))}, not {CHOICE_TOOL}", **tokens
+            )
         arguments = call["arguments"]
         parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
         picked = parsed["tool"]
     except TeacherError:
         raise
     except (KeyError, IndexError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-        raise TeacherError(f"openai: malformed response: {exc!r}", **tokens) from exc
+        raise TeacherError(f"openai: malformed response: {quoted(repr(exc))}", **tokens) from exc
     if not isinstance(picked, str):
-        raise TeacherError(f"openai: malformed {CHOICE_TOOL} arguments: {parsed!r}", **tokens)
+        raise TeacherError(
+            f"openai: malformed {CHOICE_TOOL} arguments: {quoted(repr(parsed))}", **tokens
+        )
     return RawAnswer(
         choice=None if picked == NONE_CHOICE else picked,
         label=match_candidate(picked, candidates),
@@ -160,5 +166,4 @@ def _parse(data: Any, candidates: Sequence[Candidate]) -> RawAnswer:
 
 
 def _count(usage: Any, name: str) -> int:
-    value = usage.get(name, 0) if isinstance(usage, dict) else 0
-    return value if isinstance(value, int) and value >= 0 else 0
+    return token_count(usage.get(name, 0) if isinstance(usage, dict) else 0)

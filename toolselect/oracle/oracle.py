@@ -19,8 +19,10 @@ successful call that picks `none` or a tool outside the candidates keeps its slo
 for) and answers `declined`; so does an answer the provider billed (it reported tokens) with
 nothing usable in it, which answers `error` with its tokens and cost traced.
 
-Cancellation (service shutdown) propagates out of `teach`, tracing the attempt it cut and
-refunding the slot on the way.
+Stopping (`stop`, a service shutting down): no attempt starts afterwards, neither a first one
+(`declined`, nothing traced: no call was made) nor a retry (`error` with the last attempt's
+failure, the wait before it cut short); calls in flight finish. Cancellation propagates out of
+`teach`, tracing the attempt it cut and refunding the slot on the way.
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ import structlog
 from toolselect.errors import TeacherError, TeacherUnavailable
 from toolselect.metrics import Metrics
 from toolselect.oracle.base import (
+    MAX_ERROR_CHARS,
     Candidate,
     RawAnswer,
     RetryLater,
     Teacher,
     TeacherAnswer,
     TeacherResult,
+    quoted,
 )
 from toolselect.oracle.budget import Budget, RetryPolicy, Slot
 from toolselect.records import OracleCall
@@ -67,6 +71,8 @@ DEFAULT_PRICES: Mapping[str, tuple[float, float]] = {
 }
 
 RecordCall = Callable[[OracleCall], Awaitable[None]]
+# Saves a label the teacher gave; why it was not kept (its tool left the catalog), or None.
+Keep = Callable[[str], Awaitable[str | None]]
 # Why a teacher call, or a turn waiting for one, ended when the service stopped.
 SHUTDOWN = "cancelled: the service is shutting down"
 # How often a call waiting for a budget slot held in flight looks again (real time: the calls
@@ -148,6 +154,16 @@ class Oracle:
         self._monotonic = monotonic
         self._sleep = sleep
         self._metrics = metrics
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        """Start no attempt from now on (see the module docstring): a stopping service drains
+        its turns without paying for calls it would cut short."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
     @property
     def active(self) -> bool:
@@ -161,9 +177,13 @@ class Oracle:
         candidates: Sequence[Candidate],
         *,
         turn_id: str | None = None,
+        keep: Keep | None = None,
     ) -> TeacherAnswer:
         """Ask the teacher which candidate the agent should have used.
 
+        `keep` saves the label of an answer before its call is traced, so the trace tells what
+        became of the turn: a label it does not keep is `declined` with its reason, one it
+        failed to save an `error`.
         Never raises, except `CancelledError` when the caller is cancelled (shutdown).
         """
         teacher = self._teacher
@@ -171,11 +191,17 @@ class Oracle:
             return TeacherAnswer("declined", reason="teacher off")
         if not candidates:
             return TeacherAnswer("declined", reason="no candidates")
+        if self.stopping:
+            return TeacherAnswer("declined", reason=SHUTDOWN)
         slot = await self._reserve()
+        if self.stopping:  # while it waited for a slot held in flight
+            if slot is not None:
+                self.budget.refund(slot)
+            return TeacherAnswer("declined", reason=SHUTDOWN)
         if slot is None:
             return self._spent(turn_id)
         try:
-            answer = await self._attempts(teacher, request, used_tool, candidates, turn_id)
+            answer = await self._attempts(teacher, request, used_tool, candidates, turn_id, keep)
         except BaseException:
             self.budget.refund(slot)
             raise
@@ -189,7 +215,7 @@ class Oracle:
         """A budget slot; while the last ones are held by calls in flight (which may fail and
         give theirs back), wait for them; None once paid calls have spent the budget."""
         while (slot := self.budget.reserve()) is None:
-            if not self.budget.in_flight():
+            if not self.budget.in_flight() or self.stopping:
                 return None
             await asyncio.sleep(_IN_FLIGHT_POLL_S)
         return slot
@@ -200,6 +226,8 @@ class Oracle:
         candidates that no call will use."""
         if not self._enabled or self._teacher is None:
             return TeacherAnswer("declined", reason="teacher off")
+        if self.stopping:
+            return TeacherAnswer("declined", reason=SHUTDOWN)
         if self.budget.remaining() == 0 and not self.budget.in_flight():
             return self._spent(turn_id)
         return None
@@ -223,6 +251,7 @@ class Oracle:
         used_tool: str,
         candidates: Sequence[Candidate],
         turn_id: str | None,
+        keep: Keep | None,
     ) -> TeacherAnswer:
         error = "no attempt made"
         for attempt in range(self.retry.attempts):
@@ -241,18 +270,18 @@ class Oracle:
             except TimeoutError:
                 error, transient = f"timed out after {self._timeout_s:g} s", True
             except TeacherUnavailable as exc:
-                error, transient = str(exc) or type(exc).__name__, True
+                error, transient = quoted(str(exc) or type(exc).__name__, MAX_ERROR_CHARS), True
                 retry_after = exc.retry_after if isinstance(exc, RetryLater) else None
             except TeacherError as exc:
-                error, transient = str(exc) or type(exc).__name__, False
+                error, transient = quoted(str(exc) or type(exc).__name__, MAX_ERROR_CHARS), False
                 billed = (exc.input_tokens, exc.output_tokens)
             except Exception as exc:  # a teacher bug must not kill the learner's worker
                 log.exception("teacher_failed_unexpectedly", turn_id=turn_id)
-                error, transient = f"{type(exc).__name__}: {exc}", False
+                error, transient = quoted(f"{type(exc).__name__}: {exc}", MAX_ERROR_CHARS), False
             else:
                 latency_ms = (self._monotonic() - started) * 1000.0
                 return await self._answered(
-                    teacher, raw, candidates, turn_id, at, latency_ms, attempt + 1
+                    teacher, raw, candidates, turn_id, at, latency_ms, attempt + 1, keep
                 )
             latency_ms = (self._monotonic() - started) * 1000.0
             # An answer with nothing usable in it was still billed: traced and charged as such.
@@ -268,7 +297,7 @@ class Oracle:
                 cost=cost,
                 error=error,
             )
-            last = attempt + 1 >= self.retry.attempts
+            last = attempt + 1 >= self.retry.attempts or self.stopping
             delay = None if last or not transient else self.retry.delay(attempt, retry_after)
             log.warning(
                 "teacher_attempt_failed",
@@ -279,7 +308,7 @@ class Oracle:
                 retry_in_s=delay,
                 error=error,
             )
-            if delay is None:
+            if delay is None or not await self._pause(delay):
                 return TeacherAnswer(
                     "error",
                     error=error,
@@ -288,8 +317,21 @@ class Oracle:
                     output_tokens=billed[1],
                     cost_usd=cost,
                 )
-            await self._sleep(delay)
         return TeacherAnswer("error", error=error, attempts=self.retry.attempts)
+
+    async def _pause(self, seconds: float) -> bool:
+        """Wait `seconds` before a retry; False when the oracle was stopped first (a retry-after
+        of 30 s would otherwise hold a stopping service's drain, and then pay)."""
+        if self.stopping:
+            return False
+        sleeping = asyncio.ensure_future(self._sleep(seconds))
+        stopped = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((sleeping, stopped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            stopped.cancel()
+        return not self.stopping
 
     async def _answered(
         self,
@@ -300,19 +342,30 @@ class Oracle:
         at: datetime,
         latency_ms: float,
         attempts: int,
+        keep: Keep | None,
     ) -> TeacherAnswer:
         # Re-checked here rather than trusted: any Teacher implementation may be plugged in.
         names = {c.name for c in candidates}
         label = raw.label if raw.label in names else None
         cost = self._charge(teacher, raw.input_tokens, raw.output_tokens)
         result: TeacherResult = "labeled" if label is not None else "declined"
-        reason = None
+        reason = error = None
         if label is None:
             reason = (
                 "teacher picked none"
                 if raw.choice is None
-                else f"teacher picked {raw.choice!r}, not a candidate"
+                else f"teacher picked {quoted(repr(raw.choice))}, not a candidate"
             )
+        elif keep is not None:
+            try:
+                reason = await keep(label)
+            except asyncio.CancelledError:
+                await self._trace(teacher, turn_id, at, latency_ms, "error", error=SHUTDOWN)
+                raise
+            except Exception as exc:  # the store failed: the answer is lost with the label
+                result, label, error = "error", None, quoted(str(exc), MAX_ERROR_CHARS)
+            if reason is not None:
+                result, label = "declined", None
         await self._trace(
             teacher,
             turn_id,
@@ -322,6 +375,7 @@ class Oracle:
             input_tokens=raw.input_tokens,
             output_tokens=raw.output_tokens,
             cost=cost,
+            error=error,
         )
         log.info(
             "teacher_answered",
@@ -340,6 +394,7 @@ class Oracle:
             input_tokens=raw.input_tokens,
             output_tokens=raw.output_tokens,
             reason=reason,
+            error=error,
             attempts=attempts,
             cost_usd=cost,
         )

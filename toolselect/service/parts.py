@@ -21,6 +21,7 @@ from toolselect.embed import (
 from toolselect.keys import KeyRegistry
 from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
 from toolselect.learn.learner import Learner, LearnerConfig
+from toolselect.learn.refused import Refused
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.oracle.base import Teacher
@@ -158,12 +159,13 @@ def compose(
     load_progress: Progress | None = None,
     teacher_cap: Budget | None = None,
     teacher_budget: Budget | None = None,
+    teacher_refused: Refused | None = None,
     vectors: VectorCache | None = None,
 ) -> Parts:
     """Build every part of a service from settings and the opened adapters; no I/O.
 
     `teacher_cap` is the global teacher budget of the process, `teacher_budget` a tenant's own
-    from an earlier start of its service, and `vectors` the process's vector cache
+    from an earlier start of its service (`teacher_refused` the turns that budget refused), and `vectors` the process's vector cache
     (`TenantServices` hands the `default` service's to every other tenant's); without them they
     are made from the settings (`TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR`,
     `TOOLSELECT_VECTOR_CACHE`)."""
@@ -232,6 +234,7 @@ def compose(
         tuner=tuner,
         metrics=metrics,
         clock=clock,
+        refused=teacher_refused,
     )
     searches = SearchLog(settings.searches_kept, settings.search_ttl_s, tenant=buffered.tenant)
     sessions = SessionSignals(buffered, queries, ranker, settings, metrics)

@@ -23,6 +23,7 @@ from toolselect.config import Settings, ignored_variables
 from toolselect.embed import embedder_for
 from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
 from toolselect.keys import DEFAULT_TENANT, tenant_file
+from toolselect.learn.refused import Refused
 from toolselect.metrics import Metrics
 from toolselect.oracle.budget import WINDOW_S, Budget
 from toolselect.service.index import Progress
@@ -64,6 +65,8 @@ class Service:
         # Every other tenant's teacher budget (on the `default` service), kept when a tenant's
         # service is closed and started again: its hour of paid calls is not reset by a restart.
         self.teacher_budgets: dict[str, Budget] = {}
+        # And the turns each budget refused, asked about once it has room: not lost with it.
+        self.teacher_refused: dict[str, Refused] = {}
 
     @classmethod
     async def start(
@@ -130,10 +133,12 @@ class Service:
             load_progress=load_progress,
             teacher_cap=beside.oracle.budget.cap if beside is not None else None,
             teacher_budget=beside.teacher_budgets.get(tenant) if beside is not None else None,
+            teacher_refused=beside.teacher_refused.get(tenant) if beside is not None else None,
             vectors=beside.parts.vectors if beside is not None else None,
         )
         if beside is not None:
             beside.teacher_budgets.setdefault(tenant, parts.oracle.budget)
+            beside.teacher_refused.setdefault(tenant, parts.learner.refused)
         service = cls(parts)
         service._owns_models = beside is None
         try:

@@ -74,6 +74,7 @@ _ADDED = (
     ("turns", "search_status", "TEXT"),
     ("turns", "shown_position", "INTEGER"),
     ("turns", "shown_k", "INTEGER"),
+    ("turns", "reason", "TEXT"),
     ("exemplars", "count", "INTEGER NOT NULL DEFAULT 1"),
 )
 

@@ -82,17 +82,18 @@ _UPSERT_TOOL = """
 _INSERT_TURN = """
     INSERT INTO turns (id, request, used_tool, at, agent_id, pack, outcome, top1, margin,
         flagged, flag_reason, tier, label, result, session_id, used_tools, search_id,
-        search_status, shown_position, shown_k)
+        search_status, shown_position, shown_k, reason)
     VALUES (:id, :request, :used_tool, :at, :agent_id, :pack, :outcome, :top1, :margin,
         :flagged, :flag_reason, :tier, :label, :result, :session_id, :used_tools, :search_id,
-        :search_status, :shown_position, :shown_k)
+        :search_status, :shown_position, :shown_k, :reason)
     ON CONFLICT(id) DO NOTHING"""
 _UPDATE_TURN = """
     UPDATE turns SET request = :request, used_tool = :used_tool, at = :at, agent_id = :agent_id,
         pack = :pack, outcome = :outcome, top1 = :top1, margin = :margin, flagged = :flagged,
         flag_reason = :flag_reason, tier = :tier, label = :label, result = :result,
         session_id = :session_id, used_tools = :used_tools, search_id = :search_id,
-        search_status = :search_status, shown_position = :shown_position, shown_k = :shown_k
+        search_status = :search_status, shown_position = :shown_position, shown_k = :shown_k,
+        reason = :reason
     WHERE id = :id"""
 _SESSION_TURNS = """
     SELECT * FROM turns WHERE session_id IS NOT NULL ORDER BY at DESC, id DESC LIMIT ?"""
