@@ -71,8 +71,9 @@ def catalog_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
 
 
 @contextmanager
-def serving(env: dict[str, str]) -> Iterator[str]:
-    """`toolselect serve` on a free loopback port, ready; stopped with SIGTERM afterwards."""
+def serving(env: dict[str, str], stderr: list[str] | None = None) -> Iterator[str]:
+    """`toolselect serve` on a free loopback port, ready; stopped with SIGTERM afterwards, its
+    stderr (the log) then appended to `stderr` when given."""
     port = free_port()
     proc = subprocess.Popen(
         [*EXE, "serve", "--port", str(port)],
@@ -97,7 +98,10 @@ def serving(env: dict[str, str]) -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        assert proc.wait(timeout=30) == 0
+        _, err = proc.communicate(timeout=30)
+        if stderr is not None:
+            stderr.append(err)
+        assert proc.returncode == 0, err
 
 
 @pytest.fixture

@@ -7,17 +7,15 @@ import gzip
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.services import cli_env, free_port, raw_exchange
+from tests.cli.test_cli import serving
+from tests.services import cli_env, raw_exchange
 
 pytestmark = pytest.mark.slow
 
-EXE = [sys.executable, "-m", "toolselect.cmd.main"]
 JSON_POST = b"POST /v1/rank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 MISTAKES = {
     "not gzip": JSON_POST + b'Content-Encoding: gzip\r\nContent-Length: 13\r\n\r\n{"query":"w"}',
@@ -28,25 +26,8 @@ MISTAKES = {
 
 
 def test_callers_mistakes_log_a_warning_without_a_traceback(tmp_path: Path) -> None:
-    port = free_port()
-    env = cli_env(tmp_path / "serve.db", TOOLSELECT_LOG_LEVEL="info")
-    proc = subprocess.Popen(
-        [*EXE, "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=1):
-                    break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+    logged: list[str] = []
+    with serving(cli_env(tmp_path / "serve.db", TOOLSELECT_LOG_LEVEL="info"), logged) as url:
         for name, request in MISTAKES.items():
             status, _, body = raw_exchange(url, request)
             assert status == 400, (name, body)
@@ -55,9 +36,7 @@ def test_callers_mistakes_log_a_warning_without_a_traceback(tmp_path: Path) -> N
         good = JSON_POST + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n" % len(well)
         status, _, _ = raw_exchange(url, good + b"Connection: close\r\n\r\n" + well)
         assert status == 200
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
+    [err] = logged
     events = [json.loads(line) for line in err.splitlines()]
     assert not [e for e in events if e["level"] in ("error", "critical") or "exception" in e]
     warned = [e["event"] for e in events if e.get("logger") == "aiohttp.server"]

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient
 from tests.services import ServiceFactory
 from tests.stubs import Reply, Stub, anthropic_message
 from toolselect.records import Tool
+from toolselect.service import Service
 from toolselect.store.port import lookup_one
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -230,17 +231,29 @@ async def _top1_is(client: TestClient[Any, Any], query: str, tool: str) -> bool:
     return await top1(client, query) == tool
 
 
+Replica = tuple[TestClient[Any, Any], Service]
+
+
+async def two_replicas(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> tuple[Replica, Replica]:
+    """Two servers on one store that poll it only when a test says (`index.refresh`), both
+    holding CATALOG."""
+    client_a, a = await services.serve(aiohttp_client, poll_interval_s=3600.0)
+    client_b, b = await services.serve(aiohttp_client, poll_interval_s=3600.0)
+    await client_a.put("/v1/tools", json=CATALOG)
+    for service in (a, b):
+        await service.index.refresh()
+    return (client_a, a), (client_b, b)
+
+
 async def test_catalog_writes_through_two_replicas_between_polls_reach_both(
     services: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:
     """Replica A adds a tool, then replica B adds or deletes another before it polled: at its
     next poll B holds A's tool too (its own write must not pass for the whole change), and A
     holds B's change."""
-    client_a, a = await services.serve(aiohttp_client, poll_interval_s=3600.0)
-    client_b, b = await services.serve(aiohttp_client, poll_interval_s=3600.0)
-    await client_a.put("/v1/tools", json=CATALOG)
-    for service in (a, b):
-        await service.index.refresh()
+    (client_a, a), (client_b, b) = await two_replicas(services, aiohttp_client)
     tool = {"name": "pdf_summarize", "description": "Summarize a PDF document"}
     assert (await client_a.put("/v1/tools", json={"tools": [tool]})).status == 200
     resp = await client_b.put("/v1/tools", json={"tools": [{"name": "ledger", "description": "x"}]})
@@ -266,11 +279,7 @@ async def test_a_replica_resending_a_tool_it_held_stale_still_takes_the_others_c
     store changes nothing, so A's write must not pass for B's change. Taking the store's
     version as its own, A never reloaded: B's other tool was missing from its ranking for
     good, and a human label for it answered 404."""
-    client_a, a = await services.serve(aiohttp_client, poll_interval_s=3600.0)
-    client_b, b = await services.serve(aiohttp_client, poll_interval_s=3600.0)
-    await client_a.put("/v1/tools", json=CATALOG)
-    for service in (a, b):
-        await service.index.refresh()
+    (client_a, a), (client_b, _) = await two_replicas(services, aiohttp_client)
     event = {"name": "calendar_create", "description": "Create a calendar event"}
     cancel = {"name": "calendar_cancel", "description": "Cancel a calendar event, tell attendees"}
     assert (await client_b.put("/v1/tools", json={"tools": [event, cancel]})).status == 200
@@ -288,11 +297,7 @@ async def test_labels_for_a_tool_another_replica_just_added_are_kept(
     """Replica B adds a tool; before A polls, a human labels a request with it and an agent
     reports using it (worked) through A: both labels are saved. A judged the name by its
     ranker alone: the human's label answered 404 and the usage label was silently lost."""
-    client_a, a = await services.serve(aiohttp_client, poll_interval_s=3600.0)
-    client_b, b = await services.serve(aiohttp_client, poll_interval_s=3600.0)
-    await client_a.put("/v1/tools", json=CATALOG)
-    for service in (a, b):
-        await service.index.refresh()
+    (client_a, a), (client_b, _) = await two_replicas(services, aiohttp_client)
     pdf = {"name": "pdf_summarize", "description": "Summarize a PDF document"}
     assert (await client_b.put("/v1/tools", json={"tools": [pdf]})).status == 200
     label = {"query": "give me the gist of this report.pdf", "tool": "pdf_summarize"}

@@ -306,6 +306,17 @@ async def test_a_top1_the_agent_passed_over_for_a_tool_that_failed_is_a_free_lab
     assert stored is not None and (stored.tool, stored.tier) == ("send_email", "ranker")
 
 
+BURST = {"first": LOW_MARGIN, "second": "prezzo BTC ora?", "third": "BTC adesso?"}
+
+
+async def burst_past_the_budget(h: Harness) -> None:
+    """Three fallback turns (`BURST`) through a learner whose budget has room for one."""
+    h.stub.reply(teacher_answers("crypto_price"))
+    for turn_id, request in BURST.items():
+        assert h.learner.observe(request, "shell_exec", turn_id=turn_id)
+    assert await h.learner.drain(30.0)
+
+
 async def test_turns_the_spent_budget_refused_are_asked_about_once_it_has_room(
     sqlite_store: SqliteStore, anthropic_stub: Stub
 ) -> None:
@@ -317,11 +328,7 @@ async def test_turns_the_spent_budget_refused_are_asked_about_once_it_has_room(
     await h.load_catalog()
     h.learner.start()
     try:
-        anthropic_stub.reply(teacher_answers("crypto_price"))
-        burst = {"first": LOW_MARGIN, "second": "prezzo BTC ora?", "third": "BTC adesso?"}
-        for turn_id, request in burst.items():
-            assert h.learner.observe(request, "shell_exec", turn_id=turn_id)
-        assert await h.learner.drain(30.0)
+        await burst_past_the_budget(h)
         refused = [await h.store.get_turn(turn_id) for turn_id in ("second", "third")]
         assert [(t.tier, t.result) for t in refused if t] == [("teacher", "limit_reached")] * 2
         assert await h.learner.ask_again() == 0  # the hour is not over
@@ -397,26 +404,22 @@ async def test_a_refused_turn_keeps_the_budget_that_refused_it_as_its_reason(
     await h.load_catalog()
     h.learner.start()
     try:
-        anthropic_stub.reply(teacher_answers("crypto_price"))
-        burst = {"first": LOW_MARGIN, "second": "prezzo BTC ora?", "third": "BTC adesso?"}
-        for turn_id, request in burst.items():
-            assert h.learner.observe(request, "shell_exec", turn_id=turn_id)
-        assert await h.learner.drain(30.0)
-        turns = [await h.store.get_turn(turn_id) for turn_id in burst]
+        await burst_past_the_budget(h)
+        turns = [await h.store.get_turn(turn_id) for turn_id in BURST]
         refused = [t for t in turns if t is not None and t.result == "limit_reached"]
         assert [t.reason for t in refused] == ["hourly budget of 1 calls spent"] * 2
         now[0] += 3601.0
         h.oracle.budget = Budget(2, clock=lambda: now[0])
         assert await h.learner.ask_again() == 2
         assert await h.learner.drain(30.0)
-        ended = [await h.store.get_turn(turn_id) for turn_id in burst]
+        ended = [await h.store.get_turn(turn_id) for turn_id in BURST]
         assert [(t.result, t.reason) for t in ended if t] == [("labeled", None)] * 3
         decided = {
             result: h.counter("oracle_decisions", tier="teacher", result=result)
             for result in ("labeled", "limit_reached")
         }
         assert decided == {"labeled": 3, "limit_reached": 2}
-        assert sum(decided.values()) == len(burst) + h.counter("teacher_asked_again")
+        assert sum(decided.values()) == len(BURST) + h.counter("teacher_asked_again")
     finally:
         await h.learner.close(1.0)
         await h.teacher.aclose()
