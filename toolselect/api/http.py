@@ -24,6 +24,8 @@ DEADLINE = web.RequestKey("deadline", asyncio.Timeout)
 # request it lets through (`request[CALLER]`); `Caller("default", "admin", None)` while no key
 # exists at all. Routes that need no key (health, `/openapi.json`, the dashboard) have none.
 CALLER = web.RequestKey("caller", Caller)
+# The body as `read_raw` took it (checked, read whole): the handler reads it from here.
+BODY = web.RequestKey("body", bytes)
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -106,12 +108,13 @@ async def read_raw(request: web.Request, timeout_s: float) -> bytes:
     """The body's bytes: 415 for another content type, 413 past the limit (declared or sent),
     400 when its Content-Encoding does not decode, 408 when it has not all come within
     `timeout_s`, 499 when the client left before it all came. Read once: the bytes are kept on
-    the request for the handler."""
+    the request (`BODY`) for the handler."""
     _check_content_type(request)
     check_declared_size(request)
     try:
         async with asyncio.timeout(timeout_s):
-            return await request.read()
+            request[BODY] = await request.read()
+            return request[BODY]
     except TimeoutError:
         request.app[SERVICE].metrics.http_rejected.labels("body_timeout").inc()
         raise HttpError(
@@ -135,6 +138,8 @@ async def read_raw(request: web.Request, timeout_s: float) -> bytes:
 async def _read_raw(request: web.Request) -> bytes:
     """The body `read_raw` took before the handler ran (the middleware reads every body first,
     outside the concurrency limit), or read now under the request's own time limit."""
+    if BODY in request:
+        return request[BODY]
     return await read_raw(request, request.app[SERVICE].settings.request_timeout_s)
 
 

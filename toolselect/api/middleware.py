@@ -225,9 +225,10 @@ async def _read_body_first(request: web.Request) -> None:
     otherwise hold one for the whole request timeout, and a few such clients would have every
     other request refused `503 overloaded`. The read has the request timeout to itself (`408
     body_timeout` past it); the handler then finds the bytes read and gets its own."""
-    check_declared_size(request)
     if request.method in _BODY_METHODS:
         await read_raw(request, request.app[SERVICE].settings.request_timeout_s)
+    else:
+        check_declared_size(request)
 
 
 class Gate:
