@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -309,12 +310,26 @@ async def test_a_top1_the_agent_passed_over_for_a_tool_that_failed_is_a_free_lab
 BURST = {"first": LOW_MARGIN, "second": "prezzo BTC ora?", "third": "BTC adesso?"}
 
 
-async def burst_past_the_budget(h: Harness) -> None:
-    """Three fallback turns (`BURST`) through a learner whose budget has room for one."""
-    h.stub.reply(teacher_answers("crypto_price"))
-    for turn_id, request in BURST.items():
-        assert h.learner.observe(request, "shell_exec", turn_id=turn_id)
-    assert await h.learner.drain(30.0)
+@asynccontextmanager
+async def burst_past_the_budget(
+    store: SqliteStore, stub: Stub
+) -> AsyncIterator[tuple[Harness, list[float]]]:
+    """A running learner whose hourly budget has room for one call, after three fallback turns
+    (`BURST`); with the budget's clock (seconds, to move on)."""
+    now = [0.0]
+    h = Harness(store, stub)
+    h.oracle.budget = Budget(1, clock=lambda: now[0])
+    await h.load_catalog()
+    h.learner.start()
+    try:
+        stub.reply(teacher_answers("crypto_price"))
+        for turn_id, request in BURST.items():
+            assert h.learner.observe(request, "shell_exec", turn_id=turn_id)
+        assert await h.learner.drain(30.0)
+        yield h, now
+    finally:
+        await h.learner.close(1.0)
+        await h.teacher.aclose()
 
 
 async def test_turns_the_spent_budget_refused_are_asked_about_once_it_has_room(
@@ -322,13 +337,7 @@ async def test_turns_the_spent_budget_refused_are_asked_about_once_it_has_room(
 ) -> None:
     """A burst spends the hour's budget: the turns it refused are asked about, newest first,
     once the rolling hour frees slots, all but a query labelled meanwhile; none before."""
-    now = [0.0]
-    h = Harness(sqlite_store, anthropic_stub)
-    h.oracle.budget = Budget(1, clock=lambda: now[0])
-    await h.load_catalog()
-    h.learner.start()
-    try:
-        await burst_past_the_budget(h)
+    async with burst_past_the_budget(sqlite_store, anthropic_stub) as (h, now):
         refused = [await h.store.get_turn(turn_id) for turn_id in ("second", "third")]
         assert [(t.tier, t.result) for t in refused if t] == [("teacher", "limit_reached")] * 2
         assert await h.learner.ask_again() == 0  # the hour is not over
@@ -347,9 +356,6 @@ async def test_turns_the_spent_budget_refused_are_asked_about_once_it_has_room(
         assert len(anthropic_stub.received) == 2
         assert h.counter("teacher_asked_again") == 1
         assert await h.learner.ask_again() == 0  # nothing left
-    finally:
-        await h.learner.close(1.0)
-        await h.teacher.aclose()
 
 
 async def test_ratchet_reuses_a_label_without_a_teacher_call(harness: Harness) -> None:
@@ -398,13 +404,7 @@ async def test_a_refused_turn_keeps_the_budget_that_refused_it_as_its_reason(
     """Budget 1, three turns: the two refused are stored `limit_reached` naming the hourly
     budget; asked about again they count once more in the decisions, which then add up to the
     turns decided plus those asked about again."""
-    now = [0.0]
-    h = Harness(sqlite_store, anthropic_stub)
-    h.oracle.budget = Budget(1, clock=lambda: now[0])
-    await h.load_catalog()
-    h.learner.start()
-    try:
-        await burst_past_the_budget(h)
+    async with burst_past_the_budget(sqlite_store, anthropic_stub) as (h, now):
         turns = [await h.store.get_turn(turn_id) for turn_id in BURST]
         refused = [t for t in turns if t is not None and t.result == "limit_reached"]
         assert [t.reason for t in refused] == ["hourly budget of 1 calls spent"] * 2
@@ -420,9 +420,6 @@ async def test_a_refused_turn_keeps_the_budget_that_refused_it_as_its_reason(
         }
         assert decided == {"labeled": 3, "limit_reached": 2}
         assert sum(decided.values()) == len(BURST) + h.counter("teacher_asked_again")
-    finally:
-        await h.learner.close(1.0)
-        await h.teacher.aclose()
 
 
 async def test_same_query_is_not_labelled_twice_at_once(harness: Harness) -> None:
