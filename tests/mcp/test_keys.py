@@ -32,7 +32,7 @@ from toolselect.clock import utc_now
 from toolselect.config import Settings
 from toolselect.keys import MCP_ROLES, TENANT_HEADER, mcp_role, mcp_rule, new_key, tenant_file
 from toolselect.mcp_http import http_config
-from toolselect.mcp_server import build_server
+from toolselect.mcp_server import ToolselectMCP, build_server
 from toolselect.service import Service
 
 ADMIN = "k-mcp-admin-3b9d"  # the TOOLSELECT_API_KEYS key of the servers here
@@ -381,9 +381,12 @@ async def test_the_readme_keyed_config_block_connects(keyed: Keyed) -> None:
 
 
 @asynccontextmanager
-async def serving(service: Service, **app_options: Any) -> AsyncIterator[str]:
+async def serving_server(
+    service: Service, **app_options: Any
+) -> AsyncIterator[tuple[str, ToolselectMCP]]:
     """The in-process MCP server over `service`, behind uvicorn on a free port (as `run` serves
-    it: `http_config`, given `app_options`); yields its URL."""
+    it: `http_config`, given `app_options`); yields its URL and the server (its `running`
+    holds the tenants' services)."""
     settings = service.settings.override(host="127.0.0.1", port=free_port())
     mcp = build_server(settings, service)
     server = uvicorn.Server(http_config(mcp, mcp.running, settings, **app_options))
@@ -392,10 +395,17 @@ async def serving(service: Service, **app_options: Any) -> AsyncIterator[str]:
         while not server.started:
             assert not task.done(), task
             await asyncio.sleep(0.02)
-        yield f"http://127.0.0.1:{settings.port}/mcp"
+        yield f"http://127.0.0.1:{settings.port}/mcp", mcp
     finally:
         server.should_exit = True
         await task
+
+
+@asynccontextmanager
+async def serving(service: Service, **app_options: Any) -> AsyncIterator[str]:
+    """`serving_server`'s URL alone."""
+    async with serving_server(service, **app_options) as (url, _):
+        yield url
 
 
 @asynccontextmanager

@@ -30,6 +30,7 @@ from toolselect.records import (
     Turn,
     UpsertResult,
 )
+from toolselect.store.neo4j import cypher
 from toolselect.store.neo4j.connect import connect_neo4j
 from toolselect.store.neo4j.store import Neo4jStore
 from toolselect.store.port import lookup_one, save_one
@@ -138,6 +139,60 @@ def exemplar(query: str, tool: str, tier: str = "teacher", **kw: Any) -> Exempla
 
 
 # --- schema -------------------------------------------------------------------------------
+
+
+async def test_a_tenant_exists_by_any_node_of_it(
+    store: Neo4jStore, driver: neo4j.AsyncDriver, neo4j_server: Neo4jServer
+) -> None:
+    """`exists` is false for a tenant with no node (and asking makes none), true for one with
+    a single node of any label a tenant's data has (every per-tenant constraint's), and for one
+    whose store migrated (its state record alone)."""
+    db = neo4j_server.database
+    team = store.for_tenant("team-x")
+    assert await store.exists()
+    assert not await team.exists()
+    keys: dict[str, list[str]] = {}  # label -> the keys its per-tenant constraints name
+    for label, props in sorted(CONSTRAINTS):
+        if props[0] == "tenant":
+            keys.setdefault(label, []).append(props[1])
+    for label, names in keys.items():
+        values = ", ".join(f"{name}: 'k'" for name in names)
+        await driver.execute_query(
+            f"CREATE (:{label} {{tenant: $tenant, {values}}})", {"tenant": "team-x"}, database_=db
+        )
+        assert await team.exists(), label
+        await driver.execute_query(
+            "MATCH (n {tenant: $tenant}) DETACH DELETE n", {"tenant": "team-x"}, database_=db
+        )
+        assert not await team.exists(), label
+    assert await rows(driver, db, "MATCH (n {tenant: 'team-x'}) RETURN n") == []
+    await team.migrate()
+    assert await team.exists()
+
+
+async def test_tenant_exists_seeks_indexes_and_scans_nothing(
+    store: Neo4jStore, driver: neo4j.AsyncDriver, neo4j_server: Neo4jServer
+) -> None:
+    """The plan of `tenant_exists` reads each label by a seek of its per-tenant constraint's
+    index: no label scan, no scan of all nodes, however many nodes other tenants hold."""
+    await store.upsert_tools([Tool(f"tool_{i}", "a tool") for i in range(200)])
+    result = await driver.execute_query(
+        f"EXPLAIN {cypher.query('queries/tenant_exists')}",
+        {"tenant": "team-x"},
+        database_=neo4j_server.database,
+    )
+    plan = result.summary.plan
+    assert plan is not None
+    operators: list[str] = []
+
+    def walk(step: dict[str, Any]) -> None:
+        operators.append(str(step["operatorType"]).split("@")[0])
+        for child in step.get("children", []):
+            walk(child)
+
+    walk(plan)
+    assert operators.count("NodeUniqueIndexSeek") == 8, operators
+    assert not [op for op in operators if "Scan" in op], operators
 
 
 async def test_migrate_creates_every_constraint_and_index(

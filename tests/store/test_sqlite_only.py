@@ -27,6 +27,28 @@ async def test_construction_does_no_io_and_first_use_creates_folders(tmp_path: P
         await store.close()
 
 
+async def test_exists_is_the_tenant_file_and_asking_makes_none(tmp_path: Path) -> None:
+    """`exists` is whether the tenant's file is there, and asking does not make it; on
+    `:memory:`, whether the store opened its private database."""
+    path = tmp_path / "store.db"
+    team = SqliteStore(path, tenant="team-x")
+    try:
+        assert not await team.exists()
+        assert not (tmp_path / "store.tenant-team-x.db").exists()
+        await team.migrate()
+        assert await team.exists()
+        assert (tmp_path / "store.tenant-team-x.db").is_file()
+    finally:
+        await team.close()
+    memory = SqliteStore(Path(":memory:"))
+    try:
+        assert not await memory.exists()
+        await memory.migrate()
+        assert await memory.exists()
+    finally:
+        await memory.close()
+
+
 async def test_database_runs_in_wal_mode(tmp_path: Path) -> None:
     """The file is switched to write-ahead logging, so readers never wait for the writer."""
     store = SqliteStore(tmp_path / "store.db")

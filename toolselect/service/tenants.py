@@ -30,6 +30,7 @@ from toolselect.errors import UnknownTenant
 from toolselect.keys import DEFAULT_TENANT, check_tenant, tenant_file
 from toolselect.metrics import Metrics
 from toolselect.service.root import Service
+from toolselect.store.factory import open_store
 
 log = structlog.get_logger("toolselect.service")
 
@@ -91,19 +92,23 @@ class TenantServices:
 
     async def known(self, tenant: str) -> bool:
         """Whether `tenant` exists, so that a request that makes none of its data may start it:
-        `default`, a running tenant, one with data in the data folder (its SQLite store or its
-        spool), or one with a key (revoked ones too; keys are `default`'s data). A tenant comes
-        to exist with a key made for it or with its first write (`get`, which starts any).
-        On Neo4j a tenant's data is nodes of the shared database, which no file shows: every
-        tenant there counts as known, and starts as it always did."""
+        `default`, a running tenant, one with a spool file in the data folder (what an outage
+        left), one its store says exists (`Store.exists`: its SQLite file, or on Neo4j any node
+        of it in the shared database, asked through its store on the default's driver, which
+        creates nothing), or one with a key (revoked ones too; keys are `default`'s data). A
+        tenant comes to exist with a key made for it or with its first write (`get`, which
+        starts any)."""
         if tenant == DEFAULT_TENANT or tenant in self._live:
             return True
         check_tenant(tenant)
-        if self.settings.store_kind == "neo4j":
+        if tenant_file(self.settings.spool_path, tenant).exists():
             return True
-        files = (self.settings.sqlite_path, self.settings.spool_path)
-        if any(tenant_file(path, tenant).exists() for path in files):
-            return True
+        store = await open_store(self.settings, tenant=tenant, beside=self.default.store.inner)
+        try:
+            if await store.exists():
+                return True
+        finally:
+            await store.close()
         return bool(await self.default.store.list_keys(tenant))
 
     async def existing(self, tenant: str) -> Service:

@@ -355,6 +355,12 @@ class BufferedStore:
         ]
         return sorted([*stored, *spooled], key=lambda call: call.at) if spooled else stored
 
+    async def exists(self) -> bool:
+        """True with a backlog (the spool holds the tenant's data), else the store's answer."""
+        if self.backlog:
+            return True
+        return await self._through("exists", lambda: self.inner.exists())
+
     async def state(self) -> StoreState:
         return await self._through("state", lambda: self.inner.state())
 

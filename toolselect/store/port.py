@@ -274,6 +274,12 @@ class Store(CatalogStore, LearnerStore, AnalyticsStore, KeyStore, Protocol):
     async def migrate(self) -> None:
         """Create constraints, indexes and the state record; idempotent."""
 
+    async def exists(self) -> bool:
+        """Whether anything of this tenant is stored (its SQLite file; on Neo4j any node of it,
+        the state record `migrate` writes included), creating nothing: what
+        `TenantServices.known` asks before a request that makes no data starts the tenant."""
+        ...
+
     async def ping(self) -> None:
         """Raise `StoreUnavailable` unless the backend answers now."""
 

@@ -177,6 +177,10 @@ class Neo4jStore:
         """Raise `StoreUnavailable` unless the database answers now."""
         await self._read("ping", {})
 
+    async def exists(self) -> bool:
+        """Whether this tenant has any node (`queries/tenant_exists`: index seeks, a read)."""
+        return bool((await self._read("tenant_exists", {}))[0]["exists"])
+
     async def state(self) -> StoreState:
         row = (await self._read("state", {}))[0]
         return StoreState(int(row["catalog_version"]), int(row["exemplar_version"]))

@@ -188,6 +188,13 @@ class SqliteStore:
         await self._run(sqlite_schema.create)
         log.info("store_migrated", store=self.uri, schema_version=sqlite_schema.SCHEMA_VERSION)
 
+    async def exists(self) -> bool:
+        """Whether this tenant's file exists (on `:memory:`, whether this store opened its
+        private database), without opening it: opening makes the file."""
+        if str(self._path) == ":memory:":
+            return self._conn is not None
+        return self._path.exists()
+
     async def ping(self) -> None:
         await self._run(lambda conn: conn.execute("SELECT 1").fetchone())
 
