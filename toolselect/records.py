@@ -129,7 +129,8 @@ class Exemplar:
     `count` is how many times the label was seen: a usage label confirmed again (the same
     query used with the same tool) is counted on the one exemplar, whose `created_at` then
     moves to the latest sighting (retention keeps what is seen recently); a sighting of another
-    tool takes one from it (`store.rules.counted`: a running majority)."""
+    tool takes one from it and leaves `created_at` as it was (`store.rules.counted`: a running
+    majority)."""
 
     id: str
     query: str

@@ -14,6 +14,6 @@ CALL () {
 CALL () {
   UNWIND $keys AS key
   MATCH (e:ToolSelectionExample {tenant: $tenant, query_key: key})-[:SELECTS]->(t:Tool)
-  RETURN collect({query_norm: e.query_norm, tier: e.tier, tool: t.name, count: e.count, id: e.id, turn_id: e.turn_id}) AS stored
+  RETURN collect({query_norm: e.query_norm, tier: e.tier, tool: t.name, count: e.count, id: e.id, turn_id: e.turn_id, created_at: e.created_at}) AS stored
 }
 RETURN m.exemplar_version AS exemplar_version, known, stored

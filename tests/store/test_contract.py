@@ -351,6 +351,36 @@ async def test_a_usage_label_seen_again_is_counted_on_one_exemplar(store: Store)
     assert stored is not None and (stored.tier, stored.count) == ("teacher", 1)
 
 
+async def test_a_sighting_against_a_usage_label_keeps_its_time(
+    store_factory: StoreFactory,
+) -> None:
+    """A sighting of another tool takes one from a usage label and leaves its `created_at`, the
+    time of the latest sighting that confirmed it, as it was (also after a confirming sighting
+    in the same batch): a label losing votes does not look new, so retention by age expires it
+    when its last confirmation is old, not a month after the last vote against it."""
+    clock = FakeClock(NOW)
+    store = await store_factory.make(retention=Retention(max_age_days=30), clock=clock)
+    await seed_tools(store, "t", "u", "w")
+    confirmed = NOW - timedelta(days=20)
+    await store.save_exemplars([exemplar("book a room", "t", "usage", at=confirmed)] * 2)
+    against = await store.save_exemplars([exemplar("book a room", "u", "usage", at=NOW)])
+    assert [(e.tool, e.count, e.created_at) for e in against.changed] == [("t", 1, confirmed)]
+    stored = await lookup_one(store, "book a room")
+    assert stored is not None and (stored.count, stored.created_at) == (1, confirmed)
+    again = NOW - timedelta(days=10)
+    batch = [
+        exemplar("book a room", "t", "usage", at=again),
+        exemplar("book a room", "u", "usage", at=NOW),
+    ]
+    result = await store.save_exemplars(batch)
+    assert [(e.count, e.created_at) for e in result.changed] == [(2, again), (1, again)]
+    stored = await lookup_one(store, "book a room")
+    assert stored is not None and (stored.count, stored.created_at) == (1, again)
+    clock.advance(days=25)  # the last confirmation is 35 days old, the last vote against 25
+    await store.save_exemplars([exemplar("another request", "w", "usage", at=clock())])
+    assert await lookup_one(store, "book a room") is None
+
+
 async def test_the_same_turn_again_is_one_sighting(store: Store) -> None:
     """A usage label from a turn already counted (the turn sent again, a spool replayed twice)
     changes nothing, in a later call or in the same one; another turn's sighting counts."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ from toolselect.store.rules import (
     StoredLabel,
     call_from_row,
     call_row,
+    counted,
     evictions,
     exemplar_from_row,
     exemplar_row,
@@ -62,6 +64,23 @@ def label(
 
 def same(value: Any) -> Any:
     return value
+
+
+def test_a_usage_label_keeps_its_time_against_a_vote_and_moves_it_for_one() -> None:
+    """`counted`: a sighting of the stored tool moves the label's time to it; one of another
+    tool takes one from the count and keeps the stored time (the time as sent when the stored
+    one was not read), but its own turn; one that outnumbers the label replaces it, its time."""
+    then, later = NOW - timedelta(days=3), NOW
+    stored = StoredLabel("t", "usage", 2, "id-q", "turn-1", then)
+    seen = Exemplar("id-new", "q", "t", "usage", "e", (1.0,), later, turn_id="turn-2")
+    assert counted(seen, stored).created_at == later
+    against = counted(replace(seen, tool="u"), stored)
+    assert (against.tool, against.count, against.created_at) == ("t", 1, then)
+    assert (against.id, against.turn_id) == ("id-q", "turn-2")
+    unread = counted(replace(seen, tool="u"), StoredLabel("t", "usage", 2))
+    assert unread.created_at == later
+    flipped = counted(replace(seen, tool="u", count=3), stored)
+    assert (flipped.tool, flipped.count, flipped.created_at) == ("u", 1, later)
 
 
 @pytest.mark.parametrize("stored_tier", TIERS)

@@ -175,11 +175,14 @@ class StoredLabel:
     turn_id: str | None = None
     """The turn that last counted it: that turn sent again (a retry, a spool replayed twice)
     is the same sighting, not another."""
+    created_at: datetime | None = None
+    """Its time, which a sighting against it keeps (`counted`); None: not read."""
 
 
 def stored_label_of(exemplar: Exemplar) -> StoredLabel:
     """What the save rules see of `exemplar` once it is stored (or pending in the spool)."""
-    return StoredLabel(exemplar.tool, exemplar.tier, exemplar.count, exemplar.id, exemplar.turn_id)
+    e = exemplar
+    return StoredLabel(e.tool, e.tier, e.count, e.id, e.turn_id, e.created_at)
 
 
 def last_per_name(tools: Sequence[Tool]) -> list[Tool]:
@@ -224,14 +227,24 @@ def counted(new: Exemplar, stored: StoredLabel | None) -> Exemplar:
     keep a running majority (Boyer-Moore's), so a tool most agents used wins however a wrong one
     came first: a sighting of the stored tool adds to its count, one of another tool takes from
     it (down to 0, the label staying), and a sighting against a count of 0 takes its place with
-    its own count. A label that stays keeps the stored label's id."""
+    its own count. A label that stays keeps the stored label's id; its `created_at` moves to a
+    sighting of its tool, never to one against it."""
     if stored is None or not new.tier == "usage" == stored.tier:
         return new
     if new.tool == stored.tool:
         return replace(new, id=stored.id or new.id, count=stored.count + new.count)
     if new.count <= stored.count:
+        # A vote against: the label keeps the time of the latest sighting that confirmed it,
+        # which retention expires it by and the analyses date it by (a label losing votes must
+        # not look new); no other "last seen" time is kept. Its turn moves (that turn sent again
+        # is this sighting), and the write its version (replicas read the new count).
+        kept = new.created_at if stored.created_at is None else stored.created_at
         return replace(
-            new, id=stored.id or new.id, tool=stored.tool, count=stored.count - new.count
+            new,
+            id=stored.id or new.id,
+            tool=stored.tool,
+            count=stored.count - new.count,
+            created_at=kept,
         )
     return replace(new, count=new.count - stored.count)
 
@@ -262,7 +275,8 @@ class SavePlan:
     unknown_tool: tuple[Exemplar, ...]
     recounted: frozenset[str] = frozenset()
     """Normalised queries whose stored row only changes its count (`recounts` against what was
-    stored before the batch): its count, time, version and turn change, nothing else."""
+    stored before the batch): its count, time (as `counted` kept or moved it), version and
+    turn change, nothing else."""
 
     @property
     def written(self) -> list[Exemplar]:

@@ -181,7 +181,12 @@ async def save_exemplars(
     found = await one(tx, "exemplars_guard", guard)
     stored = {
         s["query_norm"]: StoredLabel(
-            s["tool"], s["tier"], 1 if s["count"] is None else s["count"], s["id"], s["turn_id"]
+            s["tool"],
+            s["tier"],
+            1 if s["count"] is None else s["count"],
+            s["id"],
+            s["turn_id"],
+            from_db(s["created_at"]),
         )
         for s in found["stored"]
     }

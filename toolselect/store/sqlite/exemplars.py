@@ -36,7 +36,8 @@ _TOMBSTONE = """
 # Batches look keys up one by one (a cached statement, an index seek each): `IN (...)` lists
 # would need SQL built from the batch size, and `json_each` arrays cut text at NUL characters.
 _TOOL_EXISTS = "SELECT 1 FROM tools WHERE name = ?"
-_LABEL_OF_QUERY = "SELECT tool, tier, count, id, turn_id FROM exemplars WHERE query_norm = ?"
+_LABEL_OF_QUERY = """
+    SELECT tool, tier, count, id, turn_id, created_at FROM exemplars WHERE query_norm = ?"""
 _RECOUNT = """
     UPDATE exemplars SET count = :count, created_at = :created_at, version = :version,
         turn_id = :turn_id
@@ -81,7 +82,14 @@ def save(
     with transaction(conn):
         known = {name for name in names if _row(conn, _TOOL_EXISTS, name) is not None}
         stored = {
-            key: StoredLabel(row["tool"], row["tier"], row["count"], row["id"], row["turn_id"])
+            key: StoredLabel(
+                row["tool"],
+                row["tier"],
+                row["count"],
+                row["id"],
+                row["turn_id"],
+                dt(row["created_at"]),
+            )
             for key in keys
             if (row := _row(conn, _LABEL_OF_QUERY, key)) is not None
         }
