@@ -1,16 +1,21 @@
 """The turns the spent teacher budget refused, kept to be asked about once it has room.
 
 The newest `size` are kept, the oldest forgotten first; `Labeller.ask_again` takes them newest
-first, so a burst that spent the hour is not left to the turns that came first.
+first, so a burst that spent the hour is not left to the turns that came first. A restarted
+service takes back from the store the turns its predecessor's budget refused (`restore`), which
+the list held in memory only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from toolselect.names import normalise_query
 from toolselect.records import Turn
+from toolselect.store.port import LabelStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +42,29 @@ class Refused:
         while len(self._turns) > self.size:
             del self._turns[next(iter(self._turns))]
 
+    def restore(self, earlier: Sequence[RefusedTurn]) -> int:
+        """Keep `earlier` (oldest first), turns refused before those kept, as the oldest: asked
+        about after them, and forgotten first beyond `size`. A turn already kept stays as it
+        is. How many of `earlier` are kept."""
+        older = {r.turn.id: r for r in earlier if r.turn.id not in self._turns}
+        self._turns = older | self._turns
+        while len(self._turns) > self.size:
+            del self._turns[next(iter(self._turns))]
+        return sum(1 for turn_id in older if turn_id in self._turns)
+
     def take(self, count: int) -> list[RefusedTurn]:
         """Remove and return the newest `count` turns, newest first."""
         return [self._turns.popitem()[1] for _ in range(min(count, len(self._turns)))]
 
+    def __contains__(self, turn_id: object) -> bool:
+        return turn_id in self._turns
+
     def __len__(self) -> int:
         return len(self._turns)
+
+
+async def labelled_meanwhile(store: LabelStore, turns: Sequence[Turn]) -> set[str]:
+    """The ids of `turns` whose query has a label now (the teacher's for another turn, a
+    human's, a usage): no longer worth a teacher call. One lookup."""
+    labels = await store.exemplars_for_queries([t.request for t in turns]) if turns else {}
+    return {t.id for t in turns if normalise_query(t.request) in labels}
