@@ -394,7 +394,7 @@ class Labeller:
         if not self.refused or room <= 0 or self.stopping or not self._oracle.active:
             return 0
         picked = self.refused.take(room)
-        labelled = await labelled_meanwhile(self._store, [p.turn for p in picked])
+        labelled = await labelled_meanwhile(self._store, [(p.turn, p.passed) for p in picked])
         again = [p for p in picked if p.turn.id not in labelled]
         for p in again:
             self._escalate(replace(p.turn, result=None), p.vector, p.passed)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolselect.names import normalise_query
+from toolselect.oracle.tiers import settles
 from toolselect.records import Turn
 from toolselect.store.port import LabelStore
 
@@ -63,8 +64,18 @@ class Refused:
         return len(self._turns)
 
 
-async def labelled_meanwhile(store: LabelStore, turns: Sequence[Turn]) -> set[str]:
-    """The ids of `turns` whose query has a label now (the teacher's for another turn, a
-    human's, a usage): no longer worth a teacher call. One lookup."""
-    labels = await store.exemplars_for_queries([t.request for t in turns]) if turns else {}
-    return {t.id for t in turns if normalise_query(t.request) in labels}
+async def labelled_meanwhile(
+    store: LabelStore, turns: Sequence[tuple[Turn, tuple[str, ...]]]
+) -> set[str]:
+    """The ids of the refused turns (each with the tools it passed over) that a label stored
+    for their query since settles, as the ratchet would (`tiers.settles`: a human's, the
+    teacher's for another turn, another agent's usage; not the turn's own usage label): no
+    longer worth a teacher call. One lookup."""
+    requests = [turn.request for turn, _ in turns]
+    labels = await store.exemplars_for_queries(requests) if requests else {}
+    return {
+        turn.id
+        for turn, passed in turns
+        if (label := labels.get(normalise_query(turn.request))) is not None
+        and settles(label.tool, label.tier, turn.used_tool, passed)
+    }

@@ -230,7 +230,7 @@ class Service:
 
     async def _take_back_refused(self) -> int:
         """Take back the turns a predecessor's spent teacher budget refused that are still
-        undecided in the store (`refused_turns`, but those whose query was labelled since), for
+        undecided in the store (`refused_turns`, less those a label stored since settles), for
         `ask_again`: kept in memory only, they were lost with its process and stayed
         `limit_reached` for good. Only turns observed before this service started (those it
         refuses itself it keeps), as many as the list holds, the newest; their requests
@@ -241,18 +241,21 @@ class Service:
         if not self.oracle.active:  # no call could be made: left in the store for a later start
             return 0
         stored = await self.store.refused_turns(self._started_at, refused.size)
-        labelled = await labelled_meanwhile(self.store, stored)
-        turns = [t for t in reversed(stored) if t.id not in refused and t.id not in labelled]
         catalog = self.ranker.snapshot.names
+        searches = self.parts.searches
+        found = [  # oldest first, each with the tools its search showed and the agent passed
+            (t, searches.shown(t.search_id, catalog) if t.search_status == "not_shown" else ())
+            for t in reversed(stored)
+            if t.id not in refused
+        ]
+        labelled = await labelled_meanwhile(self.store, found)
+        found = [(turn, passed) for turn, passed in found if turn.id not in labelled]
         batch = self.learner.config.batch_size
         taken: list[RefusedTurn] = []
-        for start in range(0, len(turns), batch):
-            chunk = turns[start : start + batch]
-            vectors = await self.embedder.embed([turn.request for turn in chunk])
-            for turn, vector in zip(chunk, vectors, strict=True):
-                searched = turn.search_id if turn.search_status == "not_shown" else None
-                passed = self.parts.searches.shown(searched, catalog) if searched else ()
-                taken.append(RefusedTurn(turn, vector, passed))
+        for start in range(0, len(found), batch):
+            chunk = found[start : start + batch]
+            vectors = await self.embedder.embed([turn.request for turn, _ in chunk])
+            taken.extend(RefusedTurn(t, v, p) for (t, p), v in zip(chunk, vectors, strict=True))
         kept = refused.restore(taken)
         if kept:
             self.metrics.teacher_refused_reloaded.inc(kept)
