@@ -211,6 +211,16 @@ class Metrics:
             "toolselect_teacher_asked_again",
             "Turns the spent teacher budget refused, asked about once it had room again",
         )
+        self.teacher_refused_reloaded = counter(
+            "toolselect_teacher_refused_reloaded",
+            "Turns a predecessor's spent teacher budget refused, taken back from the store at"
+            " start to be asked about once the budget has room",
+        )
+        self.teacher_refused_reload_failed = counter(
+            "toolselect_teacher_refused_reload_failed",
+            "Failed attempts to take back the refused turns from the store at start (tried"
+            " again every TOOLSELECT_POLL_INTERVAL)",
+        )
         self.teacher_budget_spent = counter(
             "toolselect_teacher_budget_spent",
             "Teacher calls not made because an hourly budget was spent, by budget: `tenant`"

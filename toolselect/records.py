@@ -39,6 +39,10 @@ Outcome = Literal["ok", "error", "corrected"]
 # replica or pack).
 SearchStatus = Literal["shown", "not_shown", "unknown", "other_pack"]
 OracleResult = Literal["labeled", "declined", "limit_reached", "error"]
+# How the reason of a turn the spent teacher budget refused ends (`Oracle._spent`: "hourly
+# budget of 60 calls spent"): a restarted service finds those turns by it in the store
+# (`TurnStore.refused_turns`), apart from the turns a teacher backlog refused.
+BUDGET_SPENT = " calls spent"
 # What an API key may do, weakest first (`toolselect.keys` holds the route table).
 Role = Literal["agent", "editor", "admin"]
 

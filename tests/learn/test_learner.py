@@ -358,6 +358,41 @@ async def test_turns_the_spent_budget_refused_are_asked_about_once_it_has_room(
         assert await h.learner.ask_again() == 0  # nothing left
 
 
+async def test_a_refused_turn_that_worked_is_not_settled_by_its_own_usage_label(
+    sqlite_store: SqliteStore, anthropic_stub: Stub
+) -> None:
+    """A disagreement on a turn that worked saves the agent's choice as a usage label and goes
+    to the teacher; refused by the spent budget, that label of its own (the claim the flag
+    questions, which the ratchet does not take either) does not settle it: it is asked about
+    once the hour frees a slot."""
+    now = [0.0]
+    h = Harness(sqlite_store, anthropic_stub)
+    h.oracle.budget = Budget(1, clock=lambda: now[0])
+    while (slot := h.oracle.budget.reserve()) is not None:
+        h.oracle.budget.settle(slot)
+    await h.load_catalog()
+    h.learner.start()
+    try:
+        anthropic_stub.reply(teacher_answers("send_email"))
+        request = "send an email message to Marco"
+        assert h.learner.observe(request, "web_search", turn_id="worked", outcome="ok")
+        assert await h.learner.drain(30.0)
+        turn = await h.store.get_turn("worked")
+        assert turn is not None and (turn.flag_reason, turn.tier, turn.result) == (
+            "disagreement", "teacher", "limit_reached",
+        )  # fmt: skip
+        own = await lookup_one(h.store, request)
+        assert own is not None and (own.tool, own.tier) == ("web_search", "usage")
+        now[0] += 3601.0
+        assert await h.learner.ask_again() == 1
+        assert await h.learner.drain(30.0)
+        turn = await h.store.get_turn("worked")
+        assert turn is not None and (turn.result, turn.label) == ("labeled", "send_email")
+    finally:
+        await h.learner.close(1.0)
+        await h.teacher.aclose()
+
+
 async def test_ratchet_reuses_a_label_without_a_teacher_call(harness: Harness) -> None:
     """A query that already has a label reuses it: no second teacher call."""
     harness.stub.reply(teacher_answers("crypto_price"))

@@ -448,6 +448,43 @@ async def test_undecided_turns_are_the_teacher_tier_unfinished_before_a_time(
     assert [t.id for t in await store.undecided_turns(before, 10)] == ["t-a", "t-b"]
 
 
+async def test_refused_turns_are_the_budget_refused_still_undecided_newest_first(
+    store: Store,
+) -> None:
+    """Teacher turns a spent budget refused (`limit_reached`, the reason ending in
+    `BUDGET_SPENT`) observed before the time, newest first (then by id), at most `limit`; not a
+    turn a teacher backlog refused, one decided since, one with a teacher call traced (asked
+    about again, its new result not recorded), another tier's, or a later one."""
+    minute = timedelta(minutes=1)
+
+    def refused(turn_id: str, minutes: int, reason: str = "hourly budget of 2 calls spent") -> Turn:
+        return turn(turn_id, tier="teacher", result="limit_reached", reason=reason,
+                    flagged=True, at=NOW - minutes * minute)  # fmt: skip
+
+    await store.record_turns(
+        [
+            refused("r-old", 30),
+            refused("r-b", 20, "global hourly budget of 9 calls spent"),
+            refused("r-a", 20),
+            refused("r-new", 10),
+            refused("r-late", 1),
+            refused("backlog", 15, "1024 turns wait for the teacher"),
+            refused("traced", 15),
+            replace(refused("decided", 15), result="labeled", label="fs_read", reason=None),
+            replace(refused("ratchet", 15), tier="ratchet"),
+        ]
+    )
+    await store.record_oracle_call(call("c-traced", NOW - 5 * minute, turn_id="traced"))
+    before = NOW - 5 * minute
+    found = await store.refused_turns(before, 10)
+    assert [t.id for t in found] == ["r-new", "r-b", "r-a", "r-old"]
+    assert found[0] == refused("r-new", 10)
+    assert [t.id for t in await store.refused_turns(before, 2)] == ["r-new", "r-b"]
+    assert await store.refused_turns(before, 0) == []
+    await store.record_turns([replace(found[0], result="labeled", label="fs_read")])
+    assert [t.id for t in await store.refused_turns(before, 10)] == ["r-b", "r-a", "r-old"]
+
+
 async def test_ten_thousand_turns_in_one_batch(store: Store) -> None:
     """A 10,000-turn batch is stored in one call, and resending it adds nothing."""
     batch = [turn(f"bulk-{i}", margin=i / 10_000) for i in range(10_000)]

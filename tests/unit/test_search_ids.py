@@ -133,3 +133,16 @@ def test_an_id_names_its_first_tools_and_fits_a_turns_search_id() -> None:
 def test_every_search_gets_its_own_id() -> None:
     log = SearchLog(10, 3600.0, Clock())
     assert len({log.record(["get_weather"]) for _ in range(1000)}) == 1000
+
+
+def test_the_tools_a_search_showed_are_read_back_however_old_its_id() -> None:
+    """For a stored turn's search (a predecessor's id, long expired): the issuing log answers
+    from its memory, another log from the id, blanks for names no one catalog tool has, and
+    nothing for an id that carries nothing."""
+    issuing, other, clock = two_logs(ttl_s=60.0)
+    shown = ["send_email", "removed_tool", "get_weather"]
+    search_id = issuing.record(shown)
+    clock.now += 86_400.0
+    assert issuing.shown(search_id, CATALOG) == tuple(shown)
+    assert other.shown(search_id, CATALOG) == ("send_email", "", "get_weather")
+    assert other.shown("not-an-id", CATALOG) == ()

@@ -34,7 +34,7 @@ from toolselect.learn.candidates import teacher_candidates
 from toolselect.learn.detect import is_fallback
 from toolselect.learn.finished import FinishedTurns
 from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
-from toolselect.learn.refused import Refused, RefusedTurn
+from toolselect.learn.refused import Refused, RefusedTurn, labelled_meanwhile
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.names import catalog_names, is_blank, normalise_query
@@ -394,8 +394,8 @@ class Labeller:
         if not self.refused or room <= 0 or self.stopping or not self._oracle.active:
             return 0
         picked = self.refused.take(room)
-        labelled = await self._store.exemplars_for_queries([p.turn.request for p in picked])
-        again = [p for p in picked if normalise_query(p.turn.request) not in labelled]
+        labelled = await labelled_meanwhile(self._store, [(p.turn, p.passed) for p in picked])
+        again = [p for p in picked if p.turn.id not in labelled]
         for p in again:
             self._escalate(replace(p.turn, result=None), p.vector, p.passed)
         self._metrics.teacher_asked_again.inc(len(again))

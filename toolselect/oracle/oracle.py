@@ -48,7 +48,7 @@ from toolselect.oracle.base import (
     quoted,
 )
 from toolselect.oracle.budget import Budget, RetryPolicy, Slot
-from toolselect.records import OracleCall
+from toolselect.records import BUDGET_SPENT, OracleCall
 
 log = structlog.get_logger("toolselect.oracle")
 
@@ -242,7 +242,7 @@ class Oracle:
         if self._metrics is not None:
             self._metrics.teacher_budget_spent.labels(scope).inc()
         what = "global hourly budget" if scope == "global" else "hourly budget"
-        return TeacherAnswer("limit_reached", reason=f"{what} of {per_hour} calls spent")
+        return TeacherAnswer("limit_reached", reason=f"{what} of {per_hour}{BUDGET_SPENT}")
 
     async def _attempts(
         self,

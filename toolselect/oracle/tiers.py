@@ -92,6 +92,15 @@ def passed_over(tool: str, used_tool: str, shown: Collection[str]) -> bool:
     return not same_tool(tool, used_tool) and any(same_tool(tool, s) for s in shown)
 
 
+def settles(label: str, tier: str | None, used_tool: str, shown: Collection[str]) -> bool:
+    """Whether a stored label of a flagged turn's request settles it (the ratchet; a refused
+    turn asked about again): not a `usage` label for the very tool the turn used (the agents'
+    own claim, which the flag questions), nor a tool the agent was shown and passed over."""
+    if tier == "usage" and used_tool and same_tool(label, used_tool):
+        return False
+    return not passed_over(label, used_tool, shown)
+
+
 def _choice_failed(flag: Flag, outcome: str | None) -> bool:
     """Whether the tool the agent chose over the shown top-1 failed: then its passing over is
     no evidence against the top-1. In the agent simulation (BENCHMARKS.md, "10% wrong tool,
@@ -147,9 +156,7 @@ def plan(
         flag, outcome, signal, margin_floor=margin_floor, used_tool=used_tool, shown=shown
     )
     teacher_worth = teacher_worth or flag.reason != "disagreement"
-    if ratchet_tier == "usage" and used_tool and same_tool(ratchet_label or "", used_tool):
-        ratchet_label = None
-    if ratchet_label and passed_over(ratchet_label, used_tool, shown):
+    if ratchet_label and not settles(ratchet_label, ratchet_tier, used_tool, shown):
         ratchet_label = None
     for tier in tiers:
         if tier == "ratchet" and ratchet_label:

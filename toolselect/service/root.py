@@ -23,7 +23,7 @@ from toolselect.config import Settings, ignored_variables
 from toolselect.embed import embedder_for
 from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
 from toolselect.keys import DEFAULT_TENANT, tenant_file
-from toolselect.learn.refused import Refused
+from toolselect.learn.refused import Refused, RefusedTurn, labelled_meanwhile
 from toolselect.metrics import Metrics
 from toolselect.oracle.budget import WINDOW_S, Budget
 from toolselect.service.index import Progress
@@ -67,6 +67,10 @@ class Service:
         self.teacher_budgets: dict[str, Budget] = {}
         # And the turns each budget refused, asked about once it has room: not lost with it.
         self.teacher_refused: dict[str, Refused] = {}
+        # Turns observed before this are a predecessor's (`_take_back_refused`); set once the
+        # upkeep took back those its budget refused (a test, or a caller, may wait on it).
+        self._started_at = parts.clock()
+        self.refused_taken_back = asyncio.Event()
 
     @classmethod
     async def start(
@@ -224,6 +228,40 @@ class Service:
         if seeded:
             log.info("teacher_budget_seeded", calls=seeded, remaining=budget.remaining())
 
+    async def _take_back_refused(self) -> int:
+        """Take back the turns a predecessor's spent teacher budget refused that are still
+        undecided in the store (`refused_turns`, less those a label stored since settles), for
+        `ask_again`: kept in memory only, they were lost with its process and stayed
+        `limit_reached` for good. Only turns observed before this service started (those it
+        refuses itself it keeps), as many as the list holds, the newest; their requests
+        embedded again, in batches, and the tools their search showed and the agent passed
+        over read back from their search ids. Run by the upkeep once the spool is replayed, so
+        no decision the spool holds is missed. How many were taken back."""
+        refused = self.learner.refused
+        if not self.oracle.active:  # no call could be made: left in the store for a later start
+            return 0
+        stored = await self.store.refused_turns(self._started_at, refused.size)
+        catalog = self.ranker.snapshot.names
+        searches = self.parts.searches
+        found = [  # oldest first, each with the tools its search showed and the agent passed
+            (t, searches.shown(t.search_id, catalog) if t.search_status == "not_shown" else ())
+            for t in reversed(stored)
+            if t.id not in refused
+        ]
+        labelled = await labelled_meanwhile(self.store, found)
+        found = [(turn, passed) for turn, passed in found if turn.id not in labelled]
+        batch = self.learner.config.batch_size
+        taken: list[RefusedTurn] = []
+        for start in range(0, len(found), batch):
+            chunk = found[start : start + batch]
+            vectors = await self.embedder.embed([turn.request for turn, _ in chunk])
+            taken.extend(RefusedTurn(t, v, p) for (t, p), v in zip(chunk, vectors, strict=True))
+        kept = refused.restore(taken)
+        if kept:
+            self.metrics.teacher_refused_reloaded.inc(kept)
+            log.info("teacher_refused_taken_back", turns=kept, kept=len(refused))
+        return kept
+
     async def reload_keys(self) -> None:
         """Read the stored API keys into the registry (at connect and every poll), so a key
         created or revoked through any replica counts here within the poll interval. Revoked
@@ -237,17 +275,22 @@ class Service:
 
     async def _maintain(self) -> None:
         """Background upkeep: connect until loaded, flush the write backlog, poll for replicas,
-        ask the teacher about turns its spent budget refused once it has room, close the
-        teacher turns a stopped process left (once loaded, then every 10 minutes)."""
+        take back the turns a predecessor's spent budget refused (once loaded and the spool
+        replayed; a failure is logged, counted and tried again a poll interval later), ask the
+        teacher about them once it has room, close the teacher turns a stopped process left
+        (once loaded, then every 10 minutes)."""
         interval = self.settings.poll_interval_s
         tick = min(1.0, interval)
         since_poll = 0.0
         since_abandoned = ABANDONED_CHECK_S
+        since_take_back: float | None = interval  # None once taken back
         failing: str | None = None
         while True:
             await asyncio.sleep(tick)
             since_poll += tick
             since_abandoned += tick
+            if since_take_back is not None:
+                since_take_back += tick
             try:
                 if not self.loaded:
                     await self.connect()
@@ -259,6 +302,10 @@ class Service:
                     since_poll = 0.0
                     await self.reload_keys()
                     await self.index.refresh()
+                spooled = self.store.backlog or self.store.down
+                due = since_take_back is not None and since_take_back >= interval
+                if self.loaded and due and not spooled:
+                    since_take_back = None if await self._taken_back() else 0.0
                 if self.loaded:
                     await self.learner.ask_again()
                 if self.loaded and since_abandoned >= ABANDONED_CHECK_S:
@@ -275,6 +322,18 @@ class Service:
                 if str(exc) != failing:
                     log.warning("store_maintenance_failed", error=str(exc))
                 failing = str(exc)
+
+    async def _taken_back(self) -> bool:
+        """`_take_back_refused`, whether it was done: a failure (the store, the embedder) is
+        logged and counted, never stops the upkeep."""
+        try:
+            await self._take_back_refused()
+        except Exception as exc:
+            self.metrics.teacher_refused_reload_failed.inc()
+            log.warning("teacher_refused_take_back_failed", error=repr(exc))
+            return False
+        self.refused_taken_back.set()
+        return True
 
     async def _watch_store(self) -> None:
         """`toolselect_store_up` every poll interval: whether the store answers a ping within

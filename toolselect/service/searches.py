@@ -197,6 +197,19 @@ class SearchLog:
         # Past the tools the id names, the used one may have been shown: nothing tells.
         return Placement("unknown") if count else Placement("not_shown", names)
 
+    def shown(self, search_id: str | None, catalog: Sequence[str]) -> tuple[str, ...]:
+        """The tools search `search_id` showed, however long ago: from this log, else what the
+        id carries (the first `ENCODED_TOOLS`, read back from `catalog`, '' where no one tool
+        has a tag), else none. For a stored turn whose search a predecessor placed."""
+        if not search_id:
+            return ()
+        with self._lock:
+            logged = self._searches.get(search_id)
+        if logged is not None:
+            return logged[0]
+        found = decode(search_id)
+        return self._names(found.tags, catalog) if found is not None else ()
+
     def _tools_of(self, used_tool: str, catalog: Sequence[str]) -> list[str]:
         """The catalog tools `used_tool` may stand for (none when the catalog has no such)."""
         return catalog_names(tuple(catalog)).matches(used_tool) if used_tool else []

@@ -286,6 +286,14 @@ class BufferedStore:
         except StoreUnavailable:
             return []
 
+    async def refused_turns(self, before: datetime, limit: int) -> list[Turn]:
+        """`StoreUnavailable` while the store is down; the spool is not searched: the service
+        asks only once it is replayed (a spooled decision would not be seen)."""
+        return await self._through(
+            "refused_turns",
+            lambda: self._bounded("refused_turns", self.inner.refused_turns(before, limit)),
+        )
+
     # -- everything else passes through ------------------------------------------------------
 
     @property

@@ -186,6 +186,15 @@ class TurnStore(Protocol):
         no `result`), observed before `before`, oldest first (by `at`, then id)."""
         ...
 
+    async def refused_turns(self, before: datetime, limit: int) -> list[Turn]:
+        """At most `limit` turns the spent teacher budget refused that nothing decided since,
+        observed before `before`, newest first (by `at`, then id): `tier` teacher, `result`
+        `limit_reached` with a `reason` ending in `BUDGET_SPENT` (not a teacher backlog's), and
+        no teacher call traced for them (one asked about again and traced is no longer
+        undecided, even if its new result was not recorded). What a restarted service takes
+        back to ask about once its budget has room."""
+        ...
+
     async def session_tail(self, session_id: str) -> SessionTail | None:
         """The session's last recorded turn: its id, catalog tools and time (None: no turn of
         that session recorded)."""

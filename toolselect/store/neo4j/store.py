@@ -35,6 +35,7 @@ from toolselect.clock import Clock, utc_now
 from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row
 from toolselect.names import normalise_query
 from toolselect.records import (
+    BUDGET_SPENT,
     AnalyticsResult,
     ApiKey,
     Exemplar,
@@ -274,6 +275,10 @@ class Neo4jStore:
         return await self._turns(
             "undecided_turns", {"before": to_db_text(before), "limit": max(limit, 0)}
         )
+
+    async def refused_turns(self, before: datetime, limit: int) -> list[Turn]:
+        params = {"before": to_db_text(before), "spent": BUDGET_SPENT, "limit": max(limit, 0)}
+        return await self._turns("refused_turns", params)
 
     async def session_tail(self, session_id: str) -> SessionTail | None:
         rows = await self._read("session_tail", {"id": session_id})

@@ -37,6 +37,8 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS turns_at ON turns(at)",
     # What `undecided_turns` reads: a few turns among all, by time.
     "CREATE INDEX IF NOT EXISTS turns_undecided ON turns(at) WHERE tier = 'teacher' AND result IS NULL",
+    # What `refused_turns` reads at a start: the few turns a spent teacher budget refused.
+    "CREATE INDEX IF NOT EXISTS turns_refused ON turns(at) WHERE result = 'limit_reached'",
     """CREATE TABLE IF NOT EXISTS exemplars (
         id TEXT NOT NULL UNIQUE, query TEXT NOT NULL, query_norm TEXT NOT NULL UNIQUE,
         tool TEXT NOT NULL REFERENCES tools(name), tier TEXT NOT NULL, embedder TEXT NOT NULL,

@@ -30,6 +30,7 @@ from toolselect.errors import StoreError
 from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row, tenant_file
 from toolselect.names import normalise_query
 from toolselect.records import (
+    BUDGET_SPENT,
     AnalyticsResult,
     ApiKey,
     Exemplar,
@@ -58,6 +59,7 @@ from toolselect.store.sqlite import analytics as sqlite_analytics
 from toolselect.store.sqlite import exemplars as sqlite_exemplars
 from toolselect.store.sqlite import schema as sqlite_schema
 from toolselect.store.sqlite import sessions as sqlite_sessions
+from toolselect.store.sqlite import turns as sql
 from toolselect.store.sqlite.schema import (
     BUMP_CATALOG,
     NO_STATE,
@@ -79,27 +81,6 @@ _UPSERT_TOOL = """
         bare_name = excluded.bare_name, description = excluded.description,
         input_schema = excluded.input_schema, content_hash = excluded.content_hash,
         updated_at = excluded.updated_at"""
-_INSERT_TURN = """
-    INSERT INTO turns (id, request, used_tool, at, agent_id, pack, outcome, top1, margin,
-        flagged, flag_reason, tier, label, result, session_id, used_tools, search_id,
-        search_status, shown_position, shown_k, reason)
-    VALUES (:id, :request, :used_tool, :at, :agent_id, :pack, :outcome, :top1, :margin,
-        :flagged, :flag_reason, :tier, :label, :result, :session_id, :used_tools, :search_id,
-        :search_status, :shown_position, :shown_k, :reason)
-    ON CONFLICT(id) DO NOTHING"""
-_UPDATE_TURN = """
-    UPDATE turns SET request = :request, used_tool = :used_tool, at = :at, agent_id = :agent_id,
-        pack = :pack, outcome = :outcome, top1 = :top1, margin = :margin, flagged = :flagged,
-        flag_reason = :flag_reason, tier = :tier, label = :label, result = :result,
-        session_id = :session_id, used_tools = :used_tools, search_id = :search_id,
-        search_status = :search_status, shown_position = :shown_position, shown_k = :shown_k,
-        reason = :reason
-    WHERE id = :id"""
-_SESSION_TURNS = """
-    SELECT * FROM turns WHERE session_id IS NOT NULL ORDER BY at DESC, id DESC LIMIT ?"""
-_UNDECIDED_TURNS = """
-    SELECT * FROM turns WHERE tier = 'teacher' AND result IS NULL AND at < ?
-    ORDER BY at, id LIMIT ?"""
 _UPSERT_CALL = """
     INSERT INTO oracle_calls (id, provider, model, result, latency_ms, at, turn_id, input_tokens,
         output_tokens, cost_usd, error)
@@ -318,8 +299,8 @@ class SqliteStore:
                 stored = sqlite_sessions.stored_ids(conn, list(by_id))
                 # The insert counts new ids (a repeat inside the batch counts once); the update
                 # then applies every version in order, so the last one sent wins.
-                inserted = conn.executemany(_INSERT_TURN, rows).rowcount
-                conn.executemany(_UPDATE_TURN, rows)
+                inserted = conn.executemany(sql.INSERT_TURN, rows).rowcount
+                conn.executemany(sql.UPDATE_TURN, rows)
                 sqlite_sessions.record(
                     conn,
                     [t for i, t in by_id.items() if i not in stored],
@@ -338,14 +319,17 @@ class SqliteStore:
         return turns[0] if turns else None
 
     async def undecided_turns(self, before: datetime, limit: int) -> list[Turn]:
-        return await self._turns(_UNDECIDED_TURNS, (ts(before), max(limit, 0)))
+        return await self._turns(sql.UNDECIDED_TURNS, (ts(before), max(limit, 0)))
+
+    async def refused_turns(self, before: datetime, limit: int) -> list[Turn]:
+        return await self._turns(sql.REFUSED_TURNS, (ts(before), BUDGET_SPENT, max(limit, 0)))
 
     async def session_tail(self, session_id: str) -> SessionTail | None:
         tails = await self._run(lambda conn: sqlite_sessions.read_tails(conn, [session_id]))
         return tails.get(session_id)
 
     async def session_turns(self, limit: int) -> list[Turn]:
-        return await self._turns(_SESSION_TURNS, (max(limit, 0),))
+        return await self._turns(sql.SESSION_TURNS, (max(limit, 0),))
 
     async def _turns(self, sql: str, params: tuple[object, ...]) -> list[Turn]:
         return await self._run(
