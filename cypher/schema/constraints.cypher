@@ -1,7 +1,9 @@
 // Unique constraints (Community edition: no existence or node-key constraints), per tenant:
 // every node of a tenant's data carries `tenant`, and its key is unique within that tenant only.
-// Each also backs a composite range index led by tenant, so lookups by these keys are index seeks
-// and a tenant's nodes of one label are a prefix seek.
+// Each also backs a composite range index led by tenant, so lookups by these keys are index seeks.
+// A tenant's nodes of one label are no prefix seek of it: Neo4j 5 seeks a composite index only
+// when each of its properties has a predicate, so `{tenant: $tenant}` alone would scan the label
+// across every tenant; indexes.cypher gives each label a tenant index for those reads.
 // Stores made before tenants had single-property constraints; migrate() gives their nodes
 // tenant 'default' first (`queries/backfill_tenant`), then these drop and replace them.
 DROP CONSTRAINT tool_name IF EXISTS;
