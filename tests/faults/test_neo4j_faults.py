@@ -30,6 +30,7 @@ from toolselect.records import Turn
 from toolselect.service.root import READY_PING_S
 from toolselect.store.neo4j.store import Neo4jStore
 from toolselect.store.port import lookup_one
+from toolselect.store.spool import Spool
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 CATALOG = {
@@ -102,6 +103,31 @@ async def count(server: PrivateNeo4j, label: str) -> int:
             database_="neo4j",
         )
         return int(records[0]["n"])
+
+
+async def test_turns_queued_before_the_store_ever_answered_are_spooled_at_shutdown(
+    private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
+) -> None:
+    """A server started while Neo4j is down and stopped before it ever connected keeps the
+    turns it acknowledged (202, queued): they wait in the spool for the next start, where the
+    queue that no worker took them from lost them all."""
+    assert not private_neo4j.running
+    settings = settings_for(private_neo4j, tmp_path)
+    client = await aiohttp_client(create_app_from_settings(settings))
+    turns = [{"request": f"weather in city {i}", "used_tool": "get_weather",
+              "turn_id": f"never-{i}", "outcome": "ok"} for i in range(12)]  # fmt: skip
+    observed = await client.post("/v1/observe/batch", json={"turns": turns})
+    assert (await observed.json()) == {"queued": 12, "dropped": 0}
+    started = time.monotonic()
+    await client.close()
+    assert time.monotonic() - started < settings.shutdown_timeout_s + 1
+    spool = Spool.open(settings.spool_path, max_bytes=settings.spool_max_bytes)
+    try:
+        kept = [entry.record for entry in spool.head(100)]
+    finally:
+        spool.close()
+    assert sorted(t.id for t in kept if isinstance(t, Turn)) == sorted(t["turn_id"] for t in turns)
+    assert all(isinstance(t, Turn) and t.used_tool == "get_weather" for t in kept)
 
 
 async def test_unreachable_at_start_then_ready(

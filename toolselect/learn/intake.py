@@ -120,14 +120,20 @@ class Intake:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), within_s)
 
-    async def discard(self) -> None:
-        """Drop the batch taken ahead and every turn still queued, once the worker has stopped."""
+    async def take_unprocessed(self) -> list[Observation]:
+        """Empty the queue once the worker has stopped: the batch taken ahead and every turn
+        still queued, in the order they came."""
+        left: list[Observation] = []
         if self._ahead is not None:
             self._ahead[1].cancel()
             await asyncio.gather(self._ahead[1], return_exceptions=True)
+            left.extend(self._ahead[0])
             self._ahead = None
-        self._queue.clear()
+        with self._lock:
+            left.extend(self._queue)
+            self._queue.clear()
         self._metrics.queue_depth.set(0)
+        return left
 
     # -- the worker --------------------------------------------------------------------------
 

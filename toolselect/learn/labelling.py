@@ -33,7 +33,7 @@ from toolselect.learn.batch import Prepared
 from toolselect.learn.candidates import teacher_candidates
 from toolselect.learn.detect import is_fallback
 from toolselect.learn.finished import FinishedTurns
-from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
+from toolselect.learn.records import LearnerConfig, LearnerStats, Observation, plain_turn
 from toolselect.learn.refused import Refused, RefusedTurn
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
@@ -133,22 +133,10 @@ class Labeller:
         ):
             if not new:
                 continue
-            turn = Turn(
-                id=obs.turn_id,
-                request=obs.request,
-                used_tool=obs.used_tool,
-                at=obs.at,
-                agent_id=obs.agent_id,
-                pack=obs.pack,
-                outcome=obs.outcome,
+            turn = replace(
+                plain_turn(obs),
                 top1=signal.top1 if signal else None,
                 margin=signal.margin if signal else None,
-                session_id=obs.session_id,
-                used_tools=obs.used_tools,
-                search_id=obs.search_id,
-                search_status=obs.search_status,
-                shown_position=obs.shown_position,
-                shown_k=obs.shown_k or len(obs.shown) or None,
             )
             used = self._usage_label(obs, prepared.snapshot)
             if used is not None:
