@@ -27,7 +27,7 @@ import numpy as np
 import structlog
 
 from toolselect.embed import Embedder
-from toolselect.errors import StoreError, StoreUnavailable
+from toolselect.errors import SpoolError, StoreError, StoreUnavailable
 from toolselect.learn.batch import Prepared, prepare
 from toolselect.learn.detect import is_fallback
 from toolselect.learn.labelling import Labeller
@@ -240,6 +240,12 @@ class Intake:
                 await self._commit_isolated(prepared)
         except asyncio.CancelledError:
             raise
+        except SpoolError as exc:
+            # Neither the store nor the spool could keep the batch's writes (a full disk; the
+            # labeller counts the turns lost): no turn is at fault, so none is tried alone (that
+            # was a traceback a turn); one line a batch.
+            self._stats.errors += 1
+            log.error("intake_batch_unwritable", turns=len(batch), error=str(exc))
         except Exception:
             self._stats.errors += 1
             log.exception("intake_batch_failed", turns=len(batch))
@@ -254,7 +260,7 @@ class Intake:
         try:
             await self._labeller.commit(prepared)
             return
-        except (StoreUnavailable, asyncio.CancelledError):
+        except (StoreUnavailable, SpoolError, asyncio.CancelledError):
             raise
         except Exception as exc:
             if len(prepared.batch) == 1:
@@ -268,7 +274,7 @@ class Intake:
             try:
                 vectors = await self._embedder.embed([obs.request])
                 await self._labeller.commit(self._prepare([obs], vectors))
-            except (StoreUnavailable, asyncio.CancelledError):
+            except (StoreUnavailable, SpoolError, asyncio.CancelledError):
                 raise
             except Exception as exc:
                 self._failed(obs, exc)

@@ -28,7 +28,7 @@ import structlog
 
 from toolselect.clock import Clock
 from toolselect.embed import Embedder
-from toolselect.errors import ToolselectError
+from toolselect.errors import SpoolError, ToolselectError
 from toolselect.learn.batch import Prepared
 from toolselect.learn.candidates import teacher_candidates
 from toolselect.learn.detect import is_fallback
@@ -208,7 +208,11 @@ class Labeller:
                 elif label is not None and decision.tier == "ranker":
                     saves.append((turn, vector, label, "ranker", probability))
             turns.append(turn)
-        await self._store.record_turns(turns)
+        try:
+            await self._store.record_turns(turns)
+        except SpoolError:  # neither the store nor the spool could keep them (a full disk)
+            self._metrics.dropped.labels("unwritable").inc(len(turns))
+            raise
         saved = await self._save(saves)
         if saved.changed:  # one fold per batch: a fold swaps the ranker's matrix
             await self._on_saved(saved)
