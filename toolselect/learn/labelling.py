@@ -95,6 +95,9 @@ class Labeller:
         self.refused = refused if refused is not None else Refused(config.queue_size)
         # Set by `stop`: turns still drained are not escalated to the teacher.
         self.stopping = False
+        # The turns of the batch being committed until the store (or the spool) has them: what
+        # a commit cancelled by a stopping service leaves unrecorded (`Learner.close`).
+        self.unrecorded: tuple[Observation, ...] = ()
         self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
         self._in_flight = InFlight()
         self._finished = FinishedTurns(store)
@@ -108,8 +111,17 @@ class Labeller:
 
     async def commit(self, prepared: Prepared) -> None:
         """Label the flagged turns of a prepared batch, record every turn, save and fold."""
+        try:
+            await self._commit(prepared)
+        except Exception:  # not a cancel: the intake retries or counts the batch itself
+            self.unrecorded = ()
+            raise
+
+    async def _commit(self, prepared: Prepared) -> None:
         batch, floor, tuner = prepared.batch, prepared.floor, self._tuner
+        self.unrecorded = tuple(batch)
         fresh = await self._fresh(batch)
+        self.unrecorded = tuple(obs for obs, new in zip(batch, fresh, strict=True) if new)
         # A blank request is recorded but teaches nothing: no label, no teacher call.
         flags = [
             flag if new and not is_blank(obs.request) else None
@@ -213,6 +225,8 @@ class Labeller:
         except SpoolError:  # neither the store nor the spool could keep them (a full disk)
             self._metrics.dropped.labels("unwritable").inc(len(turns))
             raise
+        finally:
+            self.unrecorded = ()
         saved = await self._save(saves)
         if saved.changed:  # one fold per batch: a fold swaps the ranker's matrix
             await self._on_saved(saved)

@@ -152,9 +152,10 @@ class Learner:
 
     async def close(self, within_s: float = 10.0) -> list[Turn]:
         """Stop intake, drain within `within_s`, cancel teacher calls, join every task; return
-        the turns accepted and never processed, unranked and unlabelled, for the caller to keep
+        the turns accepted and never recorded, unranked and unlabelled, for the caller to keep
         (the service spools them): those queued while the catalog never loaded (the store down
-        since the start: no worker takes them) or left by a drain that timed out."""
+        since the start: no worker takes them), or left by a drain that timed out, the batch it
+        cut short included."""
         self._accepting = False
         self._labeller.stop()
         started = self._worker is not None
@@ -169,7 +170,10 @@ class Learner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        left = await self._intake.take_unprocessed()
+        # A commit the cancel cut short before its turns were recorded (a store that hangs past
+        # the drain) leaves them to be kept with the queue, ahead of it.
+        left = [*self._labeller.unrecorded, *await self._intake.take_unprocessed()]
+        self._labeller.unrecorded = ()
         self._worker = None
         teaching.clear()
         return [plain_turn(obs) for obs in left]
