@@ -30,6 +30,7 @@ from toolselect.records import Turn
 from toolselect.service.root import READY_PING_S
 from toolselect.store.neo4j.store import Neo4jStore
 from toolselect.store.port import lookup_one
+from toolselect.store.spool import Spool
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 CATALOG = {
@@ -102,6 +103,31 @@ async def count(server: PrivateNeo4j, label: str) -> int:
             database_="neo4j",
         )
         return int(records[0]["n"])
+
+
+async def test_turns_queued_before_the_store_ever_answered_are_spooled_at_shutdown(
+    private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
+) -> None:
+    """A server started while Neo4j is down and stopped before it ever connected keeps the
+    turns it acknowledged (202, queued): they wait in the spool for the next start, where the
+    queue that no worker took them from lost them all."""
+    assert not private_neo4j.running
+    settings = settings_for(private_neo4j, tmp_path)
+    client = await aiohttp_client(create_app_from_settings(settings))
+    turns = [{"request": f"weather in city {i}", "used_tool": "get_weather",
+              "turn_id": f"never-{i}", "outcome": "ok"} for i in range(12)]  # fmt: skip
+    observed = await client.post("/v1/observe/batch", json={"turns": turns})
+    assert (await observed.json()) == {"queued": 12, "dropped": 0}
+    started = time.monotonic()
+    await client.close()
+    assert time.monotonic() - started < settings.shutdown_timeout_s + 1
+    spool = Spool.open(settings.spool_path, max_bytes=settings.spool_max_bytes)
+    try:
+        kept = [entry.record for entry in spool.head(100)]
+    finally:
+        spool.close()
+    assert sorted(t.id for t in kept if isinstance(t, Turn)) == sorted(t["turn_id"] for t in turns)
+    assert all(isinstance(t, Turn) and t.used_tool == "get_weather" for t in kept)
 
 
 async def test_unreachable_at_start_then_ready(
@@ -307,3 +333,47 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
         return await team_service.store.get_turn("team-1") is not None
 
     await eventually(team_stored, within=60)
+
+
+async def test_a_write_the_shutdown_cuts_short_keeps_its_turns(
+    private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
+) -> None:
+    """SIGTERM while a batch's write waits on a Neo4j that hangs past the shutdown timeout: the
+    close cancels that write, and its turns go to the spool with the queue instead of being
+    lost with the cancelled task; the close keeps to its timeout."""
+    if not private_neo4j.running:
+        await asyncio.to_thread(private_neo4j.start)
+    settings = replace(
+        settings_for(private_neo4j, tmp_path), shutdown_timeout_s=1.0, store_write_timeout_s=60.0
+    )
+    client = await aiohttp_client(create_app_from_settings(settings))
+    service = service_of(client)
+
+    async def is_ready() -> bool:
+        return (await client.get("/readyz")).status == 200
+
+    await eventually(is_ready, within=60)
+    assert (await client.put("/v1/tools", json=CATALOG)).status == 200
+    pid = int((private_neo4j.instance / "neo4j.pid").read_text().strip())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        turns = [{"request": f"mail person {i}", "used_tool": "send_email",
+                  "turn_id": f"cut-{i}", "outcome": "ok"} for i in range(5)]  # fmt: skip
+        observed = await client.post("/v1/observe/batch", json={"turns": turns})
+        assert (await observed.json()) == {"queued": 5, "dropped": 0}
+
+        async def writing() -> bool:  # taken from the queue, its write waiting on Neo4j
+            return service.learner.depth == 0 and service.learner.stats.in_progress == 1
+
+        await eventually(writing, within=10)
+        started = time.monotonic()
+        await client.close()
+        assert time.monotonic() - started < settings.shutdown_timeout_s + 3
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    spool = Spool.open(settings.spool_path, max_bytes=settings.spool_max_bytes)
+    try:
+        kept = sorted(e.record.id for e in spool.head(100) if isinstance(e.record, Turn))
+    finally:
+        spool.close()
+    assert kept == sorted(t["turn_id"] for t in turns)

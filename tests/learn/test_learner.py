@@ -624,18 +624,23 @@ async def test_close_leaves_nothing_running(
     assert h.counter("observe_dropped", reason="closed") == 1
 
 
-async def test_turns_never_taken_are_counted_dropped_at_close(
+async def test_turns_never_taken_are_handed_back_at_close(
     sqlite_store: SqliteStore, anthropic_stub: Stub
 ) -> None:
-    """Turns accepted while the worker never started (a catalog that never loaded) are counted
-    as dropped at shutdown, not lost without a trace."""
+    """Turns accepted while the worker never started (a catalog that never loaded) are handed
+    back at close, in order and unlabelled, for the service to spool; none is counted dropped."""
     h = Harness(sqlite_store, anthropic_stub)
     h.learner.open()
-    assert h.learner.observe("weather in Rome", "get_weather")
-    assert h.learner.observe("mail Bob", "send_email")
-    await h.learner.close(0.1)
+    assert h.learner.observe("weather in Rome", "get_weather", turn_id="t1", outcome="ok")
+    assert h.learner.observe("mail Bob", "send_email", turn_id="t2")
+    left = await h.learner.close(0.1)
     await h.teacher.aclose()
-    assert h.counter("observe_dropped", reason="shutdown") == 2
+    assert [(t.id, t.request, t.used_tool, t.outcome, t.label) for t in left] == [
+        ("t1", "weather in Rome", "get_weather", "ok", None),
+        ("t2", "mail Bob", "send_email", None, None),
+    ]
+    assert h.learner.depth == 0
+    assert h.counter("observe_dropped", reason="shutdown") == 0
 
 
 async def test_turns_waiting_for_the_teacher_are_bounded(

@@ -27,7 +27,7 @@ import numpy as np
 import structlog
 
 from toolselect.embed import Embedder
-from toolselect.errors import StoreError, StoreUnavailable
+from toolselect.errors import SpoolError, StoreError, StoreUnavailable
 from toolselect.learn.batch import Prepared, prepare
 from toolselect.learn.detect import is_fallback
 from toolselect.learn.labelling import Labeller
@@ -120,14 +120,20 @@ class Intake:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), within_s)
 
-    async def discard(self) -> None:
-        """Drop the batch taken ahead and every turn still queued, once the worker has stopped."""
+    async def take_unprocessed(self) -> list[Observation]:
+        """Empty the queue once the worker has stopped: the batch taken ahead and every turn
+        still queued, in the order they came."""
+        left: list[Observation] = []
         if self._ahead is not None:
             self._ahead[1].cancel()
             await asyncio.gather(self._ahead[1], return_exceptions=True)
+            left.extend(self._ahead[0])
             self._ahead = None
-        self._queue.clear()
+        with self._lock:
+            left.extend(self._queue)
+            self._queue.clear()
         self._metrics.queue_depth.set(0)
+        return left
 
     # -- the worker --------------------------------------------------------------------------
 
@@ -234,6 +240,12 @@ class Intake:
                 await self._commit_isolated(prepared)
         except asyncio.CancelledError:
             raise
+        except SpoolError as exc:
+            # Neither the store nor the spool could keep the batch's writes (a full disk; the
+            # labeller counts the turns lost): no turn is at fault, so none is tried alone (that
+            # was a traceback a turn); one line a batch.
+            self._stats.errors += 1
+            log.error("intake_batch_unwritable", turns=len(batch), error=str(exc))
         except Exception:
             self._stats.errors += 1
             log.exception("intake_batch_failed", turns=len(batch))
@@ -248,7 +260,7 @@ class Intake:
         try:
             await self._labeller.commit(prepared)
             return
-        except (StoreUnavailable, asyncio.CancelledError):
+        except (StoreUnavailable, SpoolError, asyncio.CancelledError):
             raise
         except Exception as exc:
             if len(prepared.batch) == 1:
@@ -262,7 +274,7 @@ class Intake:
             try:
                 vectors = await self._embedder.embed([obs.request])
                 await self._labeller.commit(self._prepare([obs], vectors))
-            except (StoreUnavailable, asyncio.CancelledError):
+            except (StoreUnavailable, SpoolError, asyncio.CancelledError):
                 raise
             except Exception as exc:
                 self._failed(obs, exc)

@@ -28,12 +28,12 @@ import structlog
 
 from toolselect.clock import Clock
 from toolselect.embed import Embedder
-from toolselect.errors import ToolselectError
+from toolselect.errors import SpoolError, ToolselectError
 from toolselect.learn.batch import Prepared
 from toolselect.learn.candidates import teacher_candidates
 from toolselect.learn.detect import is_fallback
 from toolselect.learn.finished import FinishedTurns
-from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
+from toolselect.learn.records import LearnerConfig, LearnerStats, Observation, plain_turn
 from toolselect.learn.refused import Refused, RefusedTurn, labelled_meanwhile
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
@@ -95,6 +95,9 @@ class Labeller:
         self.refused = refused if refused is not None else Refused(config.queue_size)
         # Set by `stop`: turns still drained are not escalated to the teacher.
         self.stopping = False
+        # The turns of the batch being committed until the store (or the spool) has them: what
+        # a commit cancelled by a stopping service leaves unrecorded (`Learner.close`).
+        self.unrecorded: tuple[Observation, ...] = ()
         self._teacher_slots = asyncio.Semaphore(config.teacher_concurrency)
         self._in_flight = InFlight()
         self._finished = FinishedTurns(store)
@@ -108,8 +111,17 @@ class Labeller:
 
     async def commit(self, prepared: Prepared) -> None:
         """Label the flagged turns of a prepared batch, record every turn, save and fold."""
+        try:
+            await self._commit(prepared)
+        except Exception:  # not a cancel: the intake retries or counts the batch itself
+            self.unrecorded = ()
+            raise
+
+    async def _commit(self, prepared: Prepared) -> None:
         batch, floor, tuner = prepared.batch, prepared.floor, self._tuner
+        self.unrecorded = tuple(batch)
         fresh = await self._fresh(batch)
+        self.unrecorded = tuple(obs for obs, new in zip(batch, fresh, strict=True) if new)
         # A blank request is recorded but teaches nothing: no label, no teacher call.
         flags = [
             flag if new and not is_blank(obs.request) else None
@@ -133,22 +145,10 @@ class Labeller:
         ):
             if not new:
                 continue
-            turn = Turn(
-                id=obs.turn_id,
-                request=obs.request,
-                used_tool=obs.used_tool,
-                at=obs.at,
-                agent_id=obs.agent_id,
-                pack=obs.pack,
-                outcome=obs.outcome,
+            turn = replace(
+                plain_turn(obs),
                 top1=signal.top1 if signal else None,
                 margin=signal.margin if signal else None,
-                session_id=obs.session_id,
-                used_tools=obs.used_tools,
-                search_id=obs.search_id,
-                search_status=obs.search_status,
-                shown_position=obs.shown_position,
-                shown_k=obs.shown_k or len(obs.shown) or None,
             )
             used = self._usage_label(obs, prepared.snapshot)
             if used is not None:
@@ -220,7 +220,13 @@ class Labeller:
                 elif label is not None and decision.tier == "ranker":
                     saves.append((turn, vector, label, "ranker", probability))
             turns.append(turn)
-        await self._store.record_turns(turns)
+        try:
+            await self._store.record_turns(turns)
+        except SpoolError:  # neither the store nor the spool could keep them (a full disk)
+            self._metrics.dropped.labels("unwritable").inc(len(turns))
+            raise
+        finally:
+            self.unrecorded = ()
         saved = await self._save(saves)
         if saved.changed:  # one fold per batch: a fold swaps the ranker's matrix
             await self._on_saved(saved)

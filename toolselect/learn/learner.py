@@ -19,13 +19,13 @@ from toolselect.clock import Clock, utc_now
 from toolselect.embed import Embedder
 from toolselect.learn.intake import Intake
 from toolselect.learn.labelling import Labeller
-from toolselect.learn.records import LearnerConfig, LearnerStats, Observation
+from toolselect.learn.records import LearnerConfig, LearnerStats, Observation, plain_turn
 from toolselect.learn.refused import Refused
 from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.oracle.oracle import Oracle
 from toolselect.ranker import CentroidRanker
-from toolselect.records import SaveResult
+from toolselect.records import SaveResult, Turn
 from toolselect.store.port import LearnerStore
 
 if TYPE_CHECKING:
@@ -150,27 +150,30 @@ class Learner:
             return False
         return True
 
-    async def close(self, within_s: float = 10.0) -> None:
-        """Stop intake, drain within `within_s`, cancel teacher calls, join every task."""
+    async def close(self, within_s: float = 10.0) -> list[Turn]:
+        """Stop intake, drain within `within_s`, cancel teacher calls, join every task; return
+        the turns accepted and never recorded, unranked and unlabelled, for the caller to keep
+        (the service spools them): those queued while the catalog never loaded (the store down
+        since the start: no worker takes them), or left by a drain that timed out, the batch it
+        cut short included."""
         self._accepting = False
         self._labeller.stop()
         started = self._worker is not None
-        # Turns accepted while the catalog never loaded (the store down since the start) have
-        # no worker to take them: dropped as surely as those a timed-out drain leaves.
         drained = await self.drain(within_s) if started else not self._intake.pending
-        left = self._intake.pending
         teaching = self._labeller.teaching
         if not drained:
             event = "learner_drain_timeout" if started else "learner_never_started"
-            log.warning(event, left=left, teaching=len(teaching))
-            if left:
-                self._metrics.dropped.labels("shutdown").inc(left)
+            log.warning(event, left=self._intake.pending, teaching=len(teaching))
         tasks = [*teaching]
         if self._worker is not None:
             tasks.append(self._worker)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._intake.discard()
+        # A commit the cancel cut short before its turns were recorded (a store that hangs past
+        # the drain) leaves them to be kept with the queue, ahead of it.
+        left = [*self._labeller.unrecorded, *await self._intake.take_unprocessed()]
+        self._labeller.unrecorded = ()
         self._worker = None
         teaching.clear()
+        return [plain_turn(obs) for obs in left]

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from toolselect.records import Turn
+
 if TYPE_CHECKING:
     from toolselect.turns import TurnFields
 
@@ -70,6 +72,26 @@ class Observation:
             shown_position=shown_position,
             shown_k=shown_k,
         )
+
+
+def plain_turn(obs: Observation) -> Turn:
+    """The turn an observation records before the learner ranked or labelled it: what a
+    labelled turn starts from, and what a shutdown keeps of one it never processed."""
+    return Turn(
+        id=obs.turn_id,
+        request=obs.request,
+        used_tool=obs.used_tool,
+        at=obs.at,
+        agent_id=obs.agent_id,
+        pack=obs.pack,
+        outcome=obs.outcome,
+        session_id=obs.session_id,
+        used_tools=obs.used_tools,
+        search_id=obs.search_id,
+        search_status=obs.search_status,
+        shown_position=obs.shown_position,
+        shown_k=obs.shown_k or len(obs.shown) or None,
+    )
 
 
 def labelled_tool(used_tool: str | None, used_tools: Sequence[str] | None) -> str:

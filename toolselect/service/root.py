@@ -21,11 +21,12 @@ from toolselect.catalog import load_demo_catalog
 from toolselect.clock import Clock, utc_now
 from toolselect.config import Settings, ignored_variables
 from toolselect.embed import embedder_for
-from toolselect.errors import NotReady, StoreUnavailable, ToolselectError
+from toolselect.errors import NotReady, SpoolError, StoreUnavailable, ToolselectError
 from toolselect.keys import DEFAULT_TENANT, tenant_file
 from toolselect.learn.refused import Refused, RefusedTurn, labelled_meanwhile
 from toolselect.metrics import Metrics
 from toolselect.oracle.budget import WINDOW_S, Budget
+from toolselect.records import Turn
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
 from toolselect.store.factory import open_store
@@ -347,8 +348,25 @@ class Service:
                 self.metrics.store_up.set(0)
             await asyncio.sleep(self.settings.poll_interval_s)
 
+    async def _keep_unprocessed(self, turns: list[Turn]) -> None:
+        """Spool the turns the learner acknowledged and never processed (a catalog that never
+        loaded, a drain that timed out): they reach the store unlabelled, by this close's
+        replay or the next start's, where the queue lost them with the process."""
+        if not turns:
+            return
+        try:
+            await self.store.keep_turns(turns)
+        except SpoolError as exc:
+            self.metrics.dropped.labels("shutdown").inc(len(turns))
+            log.error("unprocessed_turns_dropped", turns=len(turns), error=str(exc))
+            return
+        log.warning("unprocessed_turns_spooled", turns=len(turns))
+
     async def close(self) -> None:
-        """Drain the learner within the shutdown timeout, then release every resource."""
+        """Drain the learner within the shutdown timeout, then release every resource: the
+        spool is replayed with what is left of that time (a store that does not answer by then
+        gets it at the next start)."""
+        deadline = asyncio.get_running_loop().time() + self.settings.shutdown_timeout_s
         for task in (self._watching, self._maintenance):
             if task is not None:
                 task.cancel()
@@ -357,7 +375,7 @@ class Service:
         await self.catalog.close(timeout_s)
         await self.sessions.close()
         try:
-            await self.learner.close(timeout_s)
+            await self._keep_unprocessed(await self.learner.close(timeout_s))
             await self.tuner.close()
         finally:
             if self.parts.teacher is not None:
@@ -366,4 +384,4 @@ class Service:
                 await self.parts.queries.close()  # the embedder too, when it is wrapped
                 if self.parts.vectors is not None:
                     self.parts.vectors.close()
-            await self.store.close()
+            await self.store.close(max(deadline - asyncio.get_running_loop().time(), 0.0))

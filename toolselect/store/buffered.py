@@ -20,6 +20,7 @@ The spool runs on one thread of its own, which keeps its appends in call order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -236,6 +237,13 @@ class BufferedStore:
                 self._down(exc, "record_oracle_call")
         self._dropped(await self._on_spool(lambda: self.spool.append([call])))
 
+    async def keep_turns(self, turns: Sequence[Turn]) -> None:
+        """Append turns to the spool without trying the store: a stopping service's turns the
+        learner never processed, which cannot wait out a store that may hang; `close` replays
+        them when the store answers, else the next start does. `SpoolError` when the spool
+        cannot take them."""
+        self._dropped(await self._on_spool(lambda: self.spool.append(turns)))
+
     async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
         keys = {normalise_query(q) for q in queries}
         pending: dict[str, Exemplar] = {}
@@ -390,10 +398,16 @@ class BufferedStore:
     async def active_keys(self) -> list[ApiKey]:
         return await self._through("active_keys", lambda: self.inner.active_keys())
 
-    async def close(self) -> None:
+    async def close(self, within_s: float | None = None) -> None:
+        """Replay the spool into a store not known to be down, for at most `within_s` seconds
+        (a shutdown's grace: a store that never answered since the start is not known down,
+        and its driver retried for seconds), then close; what is left waits for the next
+        start (a replay cut short is replayed again harmlessly)."""
         try:
             if self.backlog and not self.down:
-                await self.flush()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(within_s):
+                        await self.flush()
             if self.backlog:
                 # Kept on disk: the next start replays it.
                 log.warning("spool_kept_at_close", records=self.backlog, spool=self.spool.path)

@@ -176,7 +176,11 @@ class Spool:
                 result = work()
                 self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                # A full disk or an I/O error ends the transaction itself: a ROLLBACK then
+                # raised "no transaction is active", hiding the cause and skipping the count
+                # (the backlog gauge kept the records that never reached the file).
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 self._count()
                 raise
         except sqlite3.Error as exc:
