@@ -29,6 +29,7 @@ from toolselect.embed import Embedder
 from toolselect.errors import ToolselectError
 from toolselect.learn.session_fit import SessionFit, SessionWeights, fit_sessions
 from toolselect.metrics import Metrics
+from toolselect.names import catalog_names
 from toolselect.ranker import CentroidRanker
 from toolselect.ranker.relations import EMPTY_RELATIONS, Relations
 from toolselect.records import AnalyticsResult, Turn, utc
@@ -99,12 +100,20 @@ class SessionSignals:
 
     def note(self, session_id: str | None, tools: Sequence[str], at: datetime) -> None:
         """A turn of `session_id` observed at `at` used `tools`: its session's previous tools
-        from now on."""
+        from now on, kept as the catalog tools they stand for (in the order used), as the
+        store's session tail keeps them: the relations count nothing else, and a turn may
+        report 64 names of 256 characters, which would hold some 20 KB a session."""
         kept = self._settings.sessions_kept
         if not session_id or kept <= 0:  # "" is no session
             return
+        names = self._ranker.snapshot.names
+        catalog = catalog_names(names)
+        tools = tuple(dict.fromkeys(t for t in map(catalog.resolve, tools) if t is not None))
         with self._lock:
-            self._remember(session_id, tools, at)
+            if names:
+                self._remember(session_id, tools, at)
+            else:  # no catalog loaded yet (a store down at start): its tail will say more
+                self._recent.pop(session_id, None)
             self._noted += 1
 
     def _remember(self, session_id: str, tools: Sequence[str], at: datetime) -> None:
