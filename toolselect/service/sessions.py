@@ -191,7 +191,7 @@ class SessionSignals:
         if basis != self._fitted_on or not turns:
             self.fit = await self._fit(turns)
             self._fitted_on = basis
-            self._metrics.session_fits.labels(self.fit.reason.split(" ")[0]).inc()
+            self._metrics.session_fits.labels(self.fit.result).inc()
             log.info(
                 "session_fit",
                 turns=self.fit.turns,
