@@ -53,6 +53,9 @@ class TenantServices:
         self._used: dict[str, float] = {}
         self._busy: Counter[str] = Counter()  # requests in flight per tenant
         self._locks: dict[str, asyncio.Lock] = {}
+        # Closed tenants whose teacher budget and refused turns `default` keeps for their next
+        # start, least recently closed first (`_keep`).
+        self._kept: OrderedDict[str, None] = OrderedDict()
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -144,6 +147,7 @@ class TenantServices:
         )
         self._live[tenant] = service
         self._used[tenant] = self._now()
+        self._kept.pop(tenant, None)  # its kept budget and refused turns are in use again
         log.info("tenant_started", tenant=tenant, live=len(self._live))
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="toolselect-tenants")
@@ -173,9 +177,27 @@ class TenantServices:
                 await service.close()
             finally:
                 service.metrics.forget_tenant()
+                self._keep(tenant)
                 log.info("tenant_closed", tenant=tenant, why=why, live=len(self._live))
         if not lock.locked():
             self._locks.pop(tenant, None)
+
+    def _keep(self, tenant: str) -> None:
+        """Keep closed `tenant`'s teacher budget and refused turns for its next start, for the
+        `TOOLSELECT_TENANTS_LIVE` most recently closed tenants: each holds up to
+        `TOOLSELECT_QUEUE_SIZE` refused turns with their vectors, and a process serving tenants
+        in turn would keep every one's. Beyond, a tenant's refused turns go (they stay
+        `limit_reached`, as after a restart), and its budget once no call of its is in the hour
+        (a new one, seeded from the store, would count those calls in the global cap again)."""
+        self._kept[tenant] = None
+        self._kept.move_to_end(tenant)
+        budgets, refused = self.default.teacher_budgets, self.default.teacher_refused
+        for old in list(self._kept)[: max(0, len(self._kept) - self.settings.tenants_live)]:
+            refused.pop(old, None)
+            budget = budgets.get(old)
+            if budget is None or budget.idle():
+                budgets.pop(old, None)
+                del self._kept[old]
 
     async def sweep(self) -> list[str]:
         """Close every tenant unused for `TOOLSELECT_TENANT_IDLE` seconds; the ones closed."""
