@@ -80,6 +80,7 @@ class SessionSignals:
         self._lock = threading.Lock()
         self._noted = 0  # session turns noted since the last refresh
         self._refreshed_at = float("-inf")
+        self._refreshed_names: tuple[str, ...] = ()  # the catalog the relations were read for
         self._vectors: dict[str, np.ndarray] = {}  # request vectors of the last fit's turns
         self._fitted_on: tuple[tuple[str, ...], int] = ((), -1)
         self._task: asyncio.Task[SessionFit] | None = None
@@ -159,9 +160,12 @@ class SessionSignals:
     # ---- refits ---------------------------------------------------------------------------
 
     def due(self) -> bool:
-        """Whether the upkeep should start a refresh now."""
+        """Whether the upkeep should start a refresh now: the interval passed, session turns
+        arrived, or the catalog changed (a deleted tool's counts left the store)."""
         if self._task is not None and not self._task.done():
             return False
+        if self._ranker.snapshot.names is not self._refreshed_names:  # a fold keeps the names
+            return True
         since = time.monotonic() - self._refreshed_at
         if since >= self._settings.session_refit_s:
             return True
@@ -177,6 +181,7 @@ class SessionSignals:
         """Read the relations and the recent session turns, and refit when the turns or the
         ranker's centroids changed."""
         self._refreshed_at = time.monotonic()
+        self._refreshed_names = self._ranker.snapshot.names
         with self._lock:
             self._noted = 0
         pairs = await self._store.analytics("tool_pairs")
