@@ -41,6 +41,10 @@ _EMBED_CHUNK = 256
 # A burst of new session turns (a tenth of what the last fit saw, at least this many) refits
 # before the interval is over, so a fresh store starts using its sessions early.
 _GROWTH_FLOOR = 20
+# Session tails read in the background at once, per service; a ranking beyond them starts none
+# (a later ranking of its session will): a burst of new session ids queued a read each, which
+# on Neo4j waited past the store's deadline and made a healthy store count as down.
+TAIL_READS = 8
 
 
 class SessionSource(Protocol):
@@ -128,7 +132,8 @@ class SessionSignals:
         """The tools of the session's last turn noted here (none when unknown). Never waits on
         the store: where it may know more (a session this process never noted, or one other
         processes write too: `serve --workers`, replicas on a shared Neo4j), the session's
-        recorded last turn is read in the background into the memory, for the next ranking."""
+        recorded last turn is read in the background into the memory, for the next ranking
+        (unless `TAIL_READS` reads are under way: then a later ranking of it reads it)."""
         if not session_id:
             return ()
         with self._lock:
@@ -138,7 +143,8 @@ class SessionSignals:
         return noted[0] if noted is not None else ()
 
     def _read_tail(self, session_id: str) -> None:
-        if session_id in self._reading:  # one read per session at a time
+        # One read per session at a time, `TAIL_READS` in all.
+        if session_id in self._reading or len(self._reading) >= TAIL_READS:
             return
         task = asyncio.create_task(self._take_tail(session_id), name="toolselect-session-tail")
         self._reading[session_id] = task
