@@ -42,7 +42,9 @@ class CatalogNames:
     bare names, not the whole catalog."""
 
     def __init__(self, catalog: Iterable[str]) -> None:
-        self._exact = frozenset(catalog)
+        # Each name to itself: a match is the catalog's own string, so what keeps one (a
+        # session's remembered tools) shares it instead of holding the reported copy.
+        self._exact = {name: name for name in catalog}
         self._by_bare: dict[str, list[str]] = {}
         for name in sorted(self._exact):
             self._by_bare.setdefault(bare_name(name), []).append(name)
@@ -55,7 +57,7 @@ class CatalogNames:
         """The tool of that name; else the tools with its bare name (sorted), or of those, when
         several, the longest that `name` ends with after a `__`."""
         if name in self._exact:
-            return [name]
+            return [self._exact[name]]
         found = self._by_bare.get(bare_name(name), [])
         within = [tool for tool in found if name.endswith("__" + tool)]
         return [max(within, key=len)] if len(found) > 1 and within else found

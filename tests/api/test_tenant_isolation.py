@@ -402,3 +402,45 @@ async def test_each_tenant_keeps_its_own_bounded_search_log(
         statuses[turn_id] = turn.search_status
     assert statuses == {"first": "unknown", "second": "shown"}
     assert client.app[TENANTS].default.settings.searches_kept == 100_000
+
+
+async def test_a_session_id_used_in_two_tenants_is_two_sessions(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """With the prior pinned, A's sessions (send_email after web_search) give A's rankings
+    send_email after web_search; B's sessions (get_weather after send_email) give B its own.
+    B ranking with A's session id, or with web_search as its previous tool, reads neither A's
+    remembered sessions nor A's relations: it gets its message alone."""
+    client, keys = await two_tenants(services, aiohttp_client, session_prior_weight=1.0)
+    for tenant, order in ((A, ("web_search", "send_email")), (B, ("send_email", "get_weather"))):
+        turns = [
+            {"request": f"step {tool}", "used_tool": tool, "session_id": f"{tenant}-chat-{n}",
+             "turn_id": f"{tenant}-{n}-{tool}"}
+            for n in range(4)
+            for tool in order
+        ]  # fmt: skip
+        resp = await client.post(
+            "/v1/observe/batch", json={"turns": turns}, headers=bearer(keys[tenant]["agent"])
+        )
+        assert resp.status == 202, await resp.text()
+    tenants = client.app[TENANTS]
+    for tenant in (A, B):
+        service = await tenants.get(tenant)
+        assert await service.learner.drain(30.0)
+        await service.sessions.refresh()
+
+    async def first(tenant: str, **conversation: Any) -> Any:
+        body = {"query": "and then?", "k": 1, **conversation}
+        resp = await client.post("/v1/rank", json=body, headers=bearer(keys[tenant]["agent"]))
+        assert resp.status == 200, await resp.text()
+        return (await resp.json())["results"][0]
+
+    b_alone = await first(B)
+    assert (await first(A, previous_tools=["web_search"]))["tool"] == "send_email"
+    assert (await first(B, previous_tools=["send_email"])) != b_alone  # B's own prior
+    assert await first(B, previous_tools=["web_search"]) == b_alone
+    # A's session's last tool, send_email, would lend B's get_weather the prior: twice, as a
+    # session this process never noted is read from the store for the next ranking.
+    for _ in range(2):
+        assert await first(B, session_id=f"{A}-chat-0") == b_alone
+        await asyncio.sleep(0.3)

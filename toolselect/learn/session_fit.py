@@ -27,6 +27,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import product
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -72,6 +73,9 @@ class SessionWeights:
 NO_SESSION_WEIGHTS = SessionWeights()
 
 
+FitResult = Literal["fitted", "no_sessions", "too_few_follow_ups"]
+
+
 @dataclass(frozen=True, slots=True)
 class SessionFit:
     """The weights and the validation figures behind them (`GET /v1/analytics/learning`)."""
@@ -90,6 +94,8 @@ class SessionFit:
     all_with_companions: float | None = None
     reason: str = "no sessions"
     grid: dict[str, float] = field(default_factory=dict)
+    # What it came to, in a word (`toolselect_session_fits_total{result}`); `reason` says more.
+    result: FitResult = "no_sessions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +263,7 @@ def fit_sessions(
             follow_ups=follow_ups,
             reason=f"{follow_ups} follow-up turns with used catalog tools (fit from "
             f"{MIN_FOLLOW_UPS}, in both halves of the sessions)",
+            result="too_few_follow_ups",
         )
 
     def follow_share(key: _Key) -> tuple[float, list[float]]:
@@ -311,6 +318,7 @@ def fit_sessions(
         all_alone=companion[3],
         all_with_companions=companion[4],
         reason="fitted",
+        result="fitted",
         grid={
             f"context={a:g},margin<{g:g},prior={b:g}": round(v[0], 4)
             for (a, g, b), v in grid.items()

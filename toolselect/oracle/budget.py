@@ -92,6 +92,10 @@ class Budget:
         self._expire()
         return max(self.per_hour - len(self._slots), 0)
 
+    def idle(self) -> bool:
+        """Whether no call of this budget's own is in its window (paid, or reserved)."""
+        return self._own_remaining() == self.per_hour
+
     def remaining(self) -> int:
         """Calls still allowed in the current window (the shared cap's count too)."""
         own = self._own_remaining()

@@ -29,6 +29,7 @@ from toolselect.embed import Embedder
 from toolselect.errors import ToolselectError
 from toolselect.learn.session_fit import SessionFit, SessionWeights, fit_sessions
 from toolselect.metrics import Metrics
+from toolselect.names import catalog_names
 from toolselect.ranker import CentroidRanker
 from toolselect.ranker.relations import EMPTY_RELATIONS, Relations
 from toolselect.records import AnalyticsResult, Turn, utc
@@ -40,6 +41,10 @@ _EMBED_CHUNK = 256
 # A burst of new session turns (a tenth of what the last fit saw, at least this many) refits
 # before the interval is over, so a fresh store starts using its sessions early.
 _GROWTH_FLOOR = 20
+# Session tails read in the background at once, per service; a ranking beyond them starts none
+# (a later ranking of its session will): a burst of new session ids queued a read each, which
+# on Neo4j waited past the store's deadline and made a healthy store count as down.
+TAIL_READS = 8
 
 
 class SessionSource(Protocol):
@@ -79,6 +84,7 @@ class SessionSignals:
         self._lock = threading.Lock()
         self._noted = 0  # session turns noted since the last refresh
         self._refreshed_at = float("-inf")
+        self._refreshed_names: tuple[str, ...] = ()  # the catalog the relations were read for
         self._vectors: dict[str, np.ndarray] = {}  # request vectors of the last fit's turns
         self._fitted_on: tuple[tuple[str, ...], int] = ((), -1)
         self._task: asyncio.Task[SessionFit] | None = None
@@ -99,12 +105,20 @@ class SessionSignals:
 
     def note(self, session_id: str | None, tools: Sequence[str], at: datetime) -> None:
         """A turn of `session_id` observed at `at` used `tools`: its session's previous tools
-        from now on."""
+        from now on, kept as the catalog tools they stand for (in the order used), as the
+        store's session tail keeps them: the relations count nothing else, and a turn may
+        report 64 names of 256 characters, which would hold some 20 KB a session."""
         kept = self._settings.sessions_kept
         if not session_id or kept <= 0:  # "" is no session
             return
+        names = self._ranker.snapshot.names
+        catalog = catalog_names(names)
+        tools = tuple(dict.fromkeys(t for t in map(catalog.resolve, tools) if t is not None))
         with self._lock:
-            self._remember(session_id, tools, at)
+            if names:
+                self._remember(session_id, tools, at)
+            else:  # no catalog loaded yet (a store down at start): its tail will say more
+                self._recent.pop(session_id, None)
             self._noted += 1
 
     def _remember(self, session_id: str, tools: Sequence[str], at: datetime) -> None:
@@ -118,7 +132,8 @@ class SessionSignals:
         """The tools of the session's last turn noted here (none when unknown). Never waits on
         the store: where it may know more (a session this process never noted, or one other
         processes write too: `serve --workers`, replicas on a shared Neo4j), the session's
-        recorded last turn is read in the background into the memory, for the next ranking."""
+        recorded last turn is read in the background into the memory, for the next ranking
+        (unless `TAIL_READS` reads are under way: then a later ranking of it reads it)."""
         if not session_id:
             return ()
         with self._lock:
@@ -128,7 +143,8 @@ class SessionSignals:
         return noted[0] if noted is not None else ()
 
     def _read_tail(self, session_id: str) -> None:
-        if session_id in self._reading:  # one read per session at a time
+        # One read per session at a time, `TAIL_READS` in all.
+        if session_id in self._reading or len(self._reading) >= TAIL_READS:
             return
         task = asyncio.create_task(self._take_tail(session_id), name="toolselect-session-tail")
         self._reading[session_id] = task
@@ -150,9 +166,12 @@ class SessionSignals:
     # ---- refits ---------------------------------------------------------------------------
 
     def due(self) -> bool:
-        """Whether the upkeep should start a refresh now."""
+        """Whether the upkeep should start a refresh now: the interval passed, session turns
+        arrived, or the catalog changed (a deleted tool's counts left the store)."""
         if self._task is not None and not self._task.done():
             return False
+        if self._ranker.snapshot.names is not self._refreshed_names:  # a fold keeps the names
+            return True
         since = time.monotonic() - self._refreshed_at
         if since >= self._settings.session_refit_s:
             return True
@@ -168,6 +187,7 @@ class SessionSignals:
         """Read the relations and the recent session turns, and refit when the turns or the
         ranker's centroids changed."""
         self._refreshed_at = time.monotonic()
+        self._refreshed_names = self._ranker.snapshot.names
         with self._lock:
             self._noted = 0
         pairs = await self._store.analytics("tool_pairs")
@@ -182,7 +202,7 @@ class SessionSignals:
         if basis != self._fitted_on or not turns:
             self.fit = await self._fit(turns)
             self._fitted_on = basis
-            self._metrics.session_fits.labels(self.fit.reason.split(" ")[0]).inc()
+            self._metrics.session_fits.labels(self.fit.result).inc()
             log.info(
                 "session_fit",
                 turns=self.fit.turns,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import structlog
 
@@ -53,7 +53,13 @@ class TenantServices:
         self._live: OrderedDict[str, Service] = OrderedDict()  # least recently used first
         self._used: dict[str, float] = {}
         self._busy: Counter[str] = Counter()  # requests in flight per tenant
+        # One start or close per tenant at a time: its lock, and how many hold or await it
+        # (the lock goes with its last user, never from under one waiting for it).
         self._locks: dict[str, asyncio.Lock] = {}
+        self._lock_users: Counter[str] = Counter()
+        # Closed tenants whose teacher budget and refused turns `default` keeps for their next
+        # start, least recently closed first (`_keep`).
+        self._kept: OrderedDict[str, None] = OrderedDict()
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -129,8 +135,7 @@ class TenantServices:
         service = self._live.get(tenant)
         if service is None:
             check_tenant(tenant)
-            lock = self._locks.setdefault(tenant, asyncio.Lock())
-            async with lock:
+            async with self._locked(tenant):
                 service = self._live.get(tenant)
                 if service is None:
                     service = await self._start(tenant)
@@ -149,6 +154,7 @@ class TenantServices:
         )
         self._live[tenant] = service
         self._used[tenant] = self._now()
+        self._kept.pop(tenant, None)  # its kept budget and refused turns are in use again
         log.info("tenant_started", tenant=tenant, live=len(self._live))
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="toolselect-tenants")
@@ -166,8 +172,7 @@ class TenantServices:
     async def close_tenant(self, tenant: str, *, why: str = "closed", idle: bool = False) -> None:
         """Close `tenant`'s service if it runs (its data stays in the store); with `idle`, only
         when no request on it is in flight."""
-        lock = self._locks.setdefault(tenant, asyncio.Lock())
-        async with lock:
+        async with self._locked(tenant):
             if idle and tenant in self._busy:
                 return
             service = self._live.pop(tenant, None)
@@ -178,9 +183,41 @@ class TenantServices:
                 await service.close()
             finally:
                 service.metrics.forget_tenant()
+                self._keep(tenant)
                 log.info("tenant_closed", tenant=tenant, why=why, live=len(self._live))
-        if not lock.locked():
-            self._locks.pop(tenant, None)
+
+    @asynccontextmanager
+    async def _locked(self, tenant: str) -> AsyncIterator[None]:
+        """Hold `tenant`'s start lock. Dropped once no one holds or awaits it: dropped as soon
+        as a close let go of it, a request waiting on it started the tenant under a lock that a
+        request arriving meanwhile no longer found, and two services of one tenant ran."""
+        lock = self._locks.setdefault(tenant, asyncio.Lock())
+        self._lock_users[tenant] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._lock_users[tenant] -= 1
+            if not self._lock_users[tenant]:
+                del self._lock_users[tenant]
+                self._locks.pop(tenant, None)
+
+    def _keep(self, tenant: str) -> None:
+        """Keep closed `tenant`'s teacher budget and refused turns for its next start, for the
+        `TOOLSELECT_TENANTS_LIVE` most recently closed tenants: each holds up to
+        `TOOLSELECT_QUEUE_SIZE` refused turns with their vectors, and a process serving tenants
+        in turn would keep every one's. Beyond, a tenant's refused turns go (they stay
+        `limit_reached`, as after a restart), and its budget once no call of its is in the hour
+        (a new one, seeded from the store, would count those calls in the global cap again)."""
+        self._kept[tenant] = None
+        self._kept.move_to_end(tenant)
+        budgets, refused = self.default.teacher_budgets, self.default.teacher_refused
+        for old in list(self._kept)[: max(0, len(self._kept) - self.settings.tenants_live)]:
+            refused.pop(old, None)
+            budget = budgets.get(old)
+            if budget is None or budget.idle():
+                budgets.pop(old, None)
+                del self._kept[old]
 
     async def sweep(self) -> list[str]:
         """Close every tenant unused for `TOOLSELECT_TENANT_IDLE` seconds; the ones closed."""
