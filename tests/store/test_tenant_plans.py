@@ -161,17 +161,53 @@ def reads_every_tenant(operator: str, details: str, tenant_labels: set[str]) -> 
     return False
 
 
+# A big tenant beside the small one the plans are for: what makes a scan of every tenant's
+# nodes costly, as in production. Without it the plans depend on what earlier tests left in the
+# shared graph: on a nearly empty label a scan and a seek cost the planner alike, and it picked
+# scans (of a tenant index, unfiltered) in a full run where the same files seeked when alone.
+BIG_TENANT = "plans-big"
+BIG_NODES = 3_000
+_SEED = """
+UNWIND range(1, $n) AS i
+CREATE (t:Tool {tenant: $tenant, name: 'tool_' + i, bare_name: 'tool_' + i})
+CREATE (u:Turn {tenant: $tenant, id: 'turn_' + i, at: datetime(), tier: 'teacher',
+                used_tool: 'tool_' + i, session_id: 's_' + (i % 300)})
+CREATE (e:ToolSelectionExample {tenant: $tenant, id: 'e_' + i, query_key: 'k_' + i,
+                                version: i, created_at: datetime(), turn_id: 'turn_' + i})
+CREATE (c:OracleCall {tenant: $tenant, id: 'c_' + i, at: datetime(), turn_id: 'turn_' + i})
+CREATE (x:ExemplarTombstone {tenant: $tenant, query_key: 'x_' + i, version: i})
+CREATE (m:Meta {tenant: $tenant, key: 'm_' + i})
+CREATE (p:Pack {tenant: $tenant, name: 'pack_' + i})
+CREATE (s:Session {tenant: $tenant, id: 's_' + i})
+CREATE (e)-[:SELECTS]->(t), (t)-[:IN_PACK]->(p), (u)-[:USED]->(t), (u)-[:ESCALATED]->(c),
+       (e)-[:PRODUCED]->(u), (s)-[:HAS]->(u), (t)-[:USED_WITH]->(t),
+       (t)-[:FOLLOWED_BY]->(t), (u)-[:NEXT]->(u)
+"""
+_LABELS = "Tool|Turn|ToolSelectionExample|OracleCall|ExemplarTombstone|Meta|Pack|Session"
+
+
 @pytest_asyncio.fixture(loop_scope="function")
 async def driver(neo4j_server: Neo4jServer) -> AsyncIterator[neo4j.AsyncDriver]:
-    """A driver on the session server, its schema migrated (plans depend on the indexes)."""
-    # Plans of an empty graph name labels and properties it lacks: no warnings for those.
+    """A driver on the session server, its schema migrated (plans depend on the indexes), with
+    `BIG_TENANT`'s nodes in the graph and the planner's statistics and plan cache fresh."""
+    # Plans of labels and properties the graph lacks would warn: no warnings for those.
     drv = neo4j.AsyncGraphDatabase.driver(
         neo4j_server.uri, auth=neo4j_server.auth, notifications_min_severity="OFF"
     )
+    db = neo4j_server.database
     try:
-        await Neo4jStore(drv, neo4j_server.database).migrate()
+        await Neo4jStore(drv, db).migrate()
+        await drv.execute_query(_SEED, n=BIG_NODES, tenant=BIG_TENANT, database_=db)
+        await drv.execute_query("CALL db.resampleOutdatedIndexes()", database_=db)
+        await drv.execute_query("CALL db.awaitIndexes(60)", database_=db)
+        await drv.execute_query("CALL db.clearQueryCaches()", database_=db)
         yield drv
     finally:
+        await drv.execute_query(
+            f"MATCH (n:{_LABELS} {{tenant: $tenant}}) DETACH DELETE n",
+            tenant=BIG_TENANT,
+            database_=db,
+        )
         await drv.close()
 
 
