@@ -8,6 +8,7 @@ ranker; only this module writes it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -161,12 +162,17 @@ class LiveIndex:
         self._publish_sizes("upsert")
 
     async def remove(self, names: Iterable[str]) -> None:
-        """After a delete's write (under `lock`): drop the tools from the ranker."""
+        """After a delete's write (under `lock`): drop the tools from the ranker, and the
+        labels the store deleted with them. The ranker keeps a missing tool's labels for its
+        return; these ones are gone, so the tool put back (before a poll) must not rank by them."""
         names = list(names)
         self.ranker.remove_tools(names)
         for name in names:
             self._held.pop(name, None)
         await self._wrote_catalog(moved=True)
+        # The delete is written: a 503 now would have it sent again (a 404); a poll folds them.
+        with contextlib.suppress(StoreUnavailable):
+            await self.fold_since(self.exemplar_version)  # the delete's tombstones
         self._publish_sizes("delete")
 
     async def _wrote_catalog(self, moved: bool) -> None:
