@@ -139,7 +139,23 @@ async def make_world(url: str, service: Service) -> World:
         assert not reported.is_error, text(reported)
     stored = await world.turn(B, B_TURN, b_request)
     assert stored is not None and stored.search_status == "shown"
+    await settled(world, B)
     return world
+
+
+async def settled(world: World, tenant: str) -> None:
+    """Wait until `tenant`'s own background work is over (its turn's usage label saved and
+    folded after the turn itself was stored): two snapshots 0.2 s apart alike. Otherwise a
+    case's `before` may be read mid-fold, on a busy machine, and B's own label taken for A's
+    doing."""
+    last = await snapshot(world, tenant)
+    for _ in range(50):
+        await asyncio.sleep(0.2)
+        now = await snapshot(world, tenant)
+        if now == last:
+            return
+        last = now
+    raise AssertionError(f"{tenant} never settled")
 
 
 def a_catalog() -> dict[str, str]:
