@@ -256,6 +256,12 @@ class Metrics:
             " 0 when it could not be reached",
             "livemin",
         )
+        self.serving_from_snapshot = gauge(
+            "toolselect_serving_from_snapshot",
+            "1 while the service ranks from the catalog snapshot it read at a start the store did"
+            " not answer, until its first load from the store",
+            "livemax",
+        )
         self.backlog_dropped = counter(
             "toolselect_store_backlog_dropped",
             "Spooled writes dropped by the spool bound (turns first, labels last) or refused",

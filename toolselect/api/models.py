@@ -369,6 +369,8 @@ class AnalyticsResult(_Strict):
 class Health(_Strict):
     status: str
     reason: str | None = None
+    # True while ranking from the catalog snapshot kept for a start the store did not answer.
+    snapshot: bool | None = None
 
 
 class ErrorBody(_Strict):

@@ -276,7 +276,16 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    await request.app[SERVICE].check_ready()
+    service = request.app[SERVICE]
+    await service.check_ready()
+    if service.index.from_snapshot:
+        return json_response(
+            m.Health(
+                status="ready",
+                reason="ranking from the catalog snapshot: the store has not answered yet",
+                snapshot=True,
+            )
+        )
     return json_response(m.Health(status="ready"))
 
 

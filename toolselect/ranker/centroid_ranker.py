@@ -98,6 +98,15 @@ class CentroidRanker:
     def exemplar_total(self) -> int:
         return len(self._state.exemplars)
 
+    def learned(self) -> list[LearnedVector]:
+        """Every exemplar held, as folded (what folding them into an empty ranker restores)."""
+        with self._lock:
+            held = list(self._state.exemplars.items())
+        return [
+            LearnedVector(query, tool, vector, trusted=group == "trusted", usage=group == "usage")
+            for query, (tool, vector, group) in held
+        ]
+
     @property
     def validating_total(self) -> int:
         """Exemplars a fit validates on: the trusted ones, else the agents' usage labels."""

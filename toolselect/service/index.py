@@ -21,6 +21,7 @@ from toolselect.learn.tuning import Tuner
 from toolselect.metrics import Metrics
 from toolselect.ranker import CentroidRanker, LearnedVector
 from toolselect.records import Exemplar, SaveResult, Tool, label_group
+from toolselect.service.snapshot import CatalogSnapshot
 from toolselect.store.buffered import BufferedStore
 from toolselect.store.rules import last_per_query
 
@@ -87,6 +88,9 @@ class LiveIndex:
         self.catalog_version = -1
         self.exemplar_version = 0
         self.loaded = False
+        # Ranking from the catalog snapshot a start read while the store did not answer, until
+        # the first load from the store (`reload`) replaces it.
+        self.from_snapshot = False
         self.not_ready_reason = "catalog not loaded yet"
         self._held: dict[str, Tool] = {}  # the tools in the ranker, as the store returned them
         # Held by every catalog change: a poll's reload that listed the catalog before an
@@ -95,8 +99,8 @@ class LiveIndex:
         self.lock = asyncio.Lock()
 
     def check_ready(self) -> None:
-        """`NotReady` until the first load from the store has finished."""
-        if not self.loaded:
+        """`NotReady` until the first load from the store (or from a snapshot) has finished."""
+        if not self.loaded and not self.from_snapshot:
             raise NotReady(self.not_ready_reason)
 
     def tool(self, name: str) -> Tool | None:
@@ -126,6 +130,8 @@ class LiveIndex:
             self.catalog_version = state.catalog_version
             self.exemplar_version = 0
             await self.fold_since(0)
+            self.from_snapshot = False
+            self._metrics.serving_from_snapshot.set(0)
             self._publish_sizes("reload")
             log.info(
                 "catalog_loaded",
@@ -134,6 +140,32 @@ class LiveIndex:
                 catalog_version=state.catalog_version,
                 exemplar_version=self.exemplar_version,
             )
+
+    def capture(self) -> CatalogSnapshot:
+        """What the ranker holds now, to be written as the catalog snapshot."""
+        names = self.ranker.snapshot.names
+        return CatalogSnapshot(
+            embedder=self.embedder.id,
+            catalog_version=self.catalog_version,
+            exemplar_version=self.exemplar_version,
+            tools=tuple(self._held[n] for n in names if n in self._held),
+            learned=tuple(self.ranker.learned()),
+        )
+
+    async def restore(self, snap: CatalogSnapshot) -> None:
+        """Rank from a snapshot (the store did not answer at start): its tools embedded again
+        (the vector cache has them), its exemplars folded as they were."""
+        async with self.lock:
+            vectors = await self.embed([tool_text(t) for t in snap.tools])
+            self.ranker.set_catalog(snap.tools, vectors)
+            self.ranker.fold(snap.learned)
+            self._held = {t.name: t for t in snap.tools}
+            self.catalog_version = snap.catalog_version
+            self.exemplar_version = snap.exemplar_version
+            self.from_snapshot = True
+            self._metrics.serving_from_snapshot.set(1)
+            self._publish_sizes("snapshot")
+            self._tuner.labels_changed()
 
     def needs_vector(self, tool: Tool, pack: str | None) -> bool:
         """Whether importing `tool` (into `pack`) changes what the ranker must embed."""

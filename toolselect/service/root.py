@@ -29,6 +29,7 @@ from toolselect.oracle.budget import WINDOW_S, Budget
 from toolselect.records import Turn
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
+from toolselect.service.snapshot import SnapshotKeeper, snapshot_path
 from toolselect.store.factory import open_store
 from toolselect.store.spool import Spool
 
@@ -63,6 +64,7 @@ class Service:
         self._maintenance: asyncio.Task[None] | None = None
         self._watching: asyncio.Task[None] | None = None
         self._owns_models = True
+        self._snapshots: SnapshotKeeper | None = None  # Neo4j only: see service/snapshot.py
         # Every other tenant's teacher budget (on the `default` service), kept when a tenant's
         # service is closed and started again: its hour of paid calls is not reset by a restart.
         self.teacher_budgets: dict[str, Budget] = {}
@@ -146,6 +148,8 @@ class Service:
             beside.teacher_refused.setdefault(tenant, parts.learner.refused)
         service = cls(parts)
         service._owns_models = beside is None
+        kept_at = snapshot_path(settings, tenant)
+        service._snapshots = SnapshotKeeper(kept_at) if kept_at is not None else None
         try:
             try:
                 if wait_for_store:
@@ -156,7 +160,8 @@ class Service:
                     raise
                 service.index.not_ready_reason = f"store unreachable: {exc}"
                 log.warning("store_unreachable_at_start", error=str(exc))
-                service.learner.open()
+                if not await service._serve_snapshot():
+                    service.learner.open()
             service._maintenance = asyncio.create_task(
                 service._maintain(), name="toolselect-maintenance"
             )
@@ -179,8 +184,11 @@ class Service:
         return self.store.uri
 
     async def check_ready(self) -> None:
-        """`NotReady` until loaded, and while the store does not answer."""
+        """`NotReady` until loaded, and while the store does not answer (unless ranking from
+        the catalog snapshot, which is ready: the store has not answered since start)."""
         self.index.check_ready()
+        if self.index.from_snapshot:  # ready: ranks from the snapshot until the store answers
+            return
         try:
             await self._reachable()
         except ToolselectError as exc:
@@ -214,6 +222,32 @@ class Service:
         await self.index.reload()
         self.index.loaded = True
         self.learner.start()
+        await self._keep_snapshot()
+
+    async def _serve_snapshot(self) -> bool:
+        """Rank from the catalog snapshot kept in the data folder, when the store did not
+        answer at start and there is one of this embedder: ready, turns observed into the
+        spool, writes that need the store refused (503 `store_unavailable`), until `connect`
+        loads the store's state. Whether it serves one."""
+        if self._snapshots is None:
+            return False
+        snap = await self._snapshots.load(self.index.embedder.id)
+        if snap is None:
+            return False
+        await self.index.restore(snap)
+        self.learner.start()
+        log.warning(
+            "serving_from_snapshot",
+            tools=len(snap.tools),
+            exemplars=len(snap.learned),
+            catalog_version=snap.catalog_version,
+        )
+        return True
+
+    async def _keep_snapshot(self) -> None:
+        """Write the catalog snapshot if the ranker changed since the last (Neo4j only)."""
+        if self._snapshots is not None and self.loaded:
+            await self._snapshots.keep(self.ranker.version, self.index.capture)
 
     async def _seed_teacher_budget(self) -> None:
         """Count the teacher calls billed in the last hour against a budget this process has
@@ -294,6 +328,9 @@ class Service:
                 since_take_back += tick
             try:
                 if not self.loaded:
+                    if self.store.down:  # a snapshot's learner found it down: reads fail fast
+                        await self._reachable()  # until a flush, which replays its spool first
+                        await self.store.flush()
                     await self.connect()
                     log.info("store_connected", store=self.store.uri)
                 if self.store.backlog or self.store.down:
@@ -303,6 +340,7 @@ class Service:
                     since_poll = 0.0
                     await self.reload_keys()
                     await self.index.refresh()
+                    await self._keep_snapshot()
                 spooled = self.store.backlog or self.store.down
                 due = since_take_back is not None and since_take_back >= interval
                 if self.loaded and due and not spooled:
@@ -377,7 +415,10 @@ class Service:
         try:
             await self._keep_unprocessed(await self.learner.close(timeout_s))
             await self.tuner.close()
+            await self._keep_snapshot()
         finally:
+            if self._snapshots is not None:
+                self._snapshots.close()
             if self.parts.teacher is not None:
                 await self.parts.teacher.aclose()
             if self._owns_models:  # the embedder and the vector cache, which `beside` shares

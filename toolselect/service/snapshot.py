@@ -1,0 +1,206 @@
+"""The catalog a Neo4j-backed service last ranked with, kept on disk for a start in an outage.
+
+A running replica ranks through a store outage from memory; one that starts during it (a
+deploy, a crash restart, a replica scaled out) had nothing to rank with and answered every
+ranking 503 until the store came back. So the service keeps, beside its spool (one file per
+tenant, `tenant_file`), what its ranker holds: the tools as the store returned them, every
+exemplar as folded (normalised query, tool, label group, float32 vector: the vector cache's
+blob), the embedder id and the store versions they came from. A start whose store does not
+answer within its wait folds that again into an empty ranker, which then ranks exactly as the
+process that wrote it did (the tuner refits from the same labels); the first load from the
+store replaces it.
+
+The file is SQLite like the vector cache, written whole to a temporary file beside it and
+renamed over it (`os.replace`: a crash leaves the old file or the new one, never half of
+one). A missing file is no snapshot; a corrupt one or one from another embedder neither, with
+one warning, never an error. The SQLite store needs none (it is a local file itself):
+`snapshot_path` is None there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from toolselect.config import Settings
+from toolselect.keys import tenant_file
+from toolselect.ranker import LearnedVector
+from toolselect.records import Tool
+
+log = structlog.get_logger("toolselect.service")
+
+SNAPSHOT_FILE = "catalog-snapshot.db"  # in TOOLSELECT_DATA_DIR, beside spool.db
+_SCHEMA = (
+    "CREATE TABLE meta (embedder TEXT NOT NULL, catalog_version INTEGER NOT NULL,"
+    " exemplar_version INTEGER NOT NULL, dim INTEGER NOT NULL)",
+    "CREATE TABLE tools (position INTEGER PRIMARY KEY, tool TEXT NOT NULL)",
+    "CREATE TABLE exemplars (query_norm TEXT PRIMARY KEY, tool TEXT NOT NULL,"
+    " label_group TEXT NOT NULL, vector BLOB NOT NULL)",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogSnapshot:
+    """What the ranker holds, in catalog order, with the store versions it reflects."""
+
+    embedder: str
+    catalog_version: int
+    exemplar_version: int
+    tools: tuple[Tool, ...]
+    learned: tuple[LearnedVector, ...]
+
+
+class SnapshotKeeper:
+    """Writes the index's snapshot to `path` on a thread of its own, off the ranking path.
+
+    Asked once a poll interval by the upkeep (and after a load, and at close), it writes only
+    when the ranker changed since its last write: a catalog or labels written many times a
+    second cost one write a poll interval, and a start from it misses at most what a replica
+    one poll behind would. A write that fails (disk full, read-only folder) is logged and tried
+    again at the next change; it never stops the upkeep."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._io = ThreadPoolExecutor(1, thread_name_prefix="toolselect-snapshot")
+        self._written: int | None = None  # the ranker version last written
+        self._failing: str | None = None
+
+    async def keep(self, version: int, capture: Callable[[], CatalogSnapshot]) -> None:
+        """Write `capture()` unless ranker `version` is the one already written."""
+        if version == self._written:
+            return
+        snap = capture()
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._io, write_snapshot, self.path, snap)
+        except (OSError, sqlite3.Error) as exc:
+            if str(exc) != self._failing:
+                log.warning("catalog_snapshot_not_written", path=str(self.path), error=str(exc))
+            self._failing = str(exc)
+            return
+        self._written, self._failing = version, None
+
+    async def load(self, embedder: str) -> CatalogSnapshot | None:
+        """The kept snapshot made with `embedder`, if any (`read_snapshot`)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._io, read_snapshot, self.path, embedder)
+
+    def close(self) -> None:
+        self._io.shutdown(wait=True)
+
+
+def snapshot_path(settings: Settings, tenant: str) -> Path | None:
+    """Where `tenant`'s snapshot is kept: only for Neo4j, and only with a data folder."""
+    if settings.store_kind != "neo4j" or not settings.data_dir:
+        return None
+    return tenant_file(Path(settings.data_dir).expanduser() / SNAPSHOT_FILE, tenant)
+
+
+def write_snapshot(path: Path, snap: CatalogSnapshot) -> None:
+    """Replace the file at `path` with `snap`, atomically (blocking: call on a worker thread)."""
+    partial = path.with_name(f"{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    dim = snap.learned[0].vector.shape[0] if snap.learned else 0
+    conn = sqlite3.connect(partial)
+    try:
+        with conn:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO meta VALUES (?, ?, ?, ?)",
+                (snap.embedder, snap.catalog_version, snap.exemplar_version, dim),
+            )
+            conn.executemany(
+                "INSERT INTO tools VALUES (?, ?)",
+                ((i, _tool_json(t)) for i, t in enumerate(snap.tools)),
+            )
+            conn.executemany(
+                "INSERT INTO exemplars VALUES (?, ?, ?, ?)",
+                (
+                    (lv.query_norm, lv.tool, lv.group, np.asarray(lv.vector, np.float32).tobytes())
+                    for lv in snap.learned
+                ),
+            )
+    finally:
+        conn.close()
+    os.replace(partial, path)
+
+
+def read_snapshot(path: Path, embedder: str) -> CatalogSnapshot | None:
+    """The snapshot at `path` if there is one made with `embedder`; None (with one warning)
+    for a corrupt file or another embedder's."""
+    if not path.exists():
+        return None
+    try:
+        snap = _read(path)
+    except (sqlite3.Error, ValueError, TypeError, KeyError) as exc:
+        log.warning("catalog_snapshot_ignored", path=str(path), reason=f"unreadable: {exc}")
+        return None
+    if snap.embedder != embedder:
+        log.warning(
+            "catalog_snapshot_ignored",
+            path=str(path),
+            reason=f"made with embedder {snap.embedder!r}, not {embedder!r}",
+        )
+        return None
+    return snap
+
+
+def _read(path: Path) -> CatalogSnapshot:
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    try:
+        meta = conn.execute("SELECT embedder, catalog_version, exemplar_version, dim FROM meta")
+        embedder, catalog_version, exemplar_version, dim = meta.fetchone()
+        tools = tuple(
+            _tool_of(text) for (text,) in conn.execute("SELECT tool FROM tools ORDER BY position")
+        )
+        rows = conn.execute("SELECT query_norm, tool, label_group, vector FROM exemplars")
+        learned = tuple(_learned(row, int(dim)) for row in rows)
+    finally:
+        conn.close()
+    return CatalogSnapshot(
+        str(embedder), int(catalog_version), int(exemplar_version), tools, learned
+    )
+
+
+def _learned(row: Sequence[object], dim: int) -> LearnedVector:
+    query_norm, tool, group, blob = row
+    if not isinstance(blob, bytes) or len(blob) != 4 * dim or group not in _GROUPS:
+        raise ValueError(f"exemplar row of {query_norm!r} does not fit the snapshot")
+    vector = np.frombuffer(blob, dtype=np.float32)
+    return LearnedVector(
+        str(query_norm), str(tool), vector, trusted=group == "trusted", usage=group == "usage"
+    )
+
+
+_GROUPS = ("trusted", "usage", "own")
+
+
+def _tool_json(tool: Tool) -> str:
+    return json.dumps(
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "input_schema": tool.input_schema,
+            "packs": list(tool.packs),
+        }
+    )
+
+
+def _tool_of(text: str) -> Tool:
+    data = json.loads(text)
+    return Tool(
+        name=str(data["name"]),
+        description=str(data["description"]),
+        input_schema=dict(data["input_schema"]),
+        packs=tuple(str(p) for p in data["packs"]),
+    )
