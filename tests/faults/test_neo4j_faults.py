@@ -27,7 +27,7 @@ from toolselect.config import Settings
 from toolselect.errors import StoreUnavailable
 from toolselect.keys import TENANT_HEADER
 from toolselect.records import Turn
-from toolselect.service.root import READY_PING_S
+from toolselect.service.root import READY_PING_S, Service
 from toolselect.store.neo4j.store import Neo4jStore
 from toolselect.store.port import lookup_one
 from toolselect.store.spool import Spool
@@ -96,6 +96,28 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float) -> Non
         await asyncio.sleep(0.2)
 
 
+async def serving_catalog(
+    server: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory, **overrides: Any
+) -> tuple[TestClient[Any, Any], Service, int]:
+    """A server on `server` (started if it is not) with `CATALOG`, ready: its client, its
+    service and the Neo4j process id (to pause it with SIGSTOP)."""
+    if not server.running:
+        await asyncio.to_thread(server.start)
+    settings = replace(settings_for(server, tmp_path), **overrides)
+    client = await aiohttp_client(create_app_from_settings(settings))
+    await eventually(readiness(client), within=60)
+    assert (await client.put("/v1/tools", json=CATALOG)).status == 200
+    pid = int((server.instance / "neo4j.pid").read_text().strip())
+    return client, service_of(client), pid
+
+
+def readiness(client: TestClient[Any, Any]) -> Callable[[], Awaitable[bool]]:
+    async def is_ready() -> bool:
+        return (await client.get("/readyz")).status == 200
+
+    return is_ready
+
+
 async def count(server: PrivateNeo4j, label: str) -> int:
     async with neo4j.AsyncGraphDatabase.driver(server.uri) as driver:
         records, _, _ = await driver.execute_query(
@@ -155,11 +177,7 @@ async def test_unreachable_at_start_then_ready(
     assert (await client.get("/healthz")).status == 200
 
     await asyncio.to_thread(private_neo4j.start)
-
-    async def is_ready() -> bool:
-        return (await client.get("/readyz")).status == 200
-
-    await eventually(is_ready, within=90)
+    await eventually(readiness(client), within=90)
     assert (await client.put("/v1/tools", json=CATALOG)).status == 200
     rank = await client.post("/v1/rank", json={"query": "weather in Turin", "k": 1})
     assert (await rank.json())["results"][0]["tool"] == "get_weather"
@@ -269,18 +287,10 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
     holding the probe, and the turns observed meanwhile go to the spool once the write
     deadline passes instead of holding intake; once Neo4j resumes, the same replica is ready
     and every turn is in the store."""
-    if not private_neo4j.running:
-        await asyncio.to_thread(private_neo4j.start)
-    settings = replace(settings_for(private_neo4j, tmp_path), store_write_timeout_s=3.0)
-    client = await aiohttp_client(create_app_from_settings(settings))
-    service = service_of(client)
-
-    async def is_ready() -> bool:
-        return (await client.get("/readyz")).status == 200
-
-    await eventually(is_ready, within=60)
-    assert (await client.put("/v1/tools", json=CATALOG)).status == 200
-    pid = int((private_neo4j.instance / "neo4j.pid").read_text().strip())
+    client, service, pid = await serving_catalog(
+        private_neo4j, tmp_path, aiohttp_client, store_write_timeout_s=3.0
+    )
+    is_ready = readiness(client)
     os.kill(pid, signal.SIGSTOP)
     try:
         ready = await asyncio.wait_for(client.get("/readyz"), READY_PING_S + 5)
@@ -312,7 +322,7 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
         async def store_down() -> bool:  # the poll is bounded: it held the upkeep, up at 1
             return service.metrics.value("toolselect_store_up", {}) == 0.0
 
-        await eventually(store_down, within=settings.poll_interval_s + READY_PING_S + 10)
+        await eventually(store_down, within=service.settings.poll_interval_s + READY_PING_S + 10)
     finally:
         os.kill(pid, signal.SIGCONT)
     await eventually(is_ready, within=60)
@@ -341,20 +351,9 @@ async def test_a_write_the_shutdown_cuts_short_keeps_its_turns(
     """SIGTERM while a batch's write waits on a Neo4j that hangs past the shutdown timeout: the
     close cancels that write, and its turns go to the spool with the queue instead of being
     lost with the cancelled task; the close keeps to its timeout."""
-    if not private_neo4j.running:
-        await asyncio.to_thread(private_neo4j.start)
-    settings = replace(
-        settings_for(private_neo4j, tmp_path), shutdown_timeout_s=1.0, store_write_timeout_s=60.0
+    client, service, pid = await serving_catalog(
+        private_neo4j, tmp_path, aiohttp_client, shutdown_timeout_s=1.0, store_write_timeout_s=60.0
     )
-    client = await aiohttp_client(create_app_from_settings(settings))
-    service = service_of(client)
-
-    async def is_ready() -> bool:
-        return (await client.get("/readyz")).status == 200
-
-    await eventually(is_ready, within=60)
-    assert (await client.put("/v1/tools", json=CATALOG)).status == 200
-    pid = int((private_neo4j.instance / "neo4j.pid").read_text().strip())
     os.kill(pid, signal.SIGSTOP)
     try:
         turns = [{"request": f"mail person {i}", "used_tool": "send_email",
@@ -368,10 +367,10 @@ async def test_a_write_the_shutdown_cuts_short_keeps_its_turns(
         await eventually(writing, within=10)
         started = time.monotonic()
         await client.close()
-        assert time.monotonic() - started < settings.shutdown_timeout_s + 3
+        assert time.monotonic() - started < service.settings.shutdown_timeout_s + 3
     finally:
         os.kill(pid, signal.SIGCONT)
-    spool = Spool.open(settings.spool_path, max_bytes=settings.spool_max_bytes)
+    spool = Spool.open(service.settings.spool_path, max_bytes=service.settings.spool_max_bytes)
     try:
         kept = sorted(e.record.id for e in spool.head(100) if isinstance(e.record, Turn))
     finally:
