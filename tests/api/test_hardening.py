@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
@@ -109,6 +110,7 @@ async def _stall(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]
     return reader, writer
 
 
+@pytest.mark.slow  # waits seconds: kept out of `make test-fast`
 async def test_stalled_clients_hold_no_slot_and_get_408(
     factory: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:

@@ -177,6 +177,7 @@ async def test_an_unknown_expectation_is_417_in_json(client: Client) -> None:
     assert (error["code"], error["field"]) == ("expectation_failed", "Expect")
 
 
+@pytest.mark.slow  # waits seconds: kept out of `make test-fast`
 async def test_overload_and_timeout_name_retry_after(
     factory: ServiceFactory, aiohttp_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from toolselect.service import Service
@@ -104,6 +105,7 @@ async def test_select_k_zero_means_default(client: Client) -> None:
     assert len((await resp.json())["selected"]) == 5
 
 
+@pytest.mark.slow  # waits seconds: kept out of `make test-fast`
 async def test_select_past_the_candidate_cache(client: Client) -> None:
     """More new candidates than the vector cache holds, in one request or across two, are
     all ranked: the rows are read before the cache drops its oldest entries."""

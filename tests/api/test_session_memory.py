@@ -10,6 +10,7 @@ import gc
 import tracemalloc
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from toolselect.clock import utc_now
@@ -36,6 +37,7 @@ async def test_a_session_is_remembered_by_its_catalog_tools(
     assert service.sessions.previous("chat-1") == ("send_email", "get_weather")
 
 
+@pytest.mark.slow  # waits seconds: kept out of `make test-fast`
 async def test_remembered_sessions_hold_little_whatever_the_turns_report(
     service: Service,
 ) -> None:

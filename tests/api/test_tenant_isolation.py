@@ -227,6 +227,7 @@ async def test_an_idle_tenant_is_closed_and_starts_again_with_its_data(
         await tenants.close_others()
 
 
+@pytest.mark.slow  # waits seconds: kept out of `make test-fast`
 async def test_the_background_sweep_closes_an_idle_tenant(
     services: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:

@@ -35,6 +35,7 @@ def limited_server(tmp_path: Path) -> Iterator[LiveServer]:
     yield from live_server(tmp_path, api_keys=(API_KEY,), tenant_rps=0.5, tenant_burst=1)
 
 
+@pytest.mark.slow  # waits seconds: kept out of `make test-fast`
 async def test_a_429_is_waited_out_and_retried(limited_server: LiveServer) -> None:
     """The second rank in a row is refused `429 rate_limited` with `Retry-After: 2`; the client
     waits those 2 s and the retry is answered."""

@@ -128,6 +128,7 @@ def unreachable(tmp_path: Path) -> Settings:
     return settings_for(PrivateNeo4j(), tmp_path)
 
 
+@pytest.mark.slow  # waits seconds: kept out of `make test-fast`
 @pytest.mark.parametrize("kind", ["corrupt", "other embedder"])
 async def test_a_snapshot_it_cannot_use_is_ignored_with_one_warning(
     kind: str, tmp_path: Path, aiohttp_client: ClientFactory

@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.services import ServiceFactory
@@ -26,6 +27,7 @@ CATALOG = {
 LOW_MARGIN = ["il prezzo di BTC ora", "quanto costa adesso?", "dimmi qualcosa di utile"]
 
 
+@pytest.mark.slow  # waits seconds: kept out of `make test-fast`
 async def test_hung_teacher_does_not_touch_ranking_or_budget(
     services: ServiceFactory, anthropic_stub: Stub, aiohttp_client: ClientFactory
 ) -> None:
