@@ -19,4 +19,6 @@ command. What the report publishes (the evaluation, the agent loop, perf) stays 
                     share of requests whose usage label ends right (the running majority)
   composed_query    the narrowing's query with the earlier conversation glued on, against the
                     message alone and the server's fitted context (why `context_chars` is 0)
+  settings_import   what pydantic-settings would add to the exec selector's start (why
+                    `Settings` declares its fields without it)
 """
