@@ -1,16 +1,23 @@
 """The live ranker holds what the store holds: a batch that changes a query's label several
 times folds where it ended, and labels spooled while the store is down wait for the store
-(except a human's), on both stores, through a started service."""
+(except a human's), on both stores, through a started service; a human's the replay refuses
+stops counting."""
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 from tests.services import ServiceFactory
+from toolselect.config import Settings
 from toolselect.names import normalise_query
 from toolselect.records import Exemplar, SaveResult, Tool
+from toolselect.service.parts import compose
 from toolselect.store.port import lookup_one
+from toolselect.store.sqlite.store import SqliteStore
+from toolselect.testing import FakeEmbedder
 
 TOOLS = [
     Tool("get_weather", "Current weather and forecast for a city."),
@@ -67,3 +74,39 @@ async def test_labels_spooled_while_the_store_is_down_wait_for_it_but_a_humans(
     assert not service.ranker.holds(normalise_query(QUERY), "send_email", "usage")
     assert not service.ranker.holds("another query", "web_search", "trusted")
     assert service.ranker.holds("a third query", "get_weather", "trusted")
+
+
+async def test_a_spooled_human_label_the_replay_refuses_stops_counting(tmp_path: Path) -> None:
+    """A human label spooled while another connection held the store's write lock (folded at
+    once), whose tool another replica deletes before the replay: the replay refuses it, and
+    the poll after lets it go, so the tool put back ranks without it (as in every other
+    replica), where it kept counting until a restart. Composed parts: no upkeep replays first."""
+    db = tmp_path / "toolselect.db"
+    parts = compose(Settings(embedder="hashing"), SqliteStore(db, busy_timeout=0.1), FakeEmbedder())
+    other = SqliteStore(db)  # another replica
+    key = normalise_query(QUERY)
+    try:
+        await parts.store.migrate()
+        await parts.store.upsert_tools(TOOLS)
+        await parts.index.reload()
+        parts.index.loaded = True
+        lock = sqlite3.connect(db, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            await parts.learning.feedback(QUERY, "get_weather")
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        assert parts.store.backlog == 1 and parts.ranker.holds(key, "get_weather", "trusted")
+        assert await other.delete_tool("get_weather")
+
+        await parts.store.flush()  # the upkeep's replay, once the store answers
+        assert parts.store.backlog == 0 and await lookup_one(parts.store, QUERY) is None
+        await other.upsert_tools(TOOLS)  # put back
+        await parts.index.refresh()  # the poll
+        assert parts.ranker.has("get_weather")
+        assert not parts.ranker.holds(key, "get_weather", "trusted")
+        assert parts.ranker.exemplar_count("get_weather") == 0
+    finally:
+        await other.close()
+        await parts.store.close()

@@ -263,8 +263,24 @@ class LiveIndex:
         await self.reload()
         return True
 
+    async def settle(self) -> None:
+        """Fold what is now held for the queries whose spooled human label (folded when it was
+        spooled) the replay did not write: its tool was deleted, or a later human label
+        replaced it. Unread while the store is down: kept for the next call."""
+        keys = set(self.store.unsettled)
+        if not keys:
+            return
+        held = await self.store.exemplars_for_queries(sorted(keys))  # a pending one first
+        if self.store.down:
+            return
+        kept = [e for e in held.values() if e.version or e.tier == "feedback"]
+        gone = keys - {e.query_norm for e in kept}
+        await self.fold(kept, sorted(gone))
+        self.store.unsettled -= keys
+
     async def refresh(self) -> bool:
         """Pick up other replicas' writes: reload on a catalog change, fold new exemplars."""
+        await self.settle()
         state = await self.store.state()
         if state.catalog_version != self.catalog_version:
             await self.reload()

@@ -336,6 +336,7 @@ class Service:
                 if self.store.backlog or self.store.down:
                     await self._reachable()
                     await self.store.flush()
+                    await self.index.settle()
                 if since_poll >= interval:
                     since_poll = 0.0
                     await self.reload_keys()

@@ -45,9 +45,9 @@ from toolselect.records import (
     UpsertResult,
 )
 from toolselect.store.port import Store
-from toolselect.store.rules import check_tiers
+from toolselect.store.rules import check_tiers, overtaken
 from toolselect.store.session_rules import SessionTail
-from toolselect.store.spool import KINDS, Entry, Kind, Spool
+from toolselect.store.spool import KINDS, Entry, Kind, Spool, replay_runs
 
 log = structlog.get_logger("toolselect.store")
 
@@ -78,6 +78,9 @@ class BufferedStore:
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolselect-spool")
         self._flush_lock = asyncio.Lock()
         self.last_error: str | None = None
+        # Normalised queries whose spooled human label (folded by the live ranker when spooled)
+        # the replay did not write; `LiveIndex.settle` folds what the store holds for them.
+        self.unsettled: set[str] = set()
         self._publish()
 
     # -- spool ---------------------------------------------------------------------------
@@ -147,7 +150,7 @@ class BufferedStore:
         async with self._flush_lock:
             try:
                 while entries := await self._on_spool(lambda: self.spool.head(_FLUSH_RECORDS)):
-                    for run in _runs(entries):
+                    for run in replay_runs(entries):
                         took = await self._bounded("replay", self._replay(run))
                         written += took
                         await self._on_spool(partial(self.spool.remove, run))
@@ -172,15 +175,33 @@ class BufferedStore:
         for call in calls:
             await self.inner.record_oracle_call(call)
         labels = [e.record for e in run if isinstance(e.record, Exemplar)]
-        refused = 0
+        return len(calls) + await self._replay_labels(labels)
+
+    async def _replay_labels(self, labels: list[Exemplar]) -> int:
+        """Write spooled labels, less the human ones a later human label in the store replaced
+        (`overtaken`: one lookup, for a run with human labels); how many the store took. The
+        store refuses a label whose tool was deleted meanwhile (it keeps none without one)."""
+        human = [e.query for e in labels if e.tier == "feedback"]
+        stored = await self.inner.exemplars_for_queries(human) if human else {}
+        stale = [e for e in labels if overtaken(e, stored.get(e.query_norm))]
+        self._refused("exemplar_overtaken", stale)
+        stale_ids = {e.id for e in stale}
+        labels = [e for e in labels if e.id not in stale_ids]
+        refused: list[Exemplar] = []
         for start in range(0, len(labels), self._exemplar_batch):
             result = await self.inner.save_exemplars(labels[start : start + self._exemplar_batch])
-            for rejected in result.unknown_tool:
-                log.warning("spooled_exemplar_rejected", tool=rejected.tool)
-            refused += len(result.unknown_tool)
-        if refused:  # their tool was deleted meanwhile: the store keeps no label without one
-            self._drop("exemplar_refused", refused)
-        return len(calls) + len(labels) - refused
+            refused += result.unknown_tool
+        self._refused("exemplar_refused", refused)
+        return len(labels) - len(refused)
+
+    def _refused(self, kind: str, labels: Sequence[Exemplar]) -> None:
+        """Spooled labels the replay does not write: logged and counted; a human's query is left
+        for `LiveIndex.settle` (the only tier the ranker folds before the replay)."""
+        for label in labels:
+            log.warning("spooled_exemplar_rejected", tool=label.tool, reason=kind)
+        if labels:
+            self._drop(kind, len(labels))
+        self.unsettled.update(e.query_norm for e in labels if e.tier == "feedback")
 
     async def _flush_turns(self, batch: list[Turn]) -> int:
         """Record a run of spooled turns; when the store refuses it (not unreachable), record
@@ -328,7 +349,15 @@ class BufferedStore:
     async def get_tool(self, name: str) -> Tool | None:
         return await self._through("get_tool", lambda: self.inner.get_tool(name))
 
+    async def _replay_first(self) -> None:
+        """Before a removal, replay the spool (a label it holds may be one the removal takes),
+        so a replay never writes back what was removed after it was spooled; a replay that
+        fails leaves the store down, and the removal fails fast."""
+        if self.backlog and not self.down:
+            await self.flush()
+
     async def delete_tool(self, name: str) -> bool:
+        await self._replay_first()
         return await self._through("delete_tool", lambda: self.inner.delete_tool(name))
 
     async def get_turn(self, turn_id: str) -> Turn | None:
@@ -346,6 +375,7 @@ class BufferedStore:
         return await self._through("exemplars_since", lambda: self.inner.exemplars_since(version))
 
     async def delete_exemplar(self, exemplar_id: str) -> bool:
+        await self._replay_first()
         return await self._through(
             "delete_exemplar", lambda: self.inner.delete_exemplar(exemplar_id)
         )
@@ -417,20 +447,3 @@ class BufferedStore:
             await self._on_spool(self.spool.close)
             self._io.shutdown(wait=True)
             await self.inner.close()
-
-
-# The order a window of the spool is written in, by kind: a label or a teacher call names its
-# turn, which must be there first; a turn names neither. Within a kind the order is kept (a
-# turn's later version wins, labels count sightings in order).
-_REPLAY_ORDER = ("turn", "oracle_call", "exemplar")
-
-
-def _runs(entries: list[Entry]) -> list[list[Entry]]:
-    """The records of each kind, in order, turns first: each run is one write to the store.
-    Runs of consecutive records of one kind were one write each, and the learner spools a turn
-    then its label, so a backlog replayed one or two records a transaction (45 a second on
-    Neo4j), while a restart waits for it to end before it serves."""
-    by_kind: dict[str, list[Entry]] = {kind: [] for kind in _REPLAY_ORDER}
-    for entry in entries:
-        by_kind[entry.kind].append(entry)
-    return [run for run in by_kind.values() if run]

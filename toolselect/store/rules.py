@@ -222,6 +222,18 @@ def _same_turn(new: Exemplar, stored: StoredLabel) -> bool:
     return new.turn_id is not None and new.turn_id == stored.turn_id
 
 
+def overtaken(spooled: Exemplar, stored: Exemplar | None) -> bool:
+    """Whether the store holds a later human label than the spooled human label `spooled` for
+    its query: another replica's, saved while this one could not reach the store. The replay
+    leaves it: a human's latest word stands, and a spooled label is older than it says."""
+    return (
+        stored is not None
+        and spooled.tier == stored.tier == "feedback"
+        and stored.id != spooled.id
+        and stored.created_at > spooled.created_at
+    )
+
+
 def counted(new: Exemplar, stored: StoredLabel | None) -> Exemplar:
     """`new` as written over `stored`, once `supersedes` allowed it. Usage labels of a query
     keep a running majority (Boyer-Moore's), so a tool most agents used wins however a wrong one

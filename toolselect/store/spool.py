@@ -319,3 +319,20 @@ class Spool:
 
     def close(self) -> None:
         self._conn.close()
+
+
+# The order a window of the spool is written in, by kind: a label or a teacher call names its
+# turn, which must be there first; a turn names neither. Within a kind the order is kept (a
+# turn's later version wins, labels count sightings in order).
+_REPLAY_ORDER = ("turn", "oracle_call", "exemplar")
+
+
+def replay_runs(entries: list[Entry]) -> list[list[Entry]]:
+    """The records of each kind, in order, turns first: each run is one write to the store.
+    Runs of consecutive records of one kind were one write each, and the learner spools a turn
+    then its label, so a backlog replayed one or two records a transaction (45 a second on
+    Neo4j), while a restart waits for it to end before it serves."""
+    by_kind: dict[str, list[Entry]] = {kind: [] for kind in _REPLAY_ORDER}
+    for entry in entries:
+        by_kind[entry.kind].append(entry)
+    return [run for run in by_kind.values() if run]
