@@ -142,6 +142,15 @@ class Metrics:
             ["tenant", "scope"],
             registry=r,
         )
+        # Not by tenant: the tenants asked about may be any names a caller sends.
+        self.tenant_lookups = Counter(
+            "toolselect_tenant_lookups",
+            "Requests for a tenant neither `default` nor live that asked whether it exists, by"
+            " where the answer came from: `store` (a lookup) or `cached` (unknown, found so"
+            " within TOOLSELECT_POLL_INTERVAL)",
+            ["result"],
+            registry=r,
+        )
         self.http_inflight = Gauge(
             "toolselect_http_inflight",
             "Requests in flight",

@@ -30,6 +30,7 @@ from toolselect.errors import UnknownTenant
 from toolselect.keys import DEFAULT_TENANT, check_tenant, tenant_file
 from toolselect.metrics import Metrics
 from toolselect.service.root import Service
+from toolselect.service.unknown_tenants import UnknownTenants
 from toolselect.store.factory import open_store
 
 log = structlog.get_logger("toolselect.service")
@@ -60,6 +61,8 @@ class TenantServices:
         # Closed tenants whose teacher budget and refused turns `default` keeps for their next
         # start, least recently closed first (`_keep`).
         self._kept: OrderedDict[str, None] = OrderedDict()
+        # Tenants found unknown, not looked up again within a poll interval (`known`).
+        self._unknown = UnknownTenants(self.settings.poll_interval_s, now)
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -103,10 +106,23 @@ class TenantServices:
         of it in the shared database, asked through its store on the default's driver, which
         creates nothing), or one with a key (revoked ones too; keys are `default`'s data). A
         tenant comes to exist with a key made for it or with its first write (`get`, which
-        starts any)."""
+        starts any). An unknown tenant is remembered so for a poll interval (`UnknownTenants`),
+        unless this process makes it meanwhile (`get`, `made`)."""
         if tenant == DEFAULT_TENANT or tenant in self._live:
             return True
         check_tenant(tenant)
+        lookups = self.default.metrics.tenant_lookups
+        if self._unknown.fresh(tenant):
+            lookups.labels("cached").inc()
+            return False
+        lookups.labels("store").inc()
+        stamp = self._unknown.stamp
+        if await self._stored(tenant):
+            return True
+        self._unknown.add(tenant, stamp=stamp)
+        return False
+
+    async def _stored(self, tenant: str) -> bool:
         if tenant_file(self.settings.spool_path, tenant).exists():
             return True
         store = await open_store(self.settings, tenant=tenant, beside=self.default.store.inner)
@@ -116,6 +132,11 @@ class TenantServices:
         finally:
             await store.close()
         return bool(await self.default.store.list_keys(tenant))
+
+    def made(self, tenant: str) -> None:
+        """`tenant` exists from now on (a key was made for it here): served at once, not found
+        unknown from what `known` remembered."""
+        self._unknown.made(tenant)
 
     async def existing(self, tenant: str) -> Service:
         """`get` for a request that makes no data of `tenant` (a read, a ranking, a label, which
@@ -154,6 +175,7 @@ class TenantServices:
         )
         self._live[tenant] = service
         self._used[tenant] = self._now()
+        self._unknown.made(tenant)
         self._kept.pop(tenant, None)  # its kept budget and refused turns are in use again
         log.info("tenant_started", tenant=tenant, live=len(self._live))
         if self._sweeper is None:
