@@ -61,6 +61,9 @@ class TenantServices:
         # Closed tenants whose teacher budget and refused turns `default` keeps for their next
         # start, least recently closed first (`_keep`).
         self._kept: OrderedDict[str, None] = OrderedDict()
+        # Closed tenants whose counters stay on /metrics, least recently closed first
+        # (`_forget_series`).
+        self._counted: OrderedDict[str, None] = OrderedDict()
         # Tenants found unknown, not looked up again within a poll interval (`known`).
         self._unknown = UnknownTenants(self.settings.poll_interval_s, now)
         self._sweeper: asyncio.Task[None] | None = None
@@ -170,9 +173,16 @@ class TenantServices:
             raise RuntimeError("tenant services are closed")
         # Each tenant its own search log (ids never cross tenants), of its own smaller bound.
         settings = self.settings.override(searches_kept=self.settings.tenant_searches_kept)
-        service = await Service.start(
-            settings, wait_for_store=True, clock=self._clock, tenant=tenant, beside=self.default
-        )
+        # Its counters count on, and no other tenant's close may remove the series its start
+        # sets meanwhile (`_forget_series`); a failed start leaves them as a close does.
+        self._counted.pop(tenant, None)
+        try:
+            service = await Service.start(
+                settings, wait_for_store=True, clock=self._clock, tenant=tenant, beside=self.default
+            )
+        except BaseException:
+            self._forget_series(tenant)
+            raise
         self._live[tenant] = service
         self._used[tenant] = self._now()
         self._unknown.made(tenant)
@@ -204,7 +214,7 @@ class TenantServices:
             try:
                 await service.close()
             finally:
-                service.metrics.forget_tenant()
+                self._forget_series(tenant)
                 self._keep(tenant)
                 log.info("tenant_closed", tenant=tenant, why=why, live=len(self._live))
 
@@ -223,6 +233,20 @@ class TenantServices:
             if not self._lock_users[tenant]:
                 del self._lock_users[tenant]
                 self._locks.pop(tenant, None)
+
+    def _forget_series(self, tenant: str) -> None:
+        """Remove closed `tenant`'s gauges from `/metrics` (they would show stale values), and
+        the counters and histograms of the tenants closed before the last
+        `TOOLSELECT_TENANTS_LIVE`: a process serving tenants in turn would otherwise keep every
+        one's series it ever served. The rest stay, so that a tenant closed and started again
+        in a while counts on rather than reset."""
+        metrics = self.default.metrics
+        metrics.for_tenant(tenant).forget_tenant()
+        self._counted[tenant] = None
+        self._counted.move_to_end(tenant)
+        while len(self._counted) > self.settings.tenants_live:
+            old, _ = self._counted.popitem(last=False)
+            metrics.for_tenant(old).forget_tenant(counters=True)
 
     def _keep(self, tenant: str) -> None:
         """Keep closed `tenant`'s teacher budget and refused turns for its next start, for the
