@@ -170,8 +170,9 @@ class Metrics:
         self.tenant_lookups = Counter(
             "toolselect_tenant_lookups",
             "Requests for a tenant neither `default` nor live that asked whether it exists, by"
-            " where the answer came from: `store` (a lookup) or `cached` (unknown, found so"
-            " within TOOLSELECT_POLL_INTERVAL)",
+            " where the answer came from: `store` (a lookup), `joined` (the lookup under way"
+            " for the same tenant) or `cached` (unknown, found so within"
+            " TOOLSELECT_POLL_INTERVAL)",
             ["result"],
             registry=r,
         )

@@ -6,6 +6,7 @@ it) is served at once; one another process makes is served once the poll interva
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -52,6 +53,21 @@ async def test_an_unknown_tenant_is_looked_up_once_a_poll_interval(
         assert (await client.get("/v1/tools", headers=bearer(ADMIN))).status == 200
     assert await lookups(client) == {"store": 1.0, "cached": 19.0}
     assert client.app[TENANTS].live == ["team-live"]
+
+
+async def test_requests_at_once_for_an_unknown_tenant_share_one_lookup(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """Twenty reads for an unknown tenant sent at once are each `404 unknown_tenant` and ask
+    the store once: those arriving during the lookup wait for its answer (`joined`)."""
+    client, _ = await services.serve(aiohttp_client, api_keys=(ADMIN,), poll_interval_s=60.0)
+    answers = await asyncio.gather(*(tools_of(client, "ghost") for _ in range(20)))
+    for resp in answers:
+        assert (await error_of(resp, 404))["code"] == "unknown_tenant"
+    counted = await lookups(client)
+    assert counted["store"] == 1.0
+    assert counted.get("joined", 0.0) + counted.get("cached", 0.0) == 19.0
+    assert counted.get("joined", 0.0) > 0  # the requests did overlap the lookup
 
 
 async def test_a_tenant_made_here_is_served_at_once(

@@ -64,8 +64,10 @@ class TenantServices:
         # Closed tenants whose counters stay on /metrics, least recently closed first
         # (`_forget_series`).
         self._counted: OrderedDict[str, None] = OrderedDict()
-        # Tenants found unknown, not looked up again within a poll interval (`known`).
+        # Tenants found unknown, not looked up again within a poll interval, and the lookups
+        # under way, which the requests for the same tenant meanwhile wait for (`known`).
         self._unknown = UnknownTenants(self.settings.poll_interval_s, now)
+        self._asking: dict[str, asyncio.Future[bool]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -110,7 +112,8 @@ class TenantServices:
         creates nothing), or one with a key (revoked ones too; keys are `default`'s data). A
         tenant comes to exist with a key made for it or with its first write (`get`, which
         starts any). An unknown tenant is remembered so for a poll interval (`UnknownTenants`),
-        unless this process makes it meanwhile (`get`, `made`)."""
+        unless this process makes it meanwhile (`get`, `made`); requests for a tenant under
+        lookup wait for that lookup's answer."""
         if tenant == DEFAULT_TENANT or tenant in self._live:
             return True
         check_tenant(tenant)
@@ -118,12 +121,27 @@ class TenantServices:
         if self._unknown.fresh(tenant):
             lookups.labels("cached").inc()
             return False
-        lookups.labels("store").inc()
+        asking = self._asking.get(tenant)
+        if asking is None:
+            lookups.labels("store").inc()
+            asking = self._asking[tenant] = asyncio.ensure_future(self._look_up(tenant))
+            asking.add_done_callback(lambda done: self._asked(tenant, done))
+        else:
+            lookups.labels("joined").inc()
+        # Shielded: a request cancelled (its client gone) leaves the others their answer.
+        return await asyncio.shield(asking)
+
+    async def _look_up(self, tenant: str) -> bool:
         stamp = self._unknown.stamp
         if await self._stored(tenant):
             return True
         self._unknown.add(tenant, stamp=stamp)
         return False
+
+    def _asked(self, tenant: str, done: asyncio.Future[bool]) -> None:
+        self._asking.pop(tenant, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: every request waiting for it was cancelled, maybe
 
     async def _stored(self, tenant: str) -> bool:
         if tenant_file(self.settings.spool_path, tenant).exists():
