@@ -141,7 +141,7 @@ class TenantServices:
     def _asked(self, tenant: str, done: asyncio.Future[bool]) -> None:
         self._asking.pop(tenant, None)
         if not done.cancelled():
-            done.exception()  # retrieved: every request waiting for it was cancelled, maybe
+            done.exception()  # retrieved, or asyncio logs it when every waiter was cancelled
 
     async def _stored(self, tenant: str) -> bool:
         if tenant_file(self.settings.spool_path, tenant).exists():
@@ -155,8 +155,8 @@ class TenantServices:
         return bool(await self.default.store.list_keys(tenant))
 
     def made(self, tenant: str) -> None:
-        """`tenant` exists from now on (a key was made for it here): served at once, not found
-        unknown from what `known` remembered."""
+        """`tenant` exists from now on (started here, or a key was made for it here): served
+        at once, not found unknown from what `known` remembered."""
         self._unknown.made(tenant)
 
     async def existing(self, tenant: str) -> Service:
@@ -203,7 +203,7 @@ class TenantServices:
             raise
         self._live[tenant] = service
         self._used[tenant] = self._now()
-        self._unknown.made(tenant)
+        self.made(tenant)
         self._kept.pop(tenant, None)  # its kept budget and refused turns are in use again
         log.info("tenant_started", tenant=tenant, live=len(self._live))
         if self._sweeper is None:
