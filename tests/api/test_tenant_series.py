@@ -102,3 +102,23 @@ async def test_closed_tenants_leave_no_gauges_and_bounded_counters(
     assert seen["team-3"]["histogram"]["toolselect_rank_seconds_count{}"] == 2.0
     # The two closed last are now team-4 and team-5: team-2's counters went.
     assert set(seen) - {"default"} == {"team-0", "team-3", "team-4", "team-5"}
+
+
+async def test_refusals_for_tenants_never_started_keep_bounded_series(
+    services: ServiceFactory, aiohttp_client: ClientFactory
+) -> None:
+    """At one request per tenant now and then, five tenants that never start are each refused
+    `429 rate_limited` on their second read: `toolselect_rate_limited_total` keeps the series
+    of the last two only, as of tenants closed, rather than one for every name ever refused."""
+    client, _ = await services.serve(
+        aiohttp_client, api_keys=(ADMIN,), tenants_live=LIVE, tenant_rps=0.01, tenant_burst=1
+    )
+    ghosts = [f"ghost-{i}" for i in range(5)]
+    for ghost in ghosts:
+        first = await client.get("/v1/tools", headers=bearer(ADMIN, ghost))
+        assert first.status == 404, await first.text()
+        second = await client.get("/v1/tools", headers=bearer(ADMIN, ghost))
+        assert second.status == 429, await second.text()
+    seen = await series(client)
+    assert set(seen) - {"default"} == set(ghosts[-LIVE:])
+    assert seen["ghost-4"]["counter"]["toolselect_rate_limited_total{scope=tenant}"] == 1.0

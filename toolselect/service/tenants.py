@@ -258,13 +258,24 @@ class TenantServices:
         `TOOLSELECT_TENANTS_LIVE`: a process serving tenants in turn would otherwise keep every
         one's series it ever served. The rest stay, so that a tenant closed and started again
         in a while counts on rather than reset."""
-        metrics = self.default.metrics
-        metrics.for_tenant(tenant).forget_tenant()
+        self.default.metrics.for_tenant(tenant).forget_tenant()
+        self._count(tenant)
+
+    def counted(self, tenant: str) -> None:
+        """A series of `tenant` was counted while it may not run (`toolselect_rate_limited_total`
+        of a refused request): it stays as a closed tenant's counters do, among the last
+        `TOOLSELECT_TENANTS_LIVE`, so that refusals for tenants never started keep no series
+        each."""
+        if tenant == DEFAULT_TENANT or tenant in self._live or tenant in self._lock_users:
+            return  # running, or starting or closing: its start or close sees to its series
+        self._count(tenant)
+
+    def _count(self, tenant: str) -> None:
         self._counted[tenant] = None
         self._counted.move_to_end(tenant)
         while len(self._counted) > self.settings.tenants_live:
             old, _ = self._counted.popitem(last=False)
-            metrics.for_tenant(old).forget_tenant(counters=True)
+            self.default.metrics.for_tenant(old).forget_tenant(counters=True)
 
     def _keep(self, tenant: str) -> None:
         """Keep closed `tenant`'s teacher budget and refused turns for its next start, for the
