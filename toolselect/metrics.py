@@ -4,7 +4,8 @@ Everything a tenant owns (its catalog, queue, learner, teacher, store and fits) 
 `tenant`: `Metrics.for_tenant` gives a view whose families are bound to one tenant, so a call
 site writes `metrics.flags.labels("fallback").inc()` without naming it. The HTTP front door's
 families (requests, latency, refusals, in flight) are the process's and carry no tenant. A
-closed tenant's gauges are removed (`forget_tenant`); its counters stay, as counters do.
+closed tenant's gauges are removed (`forget_tenant`); its counters stay, as counters do, while
+it is among the `TOOLSELECT_TENANTS_LIVE` tenants closed last (with workers, for good).
 `render(tenant=...)` answers one tenant's series only (`routes.metrics` decides who reads what).
 
 With `serve --workers N` every worker process writes its values to files in one folder
@@ -12,12 +13,15 @@ With `serve --workers N` every worker process writes its values to files in one 
 worker imports prometheus_client) and `/metrics` in any worker aggregates them all: counters
 and histograms are summed, and each gauge says how (`multiprocess_mode`, ignored with one
 process): work waiting (queue depth, backlog, requests in flight) is the sum over live workers,
-fitted values are the most recent, sizes the largest.
+fitted values are the most recent, sizes the largest; a worker's gauges of a tenant it closed
+(NaN in its file) are left out (`_Workers`).
 """
 
 from __future__ import annotations
 
 import copy
+import glob
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Generic, Self, TypeVar
@@ -92,6 +96,26 @@ class _OneTenant(Collector):
                 yield kept
 
 
+class _Workers(Collector):
+    """Every worker's files in `path` merged as prometheus_client merges them, less the gauge
+    values a worker marked forgotten (NaN: `Metrics.forget_tenant`), dropped before they are
+    summed or compared with other workers' values of the series (a worker can remove no
+    series from its files)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def collect(self) -> Iterable[Metric]:
+        files = glob.glob(os.path.join(self._path, "*.db"))
+        # MultiProcessCollector.collect is these two steps; NaN is dropped between them.
+        metrics = MultiProcessCollector._read_metrics(files)  # type: ignore[no-untyped-call]
+        for metric in metrics.values():
+            if metric.type == "gauge":
+                metric.samples = [s for s in metric.samples if not math.isnan(s.value)]
+        merged: Iterable[Metric] = MultiProcessCollector._accumulate_metrics(metrics, True)  # type: ignore[no-untyped-call]
+        return merged
+
+
 class Metrics:
     """Every counter, gauge and histogram toolselect exports at `/metrics`, as one tenant's view
     (`tenant`, `default` unless made by `for_tenant`)."""
@@ -140,6 +164,16 @@ class Metrics:
             "Requests refused `429 rate_limited`, by tenant and by limit: `tenant` "
             "(TOOLSELECT_TENANT_RPS) or `global` (TOOLSELECT_GLOBAL_RPS)",
             ["tenant", "scope"],
+            registry=r,
+        )
+        # Not by tenant: the tenants asked about may be any names a caller sends.
+        self.tenant_lookups = Counter(
+            "toolselect_tenant_lookups",
+            "Requests for a tenant neither `default` nor live that asked whether it exists, by"
+            " where the answer came from: `store` (a lookup), `joined` (the lookup under way"
+            " for the same tenant) or `cached` (unknown, found so within"
+            " TOOLSELECT_POLL_INTERVAL)",
+            ["result"],
             registry=r,
         )
         self.http_inflight = Gauge(
@@ -350,14 +384,27 @@ class Metrics:
             setattr(view, name, family.bound_to(tenant))
         return view
 
-    def forget_tenant(self) -> None:
+    def forget_tenant(self, *, counters: bool = False) -> None:
         """Remove this view's tenant's gauges (its service is closed: a queue depth or a fitted
-        weight it last set would be stale). In one process only: a worker's files stay."""
+        weight it last set would be stale); with `counters`, its counters and histograms too
+        (`TenantServices` keeps those of the tenants closed last: a scraper reads a counter
+        that comes back from 0 as a reset). A worker of `serve --workers` removes nothing from
+        its files: it sets its gauges of the tenant to NaN, which `render` leaves out, and
+        keeps its counters."""
+        tenant = {"tenant": self.tenant}
         if self.multiprocess_dir is not None or "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+            for _, bound in self._bound():
+                if isinstance(bound, TenantGauge):
+                    for family in bound.family.collect():
+                        for sample in family.samples:
+                            if sample.labels.get("tenant") == self.tenant:
+                                bound.family.labels(**sample.labels).set(math.nan)
             return
         for _, bound in self._bound():
-            if isinstance(bound, TenantGauge):
-                bound.family.remove_by_labels({"tenant": self.tenant})
+            if counters or isinstance(bound, TenantGauge):
+                bound.family.remove_by_labels(tenant)
+        if counters:
+            self.rate_limited.remove_by_labels(tenant)
 
     def value(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
         """Sample `name` with `labels` of this view's tenant (of the process when the family
@@ -372,7 +419,7 @@ class Metrics:
         source: Collector = self.registry
         if self.multiprocess_dir is not None:
             merged = CollectorRegistry()
-            MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+            merged.register(_Workers(self.multiprocess_dir))
             source = merged
         if tenant is None:
             return generate_latest(source)

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.services import cli_env, free_port
 from toolselect.api import workers as workers_module
@@ -57,7 +58,14 @@ async def read_events(proc: asyncio.subprocess.Process, log: list[str]) -> None:
 @pytest_asyncio.fixture(loop_scope="function")
 async def workers(tmp_path: Path) -> AsyncIterator[Workers]:
     """`serve --workers 2` on a free port over a small imported catalog, all workers serving."""
-    env = cli_env(tmp_path / "serve.db", TOOLSELECT_SHUTDOWN_TIMEOUT="10")
+    async with serving_workers(tmp_path) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def serving_workers(tmp_path: Path, **env_extra: str) -> AsyncIterator[Workers]:
+    """`serve --workers 2` as the `workers` fixture starts it, with more variables `env_extra`."""
+    env = cli_env(tmp_path / "serve.db", TOOLSELECT_SHUTDOWN_TIMEOUT="10", **env_extra)
     catalog = tmp_path / "tools.json"
     catalog.write_text(json.dumps(CATALOG))
     imported = await asyncio.to_thread(
@@ -247,3 +255,47 @@ def test_workers_that_end_on_a_stop_while_the_supervisor_waits_are_a_clean_stop(
     finally:
         stop.cancel()
     assert all(proc.exitcode is not None for proc in supervisor.procs)
+
+
+async def _gauges_of(session: aiohttp.ClientSession, url: str, tenant: str) -> dict[str, float]:
+    """`tenant`'s gauges at the merged `/metrics` of `serve --workers`, by sample name."""
+    async with session.get(url + "/metrics") as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    return {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        if family.type == "gauge" and not family.name.endswith("_created")
+        for s in family.samples
+        if s.labels.get("tenant") == tenant
+    }
+
+
+@pytest.mark.slow  # waits for the idle sweep of both workers
+async def test_a_tenant_closed_in_every_worker_leaves_no_gauges(tmp_path: Path) -> None:
+    """Under `serve --workers 2` a tenant's gauges leave the merged `/metrics` once each worker
+    that served it closed it (a worker's files kept its last values, stale, for good), and its
+    next request shows them again, with its catalog's size."""
+    tenant = {"X-Toolselect-Tenant": "team-a"}  # no keys: any request may name its tenant
+    async with (
+        serving_workers(tmp_path, TOOLSELECT_TENANT_IDLE="1") as workers,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session,
+    ):
+        async with session.put(workers.url + "/v1/tools", json=CATALOG, headers=tenant) as resp:
+            assert resp.status == 200, await resp.text()
+        for _ in range(6):  # on fresh connections: both workers start it, most likely
+            async with session.get(workers.url + "/v1/tools", headers=tenant) as resp:
+                assert resp.status == 200
+        gauges = await _gauges_of(session, workers.url, "team-a")
+        assert gauges["toolselect_catalog_tools"] == 3.0, gauges
+        deadline = asyncio.get_running_loop().time() + 30.0
+        while gauges:
+            assert asyncio.get_running_loop().time() < deadline, (gauges, "".join(workers.log))
+            await asyncio.sleep(0.2)
+            gauges = await _gauges_of(session, workers.url, "team-a")
+        assert any("tenant_closed" in line for line in workers.log)
+        async with session.get(workers.url + "/v1/tools", headers=tenant) as resp:
+            assert resp.status == 200
+        gauges = await _gauges_of(session, workers.url, "team-a")
+        assert gauges["toolselect_catalog_tools"] == 3.0, gauges
+        assert gauges["toolselect_serving_from_snapshot"] == 0.0, gauges

@@ -9,7 +9,7 @@ import structlog
 from aiohttp import web
 
 from toolselect.api import key_models as km
-from toolselect.api.http import CALLER, SERVICE, json_response, read_model
+from toolselect.api.http import CALLER, SERVICE, TENANTS, json_response, read_model
 from toolselect.api.params import checked_query, path_param
 from toolselect.clock import utc_now
 from toolselect.errors import NotFound
@@ -25,6 +25,7 @@ async def create_key(request: web.Request) -> web.Response:
     secret, key = new_key(check_tenant(body.tenant), body.role, utc_now(), name=body.name)
     await service.store.save_key(key)
     service.keys.add(key)
+    request.app[TENANTS].made(key.tenant)  # its reads are served here at once
     log.info(
         "api_key_created",
         key_id=key.id,

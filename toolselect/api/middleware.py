@@ -199,6 +199,7 @@ def _limit(request: web.Request, tenant: str) -> None:
         return
     metrics = request.app[SERVICE].metrics
     metrics.rate_limited.labels(tenant, refused.scope).inc()
+    request.app[TENANTS].counted(tenant)  # a tenant not running: its series bounded as closed
     metrics.http_rejected.labels("rate_limited").inc()
     if refused.scope == "tenant":
         message = f"tenant {tenant!r} sent more than {limits.tenant_rps:g} requests per second"

@@ -30,6 +30,7 @@ from toolselect.errors import UnknownTenant
 from toolselect.keys import DEFAULT_TENANT, check_tenant, tenant_file
 from toolselect.metrics import Metrics
 from toolselect.service.root import Service
+from toolselect.service.unknown_tenants import UnknownTenants
 from toolselect.store.factory import open_store
 
 log = structlog.get_logger("toolselect.service")
@@ -60,6 +61,13 @@ class TenantServices:
         # Closed tenants whose teacher budget and refused turns `default` keeps for their next
         # start, least recently closed first (`_keep`).
         self._kept: OrderedDict[str, None] = OrderedDict()
+        # Closed tenants whose counters stay on /metrics, least recently closed first
+        # (`_forget_series`).
+        self._counted: OrderedDict[str, None] = OrderedDict()
+        # Tenants found unknown, not looked up again within a poll interval, and the lookups
+        # under way, which the requests for the same tenant meanwhile wait for (`known`).
+        self._unknown = UnknownTenants(self.settings.poll_interval_s, now)
+        self._asking: dict[str, asyncio.Future[bool]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -103,10 +111,39 @@ class TenantServices:
         of it in the shared database, asked through its store on the default's driver, which
         creates nothing), or one with a key (revoked ones too; keys are `default`'s data). A
         tenant comes to exist with a key made for it or with its first write (`get`, which
-        starts any)."""
+        starts any). An unknown tenant is remembered so for a poll interval (`UnknownTenants`),
+        unless this process makes it meanwhile (`get`, `made`); requests for a tenant under
+        lookup wait for that lookup's answer."""
         if tenant == DEFAULT_TENANT or tenant in self._live:
             return True
         check_tenant(tenant)
+        lookups = self.default.metrics.tenant_lookups
+        if self._unknown.fresh(tenant):
+            lookups.labels("cached").inc()
+            return False
+        asking = self._asking.get(tenant)
+        if asking is None:
+            lookups.labels("store").inc()
+            asking = self._asking[tenant] = asyncio.ensure_future(self._look_up(tenant))
+            asking.add_done_callback(lambda done: self._asked(tenant, done))
+        else:
+            lookups.labels("joined").inc()
+        # Shielded: a request cancelled (its client gone) leaves the others their answer.
+        return await asyncio.shield(asking)
+
+    async def _look_up(self, tenant: str) -> bool:
+        stamp = self._unknown.stamp
+        if await self._stored(tenant):
+            return True
+        self._unknown.add(tenant, stamp=stamp)
+        return False
+
+    def _asked(self, tenant: str, done: asyncio.Future[bool]) -> None:
+        self._asking.pop(tenant, None)
+        if not done.cancelled():
+            done.exception()  # retrieved, or asyncio logs it when every waiter was cancelled
+
+    async def _stored(self, tenant: str) -> bool:
         if tenant_file(self.settings.spool_path, tenant).exists():
             return True
         store = await open_store(self.settings, tenant=tenant, beside=self.default.store.inner)
@@ -116,6 +153,11 @@ class TenantServices:
         finally:
             await store.close()
         return bool(await self.default.store.list_keys(tenant))
+
+    def made(self, tenant: str) -> None:
+        """`tenant` exists from now on (started here, or a key was made for it here): served
+        at once, not found unknown from what `known` remembered."""
+        self._unknown.made(tenant)
 
     async def existing(self, tenant: str) -> Service:
         """`get` for a request that makes no data of `tenant` (a read, a ranking, a label, which
@@ -149,11 +191,19 @@ class TenantServices:
             raise RuntimeError("tenant services are closed")
         # Each tenant its own search log (ids never cross tenants), of its own smaller bound.
         settings = self.settings.override(searches_kept=self.settings.tenant_searches_kept)
-        service = await Service.start(
-            settings, wait_for_store=True, clock=self._clock, tenant=tenant, beside=self.default
-        )
+        # Its counters count on, and no other tenant's close may remove the series its start
+        # sets meanwhile (`_forget_series`); a failed start leaves them as a close does.
+        self._counted.pop(tenant, None)
+        try:
+            service = await Service.start(
+                settings, wait_for_store=True, clock=self._clock, tenant=tenant, beside=self.default
+            )
+        except BaseException:
+            self._forget_series(tenant)
+            raise
         self._live[tenant] = service
         self._used[tenant] = self._now()
+        self.made(tenant)
         self._kept.pop(tenant, None)  # its kept budget and refused turns are in use again
         log.info("tenant_started", tenant=tenant, live=len(self._live))
         if self._sweeper is None:
@@ -182,7 +232,7 @@ class TenantServices:
             try:
                 await service.close()
             finally:
-                service.metrics.forget_tenant()
+                self._forget_series(tenant)
                 self._keep(tenant)
                 log.info("tenant_closed", tenant=tenant, why=why, live=len(self._live))
 
@@ -201,6 +251,31 @@ class TenantServices:
             if not self._lock_users[tenant]:
                 del self._lock_users[tenant]
                 self._locks.pop(tenant, None)
+
+    def _forget_series(self, tenant: str) -> None:
+        """Remove closed `tenant`'s gauges from `/metrics` (they would show stale values), and
+        the counters and histograms of the tenants closed before the last
+        `TOOLSELECT_TENANTS_LIVE`: a process serving tenants in turn would otherwise keep every
+        one's series it ever served. The rest stay, so that a tenant closed and started again
+        in a while counts on rather than reset."""
+        self.default.metrics.for_tenant(tenant).forget_tenant()
+        self._count(tenant)
+
+    def counted(self, tenant: str) -> None:
+        """A series of `tenant` was counted while it may not run (`toolselect_rate_limited_total`
+        of a refused request): it stays as a closed tenant's counters do, among the last
+        `TOOLSELECT_TENANTS_LIVE`, so that refusals for tenants never started keep no series
+        each."""
+        if tenant == DEFAULT_TENANT or tenant in self._live or tenant in self._lock_users:
+            return  # running, or starting or closing: its start or close sees to its series
+        self._count(tenant)
+
+    def _count(self, tenant: str) -> None:
+        self._counted[tenant] = None
+        self._counted.move_to_end(tenant)
+        while len(self._counted) > self.settings.tenants_live:
+            old, _ = self._counted.popitem(last=False)
+            self.default.metrics.for_tenant(old).forget_tenant(counters=True)
 
     def _keep(self, tenant: str) -> None:
         """Keep closed `tenant`'s teacher budget and refused turns for its next start, for the
