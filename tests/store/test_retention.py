@@ -29,9 +29,10 @@ async def seed_history(store: Store) -> None:
         for i in range(3)
     ]  # fmt: skip
     recent = [
-        turn(f"new-{i}", at=NOW - timedelta(days=1, minutes=-i), used_tool="email")
+        turn(f"new-{i}", at=NOW - timedelta(days=1, minutes=-i), used_tool="email", flagged=True,
+             tier="teacher", result="labeled", label="search")
         for i in range(3)
-    ]
+    ]  # fmt: skip
     await store.record_turns(old)
     # One session: two old turns, then a recent one (its step crosses the cutoff).
     session = [
@@ -70,6 +71,9 @@ async def test_turns_past_their_age_go_in_bounded_batches(store_factory: StoreFa
     store = await store_factory.make()
     await seed_history(store)
     before = await snapshot(store)
+    # The kept window holds a teacher call and its cost (not a vacuous comparison).
+    usage = (await store.analytics("oracle_usage", CUTOFF)).rows
+    assert [(tier, calls) for tier, _, _, calls, *_ in usage] == [("teacher", 1)]
     # 5 old turns (3 plain + 2 of the session), 3 old calls, by batches of 2.
     assert [await store.delete_turns(CUTOFF, 2) for _ in range(4)] == [4, 3, 1, 0]
     assert await store.delete_turns(CUTOFF, 2) == 0
