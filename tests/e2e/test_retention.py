@@ -7,8 +7,11 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
+
 from tests.e2e.test_learning import eventually
 from tests.services import ServiceFactory
+from toolselect.learn.refused import RefusedTurn
 from toolselect.records import Tool, Turn
 from toolselect.service import Service
 from toolselect.service.retention import RetentionPass
@@ -110,7 +113,30 @@ async def test_a_backlog_goes_a_batch_at_a_time(services: ServiceFactory) -> Non
     )
     settings = dataclasses.replace(kept, turn_max_age_days=10.0)
     one_batch = RetentionPass(
-        service.store, service.index, settings, clock, service.metrics, batch=2, seconds=0.0
+        service.store,
+        service.index,
+        service.learner.refused,
+        settings,
+        clock,
+        service.metrics,
+        batch=2,
+        seconds=0.0,
     )
     assert [await one_batch.run() for _ in range(3)] == [True, True, False]
     assert await service.store.recorded_turn_ids([f"old-{i}" for i in range(5)]) == set()
+
+
+async def test_refused_turns_past_the_age_are_not_asked_about_again(
+    services: ServiceFactory,
+) -> None:
+    """A turn the spent budget refused and that retention deletes leaves the list the teacher
+    is asked again from: asked, it would be recorded anew; a recent one stays."""
+    clock = FakeClock(T0)
+    service = await services.start(clock=clock, turn_max_age_days=10.0)
+    refused = service.learner.refused
+    vector = np.zeros(4, dtype=np.float32)
+    for turn_id, age in (("old", 11), ("recent", 9)):
+        turn = Turn(id=turn_id, request="r", used_tool="x", at=T0 - timedelta(days=age))
+        refused.add(RefusedTurn(turn, vector, ()))
+    await service.retention.run()
+    assert "old" not in refused and "recent" in refused

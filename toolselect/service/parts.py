@@ -273,5 +273,5 @@ def compose(
         searches=searches,
         sessions=sessions,
         keys=KeyRegistry(settings.api_keys),
-        retention=RetentionPass(buffered, index, settings, clock, metrics),
+        retention=RetentionPass(buffered, index, learner.refused, settings, clock, metrics),
     )

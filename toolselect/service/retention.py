@@ -20,6 +20,7 @@ import structlog
 
 from toolselect.clock import Clock
 from toolselect.config import Settings
+from toolselect.learn.refused import Refused
 from toolselect.metrics import Metrics
 from toolselect.service.index import LiveIndex
 from toolselect.store.port import RetentionStore
@@ -44,6 +45,7 @@ class RetentionPass:
         self,
         store: RetentionStore,
         index: LiveIndex,
+        refused: Refused,
         settings: Settings,
         clock: Clock,
         metrics: Metrics,
@@ -53,6 +55,7 @@ class RetentionPass:
     ) -> None:
         self._store = store
         self._index = index
+        self._refused = refused
         self._settings = settings
         self._clock = clock
         self._metrics = metrics
@@ -60,9 +63,10 @@ class RetentionPass:
         self._seconds = seconds
 
     async def run(self) -> bool:
-        """Expire the labels past their age and fold their removal into the ranker, then delete
-        batches of turns past theirs for about `seconds` (one at least). Whether turns are
-        left (the upkeep then runs it again at its next tick rather than in `RETENTION_CHECK_S`)."""
+        """Expire the labels past their age and fold their removal into the ranker, then forget
+        the refused turns past theirs and delete batches of turns past it for about `seconds`
+        (one at least). Whether turns are left (the upkeep then runs it again at its next tick
+        rather than in `RETENTION_CHECK_S`)."""
         now = self._clock()
         expired = await self._store.expire_exemplars(now)
         if expired:
@@ -72,6 +76,7 @@ class RetentionPass:
         if max_age is None:
             return False
         before = now - timedelta(days=max_age)
+        self._refused.forget_before(before)  # before their turns go: never recorded again
         started = time.monotonic()
         deleted = 0
         left = True
