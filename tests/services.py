@@ -19,6 +19,7 @@ from tests.neo4j_server import Neo4jServer
 from toolselect.api.app import create_app
 from toolselect.api.http import SERVICE
 from toolselect.client import AiohttpTransport, Response
+from toolselect.clock import Clock, utc_now
 from toolselect.config import Settings
 from toolselect.service import Service
 
@@ -59,8 +60,12 @@ class ServiceFactory:
             )
         return base.override(**overrides)
 
-    async def start(self, *, wait_for_store: bool = False, **overrides: Any) -> Service:
-        service = await Service.start(self.settings(**overrides), wait_for_store=wait_for_store)
+    async def start(
+        self, *, wait_for_store: bool = False, clock: Clock = utc_now, **overrides: Any
+    ) -> Service:
+        service = await Service.start(
+            self.settings(**overrides), wait_for_store=wait_for_store, clock=clock
+        )
         self.started.append(service)
         return service
 

@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from toolselect.errors import ConfigError
 from toolselect.names import DEFAULT_FALLBACK_TOOLS
@@ -202,7 +202,8 @@ class Settings:
     openai_api_key: str = setting("", "TOOLSELECT_OPENAI_API_KEY", _str, "key for the OpenAI-compatible teacher", secret=True)
     exemplars_per_tool: int = setting(512, "TOOLSELECT_EXEMPLARS_PER_TOOL", _int(1, 10_000_000), "labels kept per tool, newest first; a human's neither counted nor evicted")
     exemplars_total: int = setting(10_000, "TOOLSELECT_EXEMPLARS_TOTAL", _int(1, 100_000_000), "labels kept in all, newest first; a human's neither counted nor evicted")
-    exemplar_max_age_days: float = setting(90.0, "TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS", _float(0.001, 100_000.0), "days a label of the loop is kept (a human's: for ever); checked when a save writes a label")
+    exemplar_max_age_days: float = setting(90.0, "TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS", _float(0.001, 100_000.0), "days a label of the loop is kept (a human's: for ever); checked when a save writes a label, and by every service's upkeep every 10 minutes")
+    turn_max_age_days: float | None = setting(cast("float | None", 90.0), "TOOLSELECT_TURN_MAX_AGE_DAYS", _auto_or(_float(0.001, 100_000.0), "off"), "days an observed turn is kept, with the teacher calls traced for it (by their own time): older ones are deleted by every service's upkeep every 10 minutes, a batch at a time; labels made from a turn stay; the analyses see only what is kept; `off`: kept for ever", unset="off")
     poll_interval_s: float = setting(5.0, "TOOLSELECT_POLL_INTERVAL", _float(0.05, 3600.0), "seconds between polls for other replicas' exemplars")
     store_write_timeout_s: float = setting(10.0, "TOOLSELECT_STORE_WRITE_TIMEOUT", _float(0.1, 3600.0), "seconds the learner's writes (turns, labels, oracle calls) and the spool's replay wait for the store before it counts as down and they go to the spool: a store that hangs (a stopped server, a partition dropping packets) never answers with an error")
     spool_max_mb: float = setting(256.0, "TOOLSELECT_SPOOL_MAX_MB", _float(0.001, 1_000_000.0), "megabytes of writes (turns, labels, oracle calls) the durable spool `spool.db` in the data folder keeps while the store is unreachable; past it turns are dropped first, labels last (counted in `toolselect_store_backlog_dropped_total`)")
@@ -382,8 +383,7 @@ def _keys_in_file(name: str) -> list[str]:
     for number, line in enumerate(lines, 1):
         key = line.strip()
         if key.startswith("@"):
-            # Not read in turn, nor taken as a key: a mistyped nesting must not make a file
-            # name an admin key.
+            # Not read in turn, nor a key: a mistyped nesting must not make a file name an admin key
             raise ConfigError(
                 f"TOOLSELECT_API_KEYS: {path} line {number}: expected a key, got a file name"
             )

@@ -311,6 +311,13 @@ class Metrics:
         self.spool_replayed = counter(
             "toolselect_spool_replayed", "Spooled writes replayed into the store, by kind", "kind"
         )
+        self.retention_deleted = counter(
+            "toolselect_retention_deleted",
+            "What the upkeep's retention pass deleted, by kind: `label` (a label of the loop"
+            " past TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS), `turn` (turns and teacher calls past"
+            " TOOLSELECT_TURN_MAX_AGE_DAYS)",
+            "kind",
+        )
         self.replica_folds = counter(
             "toolselect_replica_folds", "Exemplar deltas folded from the store poll"
         )

@@ -96,6 +96,20 @@ async def test_reads_fail_fast_while_down(down: tuple[BufferedStore, Metrics]) -
         await store.state()
 
 
+async def test_retention_is_never_spooled(down: tuple[BufferedStore, Metrics]) -> None:
+    """While down, a retention pass fails fast (the upkeep tries it once the spool is
+    replayed) and leaves nothing in the spool."""
+    store, metrics = down
+    await store.record_turns([turn(1)])
+    depth = store.spool.depth
+    with pytest.raises(StoreUnavailable):
+        await store.expire_exemplars(NOW)
+    with pytest.raises(StoreUnavailable):
+        await store.delete_turns(NOW, 100)
+    assert store.spool.depth == depth
+    assert metrics.value("toolselect_store_errors_total", {"operation": "delete_turns"}) is None
+
+
 async def test_flush_writes_in_order_into_a_live_store(tmp_path: Path) -> None:
     """A backlog replayed into a live store lands whole, the turn's last version winning."""
     inner = SqliteStore(tmp_path / "live.db")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 
 from toolselect.names import normalise_query
 from toolselect.oracle.tiers import settles
-from toolselect.records import Turn
+from toolselect.records import Turn, utc
 from toolselect.store.port import LabelStore
 
 
@@ -56,6 +57,15 @@ class Refused:
     def take(self, count: int) -> list[RefusedTurn]:
         """Remove and return the newest `count` turns, newest first."""
         return [self._turns.popitem()[1] for _ in range(min(count, len(self._turns)))]
+
+    def forget_before(self, when: datetime) -> int:
+        """Forget the turns observed before `when`: the retention pass deletes them from the
+        store, and one asked about again would be recorded anew (its tools counted again, a
+        paid call spent on a turn nobody keeps). How many were forgotten."""
+        old = [turn_id for turn_id, r in self._turns.items() if utc(r.turn.at) < utc(when)]
+        for turn_id in old:
+            del self._turns[turn_id]
+        return len(old)
 
     def __contains__(self, turn_id: object) -> bool:
         return turn_id in self._turns

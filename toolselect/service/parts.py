@@ -33,6 +33,7 @@ from toolselect.service.catalog import CatalogFacade
 from toolselect.service.index import LiveIndex, Progress
 from toolselect.service.learning import LearningFacade
 from toolselect.service.ranking import RankingFacade
+from toolselect.service.retention import RetentionPass
 from toolselect.service.searches import SearchLog
 from toolselect.service.sessions import SessionSignals
 from toolselect.store.buffered import BufferedStore
@@ -86,6 +87,7 @@ class Parts:
     searches: SearchLog
     sessions: SessionSignals
     keys: KeyRegistry  # the API keys accepted: TOOLSELECT_API_KEYS, and the stored ones
+    retention: RetentionPass  # the upkeep's pass over old labels and turns
     clock: Clock = utc_now  # what turns, labels and the teacher's budget are stamped with
 
 
@@ -271,4 +273,5 @@ def compose(
         searches=searches,
         sessions=sessions,
         keys=KeyRegistry(settings.api_keys),
+        retention=RetentionPass(buffered, index, learner.refused, settings, clock, metrics),
     )

@@ -29,6 +29,7 @@ from toolselect.oracle.budget import WINDOW_S, Budget
 from toolselect.records import Turn
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
+from toolselect.service.retention import RETENTION_CHECK_S
 from toolselect.service.snapshot import SnapshotKeeper, snapshot_path
 from toolselect.store.factory import open_store
 from toolselect.store.spool import Spool
@@ -61,6 +62,7 @@ class Service:
         self.learning = parts.learning
         self.sessions = parts.sessions
         self.keys = parts.keys
+        self.retention = parts.retention
         self._maintenance: asyncio.Task[None] | None = None
         self._watching: asyncio.Task[None] | None = None
         self._owns_models = True
@@ -313,17 +315,21 @@ class Service:
         take back the turns a predecessor's spent budget refused (once loaded and the spool
         replayed; a failure is logged, counted and tried again a poll interval later), ask the
         teacher about them once it has room, close the teacher turns a stopped process left
-        (once loaded, then every 10 minutes)."""
+        (once loaded, then every 10 minutes), and run the retention pass (once loaded, then
+        every 10 minutes, or every tick while old turns are left; never while writes wait in
+        the spool: the store is down or has not taken them yet)."""
         interval = self.settings.poll_interval_s
         tick = min(1.0, interval)
         since_poll = 0.0
         since_abandoned = ABANDONED_CHECK_S
+        since_retention = RETENTION_CHECK_S
         since_take_back: float | None = interval  # None once taken back
         failing: str | None = None
         while True:
             await asyncio.sleep(tick)
             since_poll += tick
             since_abandoned += tick
+            since_retention += tick
             if since_take_back is not None:
                 since_take_back += tick
             try:
@@ -346,6 +352,10 @@ class Service:
                 due = since_take_back is not None and since_take_back >= interval
                 if self.loaded and due and not spooled:
                     since_take_back = None if await self._taken_back() else 0.0
+                if self.loaded and not spooled and since_retention >= RETENTION_CHECK_S:
+                    since_retention = 0.0
+                    if await self.retention.run():  # old turns left: again at the next tick
+                        since_retention = RETENTION_CHECK_S
                 if self.loaded:
                     await self.learner.ask_again()
                 if self.loaded and since_abandoned >= ABANDONED_CHECK_S:

@@ -410,6 +410,15 @@ class BufferedStore:
     async def state(self) -> StoreState:
         return await self._through("state", lambda: self.inner.state())
 
+    # Retention is never spooled: while the store is down it fails fast, and the service's
+    # upkeep skips it until the spool is replayed (a pass is no write anyone waits for).
+
+    async def expire_exemplars(self, now: datetime) -> int:
+        return await self._through("expire_exemplars", lambda: self.inner.expire_exemplars(now))
+
+    async def delete_turns(self, before: datetime, limit: int) -> int:
+        return await self._through("delete_turns", lambda: self.inner.delete_turns(before, limit))
+
     async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
         return await self._through("analytics", lambda: self.inner.analytics(name, since))
 

@@ -70,6 +70,7 @@ __all__ = [
     "Outcome",
     "Retention",
     "RetentionPlan",
+    "RetentionStore",
     "SavePlan",
     "SaveResult",
     "Store",
@@ -251,14 +252,35 @@ class KeyStore(Protocol):
         ...
 
 
+class RetentionStore(Protocol):
+    """What the upkeep's retention pass asks of a store: labels past their age, and turns past
+    theirs, gone without waiting for a write. Each call is one bounded transaction."""
+
+    async def expire_exemplars(self, now: datetime) -> int:
+        """The retention pass a save ends with (`retention_plan` at `now`, no tool's cap), run
+        without a save: a quiet store's labels expire too. When it evicts anything,
+        `exemplar_version` moves once and every eviction leaves a tombstone at it (what a poll
+        folds); otherwise nothing moves. How many labels went."""
+        ...
+
+    async def delete_turns(self, before: datetime, limit: int) -> int:
+        """Delete at most `limit` turns observed before `before` (with their edges: USED,
+        PRODUCED, ESCALATED, HAS, NEXT; the SQLite twin's `turn_next` rows) and at most `limit`
+        teacher calls traced before it, in one transaction; how many records went (0: none is
+        left). Labels made from a turn stay; sessions keep their last tools, the tool counts
+        their counts."""
+        ...
+
+
 class LearnerStore(TurnStore, LabelStore, Protocol):
     """What the learner writes and reads: turns, labels and their ratchet lookup."""
 
 
-class Store(CatalogStore, LearnerStore, AnalyticsStore, KeyStore, Protocol):
+class Store(CatalogStore, LearnerStore, AnalyticsStore, KeyStore, RetentionStore, Protocol):
     """Where tools, turns, exemplars, oracle calls and API keys live; shared by every replica.
     Callers depend on the part they use (`CatalogStore`, `LabelStore`, `TurnStore`,
-    `AnalyticsStore`, `KeyStore`); the composition root and the stores themselves hold the whole.
+    `AnalyticsStore`, `KeyStore`, `RetentionStore`); the composition root and the stores
+    themselves hold the whole.
 
     A store is one tenant's view (`tenant`): every read and write is scoped to it by the store
     itself. API keys are the exception: they are not a tenant's data (each names its own) and

@@ -287,6 +287,11 @@ class Neo4jStore:
     async def session_turns(self, limit: int) -> list[Turn]:
         return await self._turns("session_turns", {"limit": max(limit, 0)})
 
+    async def delete_turns(self, before: datetime, limit: int) -> int:
+        params = {"before": to_db_text(before), "limit": max(limit, 0)}
+        gone = await self._write(neo4j_tx.one, "delete_turns", params)
+        return int(gone["turns"]) + int(gone["calls"])
+
     async def _turns(self, name: str, params: dict[str, Any]) -> list[Turn]:
         return [turn_from_row(r["turn"], from_db) for r in await self._read(name, params)]
 
@@ -303,6 +308,12 @@ class Neo4jStore:
         if result.evicted:
             log.info("exemplars_evicted", store=self._uri, count=result.evicted)
         return result
+
+    async def expire_exemplars(self, now: datetime) -> int:
+        evicted = await self._write(neo4j_tx.expire_exemplars, self._retention, now)
+        if evicted:
+            log.info("exemplars_expired", store=self._uri, count=evicted)
+        return evicted
 
     async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
         keys = sorted({query_key(normalise_query(q)) for q in queries})

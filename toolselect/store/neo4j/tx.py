@@ -23,6 +23,7 @@ from toolselect.names import CatalogNames
 from toolselect.records import Exemplar, Retention, SaveResult, StoreState, Turn, utc
 from toolselect.store.neo4j import cypher
 from toolselect.store.rules import (
+    RetentionPlan,
     StoredLabel,
     exemplar_row,
     plan_saves,
@@ -214,14 +215,28 @@ async def save_exemplars(
         # is not worth its cost on every repeat.
         await bump(tx, exemplar=1)
         return plan.result(version)
-    retention = retention_plan(limits, now, plan.tools)
-    params = {
-        "cutoff": retention.cutoff,
-        "tools": list(retention.tools),
-        "per_tool": retention.per_tool,
-        "total": retention.total,
-        "exempt": list(retention.exempt),
-        "version": version,
-    }
-    evicted = int((await one(tx, "evict_exemplars", params))["evicted"])
+    retention = _retention_params(retention_plan(limits, now, plan.tools))
+    evicted = int((await one(tx, "evict_exemplars", retention | {"version": version}))["evicted"])
     return plan.result(version, evicted)
+
+
+async def expire_exemplars(tx: Scoped, limits: Retention, now: datetime) -> int:
+    """`Store.expire_exemplars`: the retention pass without a save, under the state lock; the
+    exemplar version moves (`evict_exemplars`) only when `retention_due` finds something."""
+    state = await lock_meta(tx)
+    params = _retention_params(retention_plan(limits, now, ()))
+    if not (await one(tx, "retention_due", params))["due"]:
+        return 0
+    version = state.exemplar_version + 1
+    return int((await one(tx, "evict_exemplars", params | {"version": version}))["evicted"])
+
+
+def _retention_params(plan: RetentionPlan) -> dict[str, Any]:
+    """A `RetentionPlan` as `evict_exemplars` (and `retention_due`) take it."""
+    return {
+        "cutoff": plan.cutoff,
+        "tools": list(plan.tools),
+        "per_tool": plan.per_tool,
+        "total": plan.total,
+        "exempt": list(plan.exempt),
+    }

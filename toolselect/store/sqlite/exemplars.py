@@ -105,13 +105,25 @@ def save(
         # The upsert supersedes an earlier removal of the same query.
         conn.executemany("DELETE FROM exemplar_tombstones WHERE query_norm = ?", rows)
         # Only counts moved (no row added): no cap can be exceeded; expiry waits for the next
-        # batch that adds a label.
-        evicted = _evict(conn, retention_plan(limits, now, plan.tools), version) if written else 0
-    return plan.result(version, evicted)
+        # batch that adds a label, or the upkeep's pass (`expire`).
+        victims = _evict(conn, retention_plan(limits, now, plan.tools)) if written else []
+        conn.executemany(_TOMBSTONE, [(qn, version) for qn in victims])
+    return plan.result(version, len(victims))
 
 
-def _evict(conn: sqlite3.Connection, plan: RetentionPlan, version: int) -> int:
-    """Run the retention plan's steps in order; the tombstones carry the batch's `version`."""
+def expire(conn: sqlite3.Connection, limits: Retention, now: datetime) -> int:
+    """`Store.expire_exemplars`: the retention pass without a save, in one transaction; the
+    exemplar version moves (with the tombstones) only when it evicted something."""
+    with transaction(conn):
+        victims = _evict(conn, retention_plan(limits, now, ()))
+        if victims:
+            tombstone(conn, victims)
+    return len(victims)
+
+
+def _evict(conn: sqlite3.Connection, plan: RetentionPlan) -> list[str]:
+    """Run the retention plan's steps in order; the normalised queries it deleted, for the
+    caller's tombstones."""
     common: dict[str, object] = {"exempt": json.dumps(plan.exempt)}
     selections: list[tuple[str, dict[str, object]]] = [
         (_EXPIRED, common | {"cutoff": ts(plan.cutoff)})
@@ -126,8 +138,7 @@ def _evict(conn: sqlite3.Connection, plan: RetentionPlan, version: int) -> int:
         found = [row[0] for row in conn.execute(sql, args)]
         conn.executemany("DELETE FROM exemplars WHERE query_norm = ?", [(q,) for q in found])
         victims.extend(found)
-    conn.executemany(_TOMBSTONE, [(qn, version) for qn in victims])
-    return len(victims)
+    return victims
 
 
 def by_queries(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, Exemplar]:

@@ -55,6 +55,8 @@ _SCHEMA = (
         latency_ms REAL NOT NULL, at TEXT NOT NULL, turn_id TEXT, input_tokens INTEGER NOT NULL,
         output_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL, error TEXT)""",
     "CREATE INDEX IF NOT EXISTS oracle_calls_turn ON oracle_calls(turn_id, at)",
+    # The teacher budget's last hour at a start; the calls retention deletes.
+    "CREATE INDEX IF NOT EXISTS oracle_calls_at ON oracle_calls(at)",
     """CREATE TABLE IF NOT EXISTS meta (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         catalog_version INTEGER NOT NULL, exemplar_version INTEGER NOT NULL)""",

@@ -30,6 +30,8 @@ SCHEMA = (
         id TEXT PRIMARY KEY, last_turn TEXT NOT NULL, last_tools TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS turn_next (
         next TEXT PRIMARY KEY, prev TEXT NOT NULL)""",
+    # A deleted turn's link to the turn after it (`turns.delete_before`).
+    "CREATE INDEX IF NOT EXISTS turn_next_prev ON turn_next(prev)",
     """CREATE TABLE IF NOT EXISTS tool_pairs (
         a TEXT NOT NULL, b TEXT NOT NULL, count INTEGER NOT NULL, PRIMARY KEY (a, b))""",
     """CREATE TABLE IF NOT EXISTS tool_transitions (

@@ -331,6 +331,9 @@ class SqliteStore:
     async def session_turns(self, limit: int) -> list[Turn]:
         return await self._turns(sql.SESSION_TURNS, (max(limit, 0),))
 
+    async def delete_turns(self, before: datetime, limit: int) -> int:
+        return await self._run(lambda conn: sql.delete_before(conn, ts(before), max(limit, 0)))
+
     async def _turns(self, sql: str, params: tuple[object, ...]) -> list[Turn]:
         return await self._run(
             lambda conn: [turn_from_row(dict(row), dt) for row in conn.execute(sql, params)]
@@ -348,6 +351,12 @@ class SqliteStore:
         if result.evicted:
             log.info("exemplars_evicted", store=self.uri, count=result.evicted)
         return result
+
+    async def expire_exemplars(self, now: datetime) -> int:
+        evicted = await self._run(lambda conn: sqlite_exemplars.expire(conn, self._retention, now))
+        if evicted:
+            log.info("exemplars_expired", store=self.uri, count=evicted)
+        return evicted
 
     async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
         keys = sorted({normalise_query(q) for q in queries})

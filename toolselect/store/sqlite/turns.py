@@ -1,7 +1,13 @@
-"""The SQL of the SQLite store's turns table: the writes of `record_turns` and the reads of
-the turns a process looks for (the session fit's, the teacher's unfinished or refused ones)."""
+"""The SQL of the SQLite store's turns table: the writes of `record_turns`, the reads of the
+turns a process looks for (the session fit's, the teacher's unfinished or refused ones), and
+their retention (`delete_before`)."""
 
 from __future__ import annotations
+
+import json
+import sqlite3
+
+from toolselect.store.sqlite.schema import transaction
 
 INSERT_TURN = """
     INSERT INTO turns (id, request, used_tool, at, agent_id, pack, outcome, top1, margin,
@@ -32,3 +38,25 @@ REFUSED_TURNS = """
         AND substr(reason, -length(?2)) = ?2
         AND NOT EXISTS (SELECT 1 FROM oracle_calls c WHERE c.turn_id = turns.id)
     ORDER BY at DESC, id DESC LIMIT ?3"""
+# Retention: at most ?2 rows observed (traced) before ?1, which the `at` indexes seek; which
+# of them goes first does not matter, every one goes.
+_DELETE_TURNS = """
+    DELETE FROM turns WHERE id IN (SELECT id FROM turns WHERE at < ?1 LIMIT ?2) RETURNING id"""
+_DELETE_CALLS = """
+    DELETE FROM oracle_calls WHERE id IN (SELECT id FROM oracle_calls WHERE at < ?1 LIMIT ?2)"""
+# A deleted turn's links to its session's turns before and after it (Neo4j's NEXT edges).
+_DELETE_LINKS = """
+    DELETE FROM turn_next WHERE next IN (SELECT value FROM json_each(?1))
+        OR prev IN (SELECT value FROM json_each(?1))"""
+
+
+def delete_before(conn: sqlite3.Connection, before: str, limit: int) -> int:
+    """`Store.delete_turns` (`before` as `ts` writes it) in one transaction: the turns, their
+    session links and the teacher calls; how many rows of turns and calls went. Labels keep
+    their `turn_id`, sessions their last tools, the tool counts their counts."""
+    with transaction(conn):
+        ids = [row[0] for row in conn.execute(_DELETE_TURNS, (before, limit))]
+        if ids:
+            conn.execute(_DELETE_LINKS, (json.dumps(ids),))
+        calls = conn.execute(_DELETE_CALLS, (before, limit)).rowcount
+    return len(ids) + max(calls, 0)
