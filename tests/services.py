@@ -19,6 +19,7 @@ from tests.neo4j_server import Neo4jServer
 from toolselect.api.app import create_app
 from toolselect.api.http import SERVICE
 from toolselect.client import AiohttpTransport, Response
+from toolselect.clock import Clock, utc_now
 from toolselect.config import Settings
 from toolselect.service import Service
 
@@ -59,8 +60,12 @@ class ServiceFactory:
             )
         return base.override(**overrides)
 
-    async def start(self, *, wait_for_store: bool = False, **overrides: Any) -> Service:
-        service = await Service.start(self.settings(**overrides), wait_for_store=wait_for_store)
+    async def start(
+        self, *, wait_for_store: bool = False, clock: Clock = utc_now, **overrides: Any
+    ) -> Service:
+        service = await Service.start(
+            self.settings(**overrides), wait_for_store=wait_for_store, clock=clock
+        )
         self.started.append(service)
         return service
 
@@ -69,13 +74,14 @@ class ServiceFactory:
         aiohttp_client: ClientFactory,
         *,
         server_kwargs: dict[str, Any] | None = None,
+        clock: Clock = utc_now,
         **overrides: Any,
     ) -> tuple[TestClient[Any, Any], Service]:
         """The HTTP app behind a test client over a service started on these settings as the
-        server starts it, and that service (closed by `aclose`, after the client: the
-        `services` fixture is set up first); `server_kwargs` go to aiohttp's test server
-        (`handler_cancellation`, say)."""
-        service = await self.start(wait_for_store=True, **overrides)
+        server starts it (with `clock`: a `FakeClock` a test moves), and that service (closed by
+        `aclose`, after the client: the `services` fixture is set up first); `server_kwargs` go
+        to aiohttp's test server (`handler_cancellation`, say)."""
+        service = await self.start(wait_for_store=True, clock=clock, **overrides)
         client = await aiohttp_client(create_app(service), server_kwargs=server_kwargs or {})
         return client, service
 
