@@ -77,8 +77,9 @@ class RankRequest(_Strict):
     session_id: Name | None = Field(
         default=None,
         description="The conversation this request belongs to: the tools its last observed "
-        "turn used weigh in as the session prior (at its fitted weight; 0 until it helps). "
-        "Empty: no session, as `null`.",
+        "turn used weigh in as the session prior (at its fitted weight; 0 until it helps), "
+        "unless that turn is older than the session idle limit (an hour by default). Empty: "
+        "no session, as `null`.",
         json_schema_extra=PACK_SCHEMA,  # the pack's rule: "" is none, blank is refused
     )
     previous_tools: list[Name] | None = Field(
