@@ -74,13 +74,14 @@ class ServiceFactory:
         aiohttp_client: ClientFactory,
         *,
         server_kwargs: dict[str, Any] | None = None,
+        clock: Clock = utc_now,
         **overrides: Any,
     ) -> tuple[TestClient[Any, Any], Service]:
         """The HTTP app behind a test client over a service started on these settings as the
-        server starts it, and that service (closed by `aclose`, after the client: the
-        `services` fixture is set up first); `server_kwargs` go to aiohttp's test server
-        (`handler_cancellation`, say)."""
-        service = await self.start(wait_for_store=True, **overrides)
+        server starts it (with `clock`: a `FakeClock` a test moves), and that service (closed by
+        `aclose`, after the client: the `services` fixture is set up first); `server_kwargs` go
+        to aiohttp's test server (`handler_cancellation`, say)."""
+        service = await self.start(wait_for_store=True, clock=clock, **overrides)
         client = await aiohttp_client(create_app(service), server_kwargs=server_kwargs or {})
         return client, service
 

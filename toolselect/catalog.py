@@ -222,15 +222,25 @@ def check_pack(value: object, field: str = "pack") -> str | None:
     256 characters. `""` is none, as `session_id` and `PackID` take it: it is the zero value a Go
     or JS client sends for an unset field, and a query string's only way to give none
     (`?pack=`); blank spaces name no pack either, but are refused as a mistake."""
+    return _optional_name(value, "a pack name", field)
+
+
+def check_session_id(value: object, field: str = "session_id") -> str | None:
+    """A conversation's id, by the pack's rule (`check_pack`): `""` is no session, blank spaces
+    are refused (taken as an id, `" "` joined every caller sending it into one conversation)."""
+    return _optional_name(value, "a session id", field)
+
+
+def _optional_name(value: object, what: str, field: str) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise InvalidInput(f"expected a pack name (a string), got {_kind(value)}", field=field)
+        raise InvalidInput(f"expected {what} (a string), got {_kind(value)}", field=field)
     if not value.strip():
-        raise InvalidInput(f"expected a pack name that is not blank, got {shown(value)}", field)
+        raise InvalidInput(f"expected {what} that is not blank, got {shown(value)}", field)
     if len(value) > MAX_PACK_CHARS:
         raise InvalidInput(
-            f"expected a pack name of at most {MAX_PACK_CHARS} characters, got {len(value)}",
+            f"expected {what} of at most {MAX_PACK_CHARS} characters, got {len(value)}",
             field=field,
         )
     return value

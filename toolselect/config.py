@@ -1,8 +1,7 @@
 """Settings: one typed object read once at start-up (environment, then an optional TOML file).
 
 Every setting is declared once, in `Settings`, with its type, default, environment name, parser
-and meaning; the README's configuration table is generated from the same declarations
-(`toolselect config`).
+and meaning; the README's configuration table is generated from them (`toolselect config`).
 Precedence: explicit overrides (CLI flags) > `TOOLSELECT_*` environment > `toolselect.toml` > default.
 Nothing else in toolselect reads `os.environ`.
 """
@@ -175,6 +174,7 @@ class Settings:
     sessions_kept: int = setting(10_000, "TOOLSELECT_SESSIONS_KEPT", _int(0, 10_000_000), "sessions whose last turn's tools are remembered in memory, so a ranking given only its `session_id` gets the session prior (oldest forgotten first); 0 turns it off")
     session_fit_turns: int = setting(2_000, "TOOLSELECT_SESSION_FIT_TURNS", _int(0, 1_000_000), "most recent session turns the conversation signals (session prior, context, companions) are fitted on (their request vectors are kept between fits: about 10 KB a turn with `hybrid`); 0: never fitted, every signal off unless pinned")
     session_refit_s: float = setting(300.0, "TOOLSELECT_SESSION_REFIT_INTERVAL", _float(1.0, 86400.0), "seconds between refits of the conversation signals while new session turns arrive (this process's, or any replica's, seen through the store)")
+    session_idle_s: float = setting(3600.0, "TOOLSELECT_SESSION_IDLE", _float(0.0, 365 * 86400.0), "seconds a session may go without a turn before it expires: its next turn starts it afresh (no step from the turn before the gap is linked or counted) and a ranking gets no previous tools from it, in memory or from the store; an hour, as long as a `search_id` is remembered (`TOOLSELECT_SEARCH_TTL`): a conversation picked up later is most often a new task, and an id used again (a host numbering its conversations from 1 after each restart) would otherwise continue an old one; 0: never")
     session_prior_weight: float | None = setting(None, "TOOLSELECT_SESSION_PRIOR_WEIGHT", _auto_or(_float(0.0, 10.0)), "weight of the session prior (tools that followed the session's previous tools elsewhere) in a ranking's scores; `auto`: fitted on the store's sessions, 0 until it helps")
     context_weight: float | None = setting(None, "TOOLSELECT_CONTEXT_WEIGHT", _auto_or(_float(0.0, 10.0)), "weight of the previous message (a rank request's `context`) mixed into the query; `auto`: fitted on the store's sessions, 0 until it helps")
     exemplar_weight: float = setting(1.0, "TOOLSELECT_EXEMPLAR_WEIGHT", _float(0.0, 1000.0), "weight of each learned exemplar vector in its tool's centroid")

@@ -253,7 +253,8 @@ class ApiKey:
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    """Exemplar limits the store enforces; `feedback` exemplars are exempt from all three."""
+    """Limits the store enforces as it writes: exemplars (`feedback` exemplars are exempt from
+    the first three), tool counts and sessions."""
 
     per_tool: int = 512
     total: int = 10_000
@@ -261,3 +262,6 @@ class Retention:
     relations_per_tool: int = 100
     """Tool counts kept per tool (`session_rules.kept_relations`): a tool's transitions, and its pairs
     (a pair stays while either of its tools keeps it)."""
+    session_idle_s: float = 3600.0
+    """Seconds after its last turn a session's next turn starts it afresh, with no step from
+    that turn (`session_rules.session_expired`); 0: sessions never expire."""

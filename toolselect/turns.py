@@ -21,7 +21,7 @@ from typing import Annotated, Literal, TypedDict, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toolselect.catalog import PACK_SCHEMA, check_pack
+from toolselect.catalog import PACK_SCHEMA, check_pack, check_session_id
 from toolselect.errors import InvalidInput
 from toolselect.json_text import has_lone_surrogate
 
@@ -92,6 +92,7 @@ class ReportedTurn(BaseModel):
     session_id: Name | None = Field(
         default=None,
         description="The conversation the turn belongs to; empty for none, as in `/v1/rank`.",
+        json_schema_extra=PACK_SCHEMA,
     )
 
     def fields(self) -> TurnFields:
@@ -127,16 +128,18 @@ def turn_problem(turn: ReportedTurn, max_text_bytes: int | None = None) -> TurnP
     are at most that many bytes of UTF-8. No field may hold a lone UTF-16 surrogate (it is
     no text a store can encode; a body escaping one never gets here, but the argv of
     `toolselect observe` or a Python caller may). An empty request or used tool is allowed (it
-    is recorded; a blank request teaches the learner nothing); an empty pack or session is none."""
+    is recorded; a blank request teaches the learner nothing); an empty pack or session is none,
+    a blank one refused."""
     for field, value in turn:
         if has_lone_surrogate(value):
             return TurnProblem(
                 field, f"{field} to be Unicode text", "a lone UTF-16 surrogate (\\uD800-\\uDFFF)"
             )
-    try:
-        check_pack(turn.pack)  # one pack rule for the turn and the ranking it came from
+    try:  # one pack rule and one session rule for the turn and the ranking it came from
+        check_pack(turn.pack)
+        check_session_id(turn.session_id)
     except InvalidInput as exc:
-        return TurnProblem("pack", exc.message.removeprefix("expected "))
+        return TurnProblem(exc.field or "", exc.message.removeprefix("expected "))
     if turn.used_tool is None and not turn.used_tools:
         return TurnProblem("used_tool", "used_tool or a non-empty used_tools")
     if turn.used_tool is not None and turn.used_tools and turn.used_tool not in turn.used_tools:

@@ -1,7 +1,8 @@
 """One rule per input, whichever route takes it, against the real app on a real socket: single
 query parameters given once, named `query.<name>` in errors; `""` for a pack or a session is
-none everywhere and a blank pack is refused everywhere; a label's tool is a tool name; a type
-error is worded as one; an echoed number is cut; a path's escapes must spell UTF-8."""
+none everywhere and a blank pack or session is refused everywhere; a label's tool is a tool
+name; a type error is worded as one; an echoed number is cut; a path's escapes must spell
+UTF-8."""
 
 from __future__ import annotations
 
@@ -74,6 +75,25 @@ async def test_one_pack_rule_and_one_session_rule(client: Client, service: Servi
     assert await field_of(await client.post("/v1/observe", json={**TURN, "pack": " "})) == "pack"
     batch = await client.post("/v1/observe/batch", json={"turns": [TURN, {**TURN, "pack": " "}]})
     assert await field_of(batch) == "turns[1].pack"
+
+
+async def test_a_blank_session_is_refused_everywhere(client: Client, service: Service) -> None:
+    """A session id of blank spaces (`" "`) is 422 naming it on every route that takes one, as
+    a blank pack is: it names no conversation (`""` is none), and taken as an id it joined every
+    caller that sent it into one session. No turn of the refused requests is stored."""
+    rank = await client.post("/v1/rank", json={"query": "weather", "session_id": " "})
+    assert await field_of(rank) == "session_id"
+    select = {"query": {"Text": "weather"}, "candidates": [{"ID": "get_weather"}]}
+    resp = await client.post("/v1/select", json={**select, "session_id": "\t "})
+    assert await field_of(resp) == "session_id"
+    blank = {**TURN, "turn_id": "blank", "session_id": " "}
+    error = await error_of(await client.post("/v1/observe", json=blank), 422)
+    assert (error["code"], error["field"]) == ("invalid_request", "session_id")
+    assert error["message"] == "expected a session id that is not blank, got ' ' (session_id)"
+    batch = await client.post("/v1/observe/batch", json={"turns": [TURN, blank]})
+    assert await field_of(batch) == "turns[1].session_id"
+    assert service.sessions.previous(" ") == ()
+    assert await service.store.get_turn("blank") is None
 
 
 async def test_a_label_needs_a_tool_name(client: Client) -> None:

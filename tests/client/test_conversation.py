@@ -9,7 +9,7 @@ import pytest
 
 from tests.api.conversation import WEATHER, WEATHER_COMPANION, pin
 from tests.client.conftest import Served
-from tests.live import LiveServer
+from tests.live import LiveServer, wait_for_turn
 from toolselect.api import models as m
 from toolselect.client import ApiError, AsyncClient, Client, recent_context
 from toolselect.learn.session_fit import SessionWeights
@@ -67,6 +67,7 @@ def test_sync_client_sends_the_session_and_context(server: LiveServer) -> None:
         ({"context": ["hello"] * 51}, "context"),
         ({"context": ["fine", "x" * (8 << 10) + "y"]}, "context[1]"),
         ({"previous_tools": ["t"] * 65}, "previous_tools"),
+        ({"session_id": " "}, "session_id"),
     ],
 )
 async def test_refused_conversation_fields_name_the_field(
@@ -80,6 +81,20 @@ async def test_refused_conversation_fields_name_the_field(
             await ts.select(m.PromptKitQuery(Text=WEATHER), CANDIDATES, **keywords)  # type: ignore[arg-type]
     for error in (caught.value, selected.value):
         assert (error.status, error.code, error.field) == (422, "invalid_request", field)
+
+
+async def test_a_turn_with_a_blank_session_is_refused_alone(server: LiveServer) -> None:
+    """`observe` with a blank `session_id` (`" "`) refuses that turn when it is observed, as
+    the server would (counted `invalid`, never raised); the turn beside it is stored, and `""`
+    is a turn without a session."""
+    ts = AsyncClient(server.url, retries=0, observe_batch=100, observe_interval_s=3600)
+    async with ts:
+        ts.observe(VAGUE, "send_email", turn_id="blank", session_id=" ")
+        assert ts.observe_stats.invalid == 1
+        ts.observe(VAGUE, "send_email", turn_id="none", session_id="")
+    assert (ts.observe_stats.sent, ts.observe_stats.invalid) == (1, 1)
+    assert wait_for_turn(server, "none").session_id is None
+    assert server.run(server.service.store.get_turn("blank")) is None
 
 
 async def test_without_fitted_weights_rank_is_the_message_alone(served: Served) -> None:

@@ -62,6 +62,25 @@ async def test_search_tools_answers_companions_and_takes_the_session(
     assert (turn.search_status, turn.shown_position) == ("shown", 2)
 
 
+async def test_a_blank_session_is_a_tool_error(services: ServiceFactory) -> None:
+    """`search_tools` and `report_turn` refuse a blank `session_id` (`" "`) as `/v1/rank` and
+    `/v1/observe` do, with their message; the refused turn is not queued. `""` is no session."""
+    service = await services.start(wait_for_store=True)
+    await service.catalog.upsert_tools(HAND_CATALOG)
+    async with Client(build_server(service.settings, service)) as client:
+        search = await client.call_tool("search_tools", {"query": WEATHER, "session_id": " "})
+        turn = {"request": WEATHER, "used_tool": "get_weather", "turn_id": "blank"}
+        reported = await client.call_tool("report_turn", {**turn, "session_id": " "})
+        none = await client.call_tool("report_turn", {**turn, "turn_id": "none", "session_id": ""})
+    for refused in (search, reported):
+        assert refused.is_error, text(refused)
+        assert "expected a session id that is not blank, got ' '" in text(refused)
+    assert none.structured_content == {"queued": True, "reason": None}
+    stored = await service.learning.turn_when_done("none", 15.0)
+    assert stored is not None and stored.session_id is None
+    assert await service.store.get_turn("blank") is None
+
+
 TOO_LONG = "x" * (8 << 10) + "y"
 BAD_SEARCHES: list[tuple[dict[str, Any], str]] = [
     ({"companions": 11}, "expected companions in 0..10, got 11"),
@@ -71,6 +90,7 @@ BAD_SEARCHES: list[tuple[dict[str, Any], str]] = [
     ({"context": ["   "]}, "expected a non-empty context[0]"),
     ({"previous_tools": ["t"] * 65}, "expected at most 64 previous_tools, got 65"),
     ({"context": "not a list"}, "expected context: input should be a valid list"),
+    ({"session_id": " "}, "expected a session id that is not blank, got ' '"),
 ]
 
 

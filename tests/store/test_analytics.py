@@ -25,8 +25,9 @@ from toolselect.store.neo4j import cypher
 from toolselect.store.port import Store, save_one
 
 DAY1, DAY2, DAY3, DAY4 = (datetime(2025, 3, d, tzinfo=UTC) for d in (1, 2, 3, 4))
-# The data set is from 2025: keep exemplars from expiring on save.
-KEEP_ALL = Retention(max_age_days=100_000)
+# The data set is from 2025: keep exemplars from expiring on save; its sessions span days, and
+# stay whole (no idle limit).
+KEEP_ALL = Retention(max_age_days=100_000, session_idle_s=0)
 
 TOOLS = (
     "calendar__add_event",

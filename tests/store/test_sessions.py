@@ -121,6 +121,27 @@ async def test_a_turn_older_than_its_sessions_last_joins_without_a_step(store: S
     assert steps == {("b", "c"): 1}
 
 
+async def test_a_turn_after_an_idle_gap_starts_its_session_afresh(
+    store_factory: StoreFactory,
+) -> None:
+    """A turn more than the store's `session_idle_s` after its session's last recorded turn
+    (stored before, or earlier in its batch) joins the session without a `NEXT` from that turn
+    and counts no step from it; the session goes on from it. An hour to the second is no gap."""
+    store = await store_factory.make(retention=Retention(session_idle_s=3600.0))
+    await catalog(store, "a", "b", "c")
+    await store.record_turns([turn("t1", 0, "a")])
+    await store.record_turns([turn("t2", 61, "b")])  # 61 minutes after t1: expired
+    await store.record_turns([turn("t3", 62, "c"), turn("t4", 130, "a"), turn("t5", 190, "b")])
+    has, nexts, _, steps = await facts(store)
+    assert has == {("s1", f"t{i}") for i in range(1, 6)}
+    assert nexts == {("t2", "t3"), ("t4", "t5")}
+    assert steps == {("b", "c"): 1, ("a", "b"): 1}
+    tail = await store.session_tail("s1")
+    assert tail is not None and (tail.turn_id, tail.tools) == ("t5", ("b",))
+    transitions = await store.analytics("tool_transitions")
+    assert [(r[0], r[1], r[2]) for r in transitions.rows] == [("a", "b", 1), ("b", "c", 1)]
+
+
 async def test_a_sessions_tail_is_its_last_recorded_turn(store: Store) -> None:
     """`session_tail`: the session's last turn recorded, with its catalog tools and time; None
     for a session with no turn recorded."""

@@ -46,9 +46,9 @@ class World:
         )
         self.vectors.append(vector)
 
-    def fit(self) -> SessionFit:
+    def fit(self, idle_s: float = 0.0) -> SessionFit:
         vectors = np.vstack(self.vectors) if self.vectors else np.zeros((0, DIM), np.float32)
-        return fit_sessions(self.turns, vectors, self.matrix, self.names)
+        return fit_sessions(self.turns, vectors, self.matrix, self.names, idle_s=idle_s)
 
 
 def test_no_sessions_no_weights() -> None:
@@ -82,6 +82,28 @@ def test_a_workflow_makes_the_session_prior_pay() -> None:
     assert fit.weights.prior > 0
     assert fit.share_fitted is not None and fit.share_alone is not None
     assert fit.share_fitted > fit.share_alone
+
+
+def test_a_step_across_an_idle_gap_is_no_follow_up() -> None:
+    """The workflow above with each session's second turn 90 minutes after its first: under an
+    hour's idle limit no turn follows another (each session expired before its second turn), so
+    neither the held-out relations nor the follow-ups see a step, and the prior stays 0; without
+    a limit the same turns fit it."""
+    w = World()
+    rng = random.Random(3)
+    for s in range(120):
+        i = rng.randrange(20)
+        decoy = (i + 1) % 20 + 20
+        w.turn(f"s{s}", 0, w.request((i, 1.0)), i)
+        w.turn(f"s{s}", 90, w.request((i + 20, 1.0), (decoy, 1.0), noise=0.1), i + 20)
+    expired = w.fit(idle_s=3600.0)
+    assert (expired.follow_ups, expired.result, expired.weights.prior) == (
+        0,
+        "too_few_follow_ups",
+        0,
+    )
+    kept = w.fit(idle_s=90 * 60.0)  # 90 minutes is not more than the limit: still a step
+    assert kept.follow_ups == 120 and kept.weights.prior > 0
 
 
 def test_tools_used_together_become_companions() -> None:

@@ -11,6 +11,7 @@ from toolselect.store.session_rules import (
     SessionTail,
     kept_relations,
     plan_sessions,
+    session_expired,
     touches_sessions,
     turn_tools,
 )
@@ -38,7 +39,7 @@ def test_turn_tools_are_used_tools_else_the_used_tool() -> None:
 
 def test_a_batch_chains_by_time_then_id_and_counts_pairs_and_transitions() -> None:
     turns = [turn("t3", 2, "c"), turn("t1", 0, "a", "b"), turn("t2", 1, "b", "c", "a")]
-    plan = plan_sessions(turns, {}, KNOWN)
+    plan = plan_sessions(turns, {}, KNOWN, idle_s=0.0)
     assert plan.links == (("s1", None, "t1"), ("s1", "t1", "t2"), ("s1", "t2", "t3"))
     assert dict(plan.pairs) == {("a", "b"): 2, ("a", "c"): 1, ("b", "c"): 1}
     assert dict(plan.transitions) == {
@@ -49,7 +50,7 @@ def test_a_batch_chains_by_time_then_id_and_counts_pairs_and_transitions() -> No
 
 
 def test_a_session_continues_from_its_stored_tail() -> None:
-    plan = plan_sessions([turn("t9", 5, "b")], {"s1": SessionTail("t8", ("a",))}, KNOWN)
+    plan = plan_sessions([turn("t9", 5, "b")], {"s1": SessionTail("t8", ("a",))}, KNOWN, idle_s=0.0)
     assert plan.links == (("s1", "t8", "t9"),)
     assert dict(plan.transitions) == {("a", "b"): 1}
     assert dict(plan.pairs) == {}
@@ -60,6 +61,7 @@ def test_unknown_tools_count_nothing_and_sessionless_turns_are_not_linked() -> N
         [turn("t1", 0, "zz", "a"), turn("t2", 1, "a", "b", session=None), turn("t3", 2, "zz")],
         {},
         KNOWN,
+        idle_s=0.0,
     )
     assert plan.links == (("s1", None, "t1"), ("s1", "t1", "t3"))
     assert dict(plan.pairs) == {("a", "b"): 1}
@@ -68,23 +70,47 @@ def test_unknown_tools_count_nothing_and_sessionless_turns_are_not_linked() -> N
 
 
 def test_nothing_new_plans_nothing() -> None:
-    plan = plan_sessions([], {"s1": SessionTail("t1", ("a",))}, KNOWN)
+    plan = plan_sessions([], {"s1": SessionTail("t1", ("a",))}, KNOWN, idle_s=0.0)
     assert plan.links == () and not plan.pairs and not plan.transitions and not plan.tails
 
 
 def test_a_turn_older_than_the_stored_tail_is_linked_without_a_step() -> None:
     tail = SessionTail("t8", ("a",), T0 + timedelta(minutes=5))
-    plan = plan_sessions([turn("t7", 4, "b"), turn("t9", 6, "c")], {"s1": tail}, KNOWN)
+    plan = plan_sessions([turn("t7", 4, "b"), turn("t9", 6, "c")], {"s1": tail}, KNOWN, idle_s=0.0)
     assert plan.links == (("s1", None, "t7"), ("s1", "t8", "t9"))
     assert dict(plan.transitions) == {("a", "c"): 1}
     assert plan.tails == {"s1": SessionTail("t9", ("c",))}
-    late = plan_sessions([turn("t7", 4, "b")], {"s1": tail}, KNOWN)
+    late = plan_sessions([turn("t7", 4, "b")], {"s1": tail}, KNOWN, idle_s=0.0)
     assert late.links == (("s1", None, "t7"),) and not late.transitions
     assert late.tails == {"s1": tail}
 
 
+def test_a_turn_after_an_idle_gap_starts_its_session_afresh() -> None:
+    """A turn more than `idle_s` after its session's last one (stored or in the batch) joins
+    the session without following it or counting a step from it, and is its last turn from
+    then on; one exactly `idle_s` after it still follows it. Without a time or a limit, no
+    gap."""
+    tail = SessionTail("t8", ("a",), T0)
+    turns = [turn("t9", 61, "b"), turn("t10", 62, "c"), turn("t11", 122, "a")]
+    plan = plan_sessions(turns, {"s1": tail}, KNOWN, idle_s=3600.0)
+    assert plan.links == (("s1", None, "t9"), ("s1", "t9", "t10"), ("s1", "t10", "t11"))
+    assert dict(plan.transitions) == {("b", "c"): 1, ("c", "a"): 1}
+    assert plan.tails == {"s1": SessionTail("t11", ("a",))}
+    later = plan_sessions([turn("t12", 183, "b")], plan.tails, KNOWN, idle_s=3600.0)
+    assert later.links == (("s1", None, "t12"),) and not later.transitions
+    untimed = plan_sessions([turn("t12", 183, "b")], {"s1": SessionTail("t11", ("a",))}, KNOWN,
+                            idle_s=3600.0)  # fmt: skip
+    assert untimed.links == (("s1", "t11", "t12"),)
+    assert session_expired(T0, T0 + timedelta(seconds=3600.5), 3600.0)
+    assert not session_expired(T0, T0 + timedelta(seconds=3600), 3600.0)
+    assert not session_expired(None, T0, 3600.0)
+    assert not session_expired(T0, T0 + timedelta(days=9), 0.0)
+
+
 def test_a_tail_tool_no_longer_in_the_catalog_counts_nothing() -> None:
-    plan = plan_sessions([turn("t9", 5, "b")], {"s1": SessionTail("t8", ("gone", "a"))}, KNOWN)
+    plan = plan_sessions(
+        [turn("t9", 5, "b")], {"s1": SessionTail("t8", ("gone", "a"))}, KNOWN, idle_s=0.0
+    )
     assert dict(plan.transitions) == {("a", "b"): 1}
 
 
@@ -98,7 +124,7 @@ def test_a_reported_name_counts_as_the_catalog_tool_it_stands_for() -> None:
         turn("t2", 1, "read", "mcp__a__search"),
         turn("t3", 2, "search", "srv__write"),
     ]
-    plan = plan_sessions(turns, {}, catalog)
+    plan = plan_sessions(turns, {}, catalog, idle_s=0.0)
     assert dict(plan.pairs) == {("srv__read", "srv__write"): 1, ("a__search", "srv__read"): 1}
     assert plan.tails == {"s1": SessionTail("t3", ("srv__write",))}
     assert dict(plan.transitions) == {
@@ -123,6 +149,6 @@ def test_turns_without_a_session_and_with_one_tool_skip_the_session_work() -> No
     session or a second tool makes the batch count."""
     alone = [turn("a", 0, "x", session=None), turn("b", 1, "y", session=None)]
     assert not touches_sessions(alone)
-    assert plan_sessions(alone, {}, CatalogNames({"x", "y"})).pairs == {}
+    assert plan_sessions(alone, {}, CatalogNames({"x", "y"}), idle_s=0.0).pairs == {}
     assert touches_sessions([*alone, turn("c", 2, "x")])
     assert touches_sessions([*alone, turn("d", 3, "x", "y", session=None)])

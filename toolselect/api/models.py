@@ -77,7 +77,10 @@ class RankRequest(_Strict):
     session_id: Name | None = Field(
         default=None,
         description="The conversation this request belongs to: the tools its last observed "
-        "turn used weigh in as the session prior (at its fitted weight; 0 until it helps).",
+        "turn used weigh in as the session prior (at its fitted weight; 0 until it helps), "
+        "unless that turn is older than the session idle limit (an hour by default). Empty: "
+        "no session, as `null`.",
+        json_schema_extra=PACK_SCHEMA,  # the pack's rule: "" is none, blank is refused
     )
     previous_tools: list[Name] | None = Field(
         default=None,
@@ -167,7 +170,9 @@ class SelectRequest(BaseModel):
     query: PromptKitQuery
     candidates: list[PromptKitCandidate]
     session_id: Name | None = Field(
-        default=None, description="As in `/v1/rank`: the session prior's conversation."
+        default=None,
+        description="As in `/v1/rank`: the session prior's conversation.",
+        json_schema_extra=PACK_SCHEMA,
     )
     previous_tools: list[Name] | None = Field(
         default=None,

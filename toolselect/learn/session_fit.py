@@ -26,7 +26,7 @@ import math
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import product
+from itertools import pairwise, product
 from typing import Literal
 
 import numpy as np
@@ -35,7 +35,7 @@ import numpy.typing as npt
 from toolselect.names import CatalogNames
 from toolselect.ranker.relations import Relations
 from toolselect.records import Turn, utc
-from toolselect.store.session_rules import plan_sessions, turn_tools
+from toolselect.store.session_rules import plan_sessions, session_expired, turn_tools
 
 PRIOR_WEIGHTS = (0.0, 0.1, 0.2, 0.35, 0.5, 1.0)
 CONTEXT_WEIGHTS = (0.0, 0.1, 0.2, 0.35, 0.5)
@@ -170,19 +170,24 @@ def _as_catalog_tools(turns: Sequence[Turn], catalog: CatalogNames) -> list[Turn
     return out
 
 
-def _folds(turns: Sequence[Turn], names: Sequence[str]) -> list[_Fold]:
+def _folds(turns: Sequence[Turn], names: Sequence[str], idle_s: float) -> list[_Fold]:
     chains = sessions_of(turns)
     side = {s: zlib.crc32(s.encode()) % 2 for s in chains}
     folds = []
     for f in (0, 1):
         learn = [turns[i] for s, idx in chains.items() if side[s] != f for i in idx]
-        plan = plan_sessions(learn, {}, CatalogNames(names))
+        plan = plan_sessions(learn, {}, CatalogNames(names), idle_s=idle_s)
         rows: list[int] = []
         previous: list[int | None] = []
         for s, idx in chains.items():
             if side[s] == f:
                 rows.extend(idx)
-                previous.extend([None, *idx[:-1]])
+                previous.append(None)
+                # A turn after an idle gap follows nothing, as the stores and rankings have it.
+                previous.extend(
+                    None if session_expired(turns[p].at, turns[t].at, idle_s) else p
+                    for p, t in pairwise(idx)
+                )
         folds.append(_Fold(Relations(plan.pairs, plan.transitions), rows, previous))
     return folds
 
@@ -238,11 +243,13 @@ def fit_sessions(
     matrix: npt.NDArray[np.floating],
     names: Sequence[str],
     *,
+    idle_s: float,
     k: int = FIT_K,
     companions: int = FIT_COMPANIONS,
 ) -> SessionFit:
     """Weights for the session prior, the context and companions from `turns` (with their
-    request `vectors`, row for row) against the centroids `matrix` (one row per `names`)."""
+    request `vectors`, row for row) against the centroids `matrix` (one row per `names`); a
+    turn more than `idle_s` seconds after its session's previous one is no follow-up."""
     chains = sessions_of(turns)
     if not chains or not names:
         return SessionFit(reason="no sessions")
@@ -253,7 +260,8 @@ def fit_sessions(
     column = {name: i for i, name in enumerate(names)}
     cents = np.asarray(matrix, dtype=np.float32)[order]
     queries = np.asarray(vectors, dtype=np.float32)
-    parts = [_part(fold, turns, queries, cents, column) for fold in _folds(turns, names)]
+    folds = _folds(turns, names, idle_s)
+    parts = [_part(fold, turns, queries, cents, column) for fold in folds]
     follow_ups = sum(int(p.follow.sum()) for p in parts)
     scored = sum(len(p.rows) for p in parts)
     if follow_ups < MIN_FOLLOW_UPS or any(not p.rows for p in parts):

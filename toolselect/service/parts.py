@@ -239,7 +239,7 @@ def compose(
         refused=teacher_refused,
     )
     searches = SearchLog(settings.searches_kept, settings.search_ttl_s, tenant=buffered.tenant)
-    sessions = SessionSignals(buffered, queries, ranker, settings, metrics)
+    sessions = SessionSignals(buffered, queries, ranker, settings, metrics, clock)
     ranking = RankingFacade(settings, index, queries, metrics, searches, sessions)
     return Parts(
         clock=clock,

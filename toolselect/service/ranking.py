@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from toolselect.catalog import check_pack, tool_text
+from toolselect.catalog import check_pack, check_session_id, tool_text
 from toolselect.config import (
     DEFAULT_K,
     MAX_COMPANIONS,
@@ -116,6 +116,7 @@ class RankingFacade:
             )
 
     def check_conversation(self, conversation: Conversation) -> None:
+        check_session_id(conversation.session_id)  # "" is none; " " a mistake
         if not 0 <= conversation.companions <= MAX_COMPANIONS:
             raise InvalidInput(
                 f"expected companions in 0..{MAX_COMPANIONS}, got {echoed(conversation.companions)}",

@@ -19,11 +19,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from typing import Protocol
 
 import numpy as np
 import structlog
 
+from toolselect.clock import Clock
 from toolselect.config import Settings
 from toolselect.embed import Embedder
 from toolselect.errors import ToolselectError
@@ -33,7 +35,7 @@ from toolselect.names import catalog_names
 from toolselect.ranker import CentroidRanker
 from toolselect.ranker.relations import EMPTY_RELATIONS, Relations
 from toolselect.records import AnalyticsResult, Turn, utc
-from toolselect.store.session_rules import SessionTail
+from toolselect.store.session_rules import SessionTail, session_expired
 
 log = structlog.get_logger("toolselect.sessions")
 
@@ -67,8 +69,10 @@ class SessionSignals:
         ranker: CentroidRanker,
         settings: Settings,
         metrics: Metrics,
+        clock: Clock,
     ) -> None:
         self._store = store
+        self._clock = clock  # what a session's idle time is measured by, as turns are stamped
         self._queries = queries
         self._ranker = ranker
         self._settings = settings
@@ -129,18 +133,22 @@ class SessionSignals:
             self._recent.popitem(last=False)
 
     def previous(self, session_id: str | None) -> tuple[str, ...]:
-        """The tools of the session's last turn noted here (none when unknown). Never waits on
-        the store: where it may know more (a session this process never noted, or one other
-        processes write too: `serve --workers`, replicas on a shared Neo4j), the session's
-        recorded last turn is read in the background into the memory, for the next ranking
-        (unless `TAIL_READS` reads are under way: then a later ranking of it reads it)."""
+        """The tools of the session's last turn noted here (none when unknown, or when that
+        turn is older than `TOOLSELECT_SESSION_IDLE`: the session has expired, and its next turn
+        starts it afresh). Never waits on the store: where it may know more (a session this
+        process never noted, or one other processes write too: `serve --workers`, replicas on
+        a shared Neo4j), the session's recorded last turn is read in the background into the
+        memory, for the next ranking (unless `TAIL_READS` reads are under way: then a later
+        ranking of it reads it)."""
         if not session_id:
             return ()
         with self._lock:
             noted = self._recent.get(session_id)
         if (noted is None or self._shared) and self._settings.sessions_kept > 0:
             self._read_tail(session_id)
-        return noted[0] if noted is not None else ()
+        if noted is None or session_expired(noted[1], self._clock(), self._settings.session_idle_s):
+            return ()
+        return noted[0]
 
     def _read_tail(self, session_id: str) -> None:
         # One read per session at a time, `TAIL_READS` in all.
@@ -228,7 +236,11 @@ class SessionSignals:
         matrix = np.vstack([self._vectors[t.id] for t in turns])
         snapshot = self._ranker.snapshot
         return await asyncio.to_thread(
-            fit_sessions, turns, matrix, np.asarray(snapshot.matrix), snapshot.names
+            partial(fit_sessions, idle_s=self._settings.session_idle_s),
+            turns,
+            matrix,
+            np.asarray(snapshot.matrix),
+            snapshot.names,
         )
 
     def payload(self) -> dict[str, object]:

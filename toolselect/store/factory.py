@@ -31,6 +31,7 @@ async def open_store(
         per_tool=settings.exemplars_per_tool,
         total=settings.exemplars_total,
         max_age_days=settings.exemplar_max_age_days,
+        session_idle_s=settings.session_idle_s,
     )
     if settings.store_kind == "neo4j":
         from toolselect.store.neo4j.connect import connect_neo4j

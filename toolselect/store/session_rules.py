@@ -27,6 +27,16 @@ def touches_sessions(turns: Iterable[Turn]) -> bool:
     return any(t.session_id is not None or len(turn_tools(t)) > 1 for t in turns)
 
 
+def session_expired(last_at: datetime | None, at: datetime, idle_s: float) -> bool:
+    """Whether a session whose last turn was at `last_at` has been idle more than `idle_s`
+    seconds at `at` (`TOOLSELECT_SESSION_IDLE`): its next turn then starts it afresh, neither
+    following that turn nor counting a step from it, and a ranking gets no previous tools from
+    it. Never without a limit (0) or a time (a store that cannot say)."""
+    if idle_s <= 0 or last_at is None:
+        return False
+    return (utc(at) - utc(last_at)).total_seconds() > idle_s
+
+
 @dataclass(frozen=True, slots=True)
 class SessionTail:
     """A session's last recorded turn: its id, the catalog tools it used and when it was
@@ -58,7 +68,11 @@ def catalog_lookup(names: Iterable[str]) -> tuple[list[str], list[str]]:
 
 
 def plan_sessions(
-    new_turns: Sequence[Turn], tails: Mapping[str, SessionTail], catalog: CatalogNames
+    new_turns: Sequence[Turn],
+    tails: Mapping[str, SessionTail],
+    catalog: CatalogNames,
+    *,
+    idle_s: float,
 ) -> SessionPlan:
     """Link and count turns recorded for the first time (a resent turn is never passed, so it
     counts once). Only catalog tools count, each once per turn, a reported name as the tool it
@@ -67,7 +81,9 @@ def plan_sessions(
     (`tails`, then the batch's turns of that session by `at`, then id) and counts a transition
     from each tool of that turn to each of its own (a tail's tool deleted since counts nothing:
     `catalog` must cover the tails' tools too). A turn older than its session's recorded last
-    turn (replayed late) joins the session without following it or counting a step."""
+    turn (replayed late) joins the session without following it or counting a step, and so
+    does a turn more than `idle_s` seconds after it (`session_expired`): a step across an idle
+    gap is no step, and the turn is the session's last from then on."""
     current = dict(tails)
     links: list[tuple[str, str | None, str]] = []
     pairs: dict[tuple[str, str], int] = {}
@@ -86,6 +102,8 @@ def plan_sessions(
             # the chain and the transitions keep time order.
             links.append((turn.session_id, None, turn.id))
             continue
+        if previous is not None and session_expired(previous.at, turn.at, idle_s):
+            previous = None  # idle past the limit: the session starts afresh here
         links.append((turn.session_id, previous.turn_id if previous else None, turn.id))
         for src in (name for name in previous.tools if name in catalog) if previous else ():
             for dst in tools:

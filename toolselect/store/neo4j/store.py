@@ -254,13 +254,12 @@ class Neo4jStore:
             with translated(self._uri):
                 try:
                     created += await self._write_once(
-                        neo4j_tx.create_turns, rows, chunk, self._retention.relations_per_tool
+                        neo4j_tx.create_turns, rows, chunk, self._retention
                     )
                     continue
                 except ConstraintError:
                     pass  # an id of the chunk is stored already
-            keep = self._retention.relations_per_tool
-            created += await self._write(neo4j_tx.record_turns, rows, chunk, keep)
+            created += await self._write(neo4j_tx.record_turns, rows, chunk, self._retention)
         return created
 
     async def get_turn(self, turn_id: str) -> Turn | None:

@@ -104,23 +104,23 @@ async def tombstone(tx: Scoped, ids: Sequence[str], version: int) -> int:
 
 
 async def record_turns(
-    tx: Scoped, rows: list[dict[str, Any]], turns: Sequence[Turn], keep: int
+    tx: Scoped, rows: list[dict[str, Any]], turns: Sequence[Turn], limits: Retention
 ) -> int:
     """MERGE turns (`rows`, of `turns`), then link and count those that were new."""
     tails = await lock_sessions(tx, turns)
     found = await one(tx, "record_turns", {"turns": rows})
     new_ids = set(found["new_ids"])
-    await record_sessions(tx, [t for t in turns if t.id in new_ids], tails, keep)
+    await record_sessions(tx, [t for t in turns if t.id in new_ids], tails, limits)
     return int(found["created"])
 
 
 async def create_turns(
-    tx: Scoped, rows: list[dict[str, Any]], turns: Sequence[Turn], keep: int
+    tx: Scoped, rows: list[dict[str, Any]], turns: Sequence[Turn], limits: Retention
 ) -> int:
     """CREATE turns none of which is stored (`rows`, of `turns`), then link and count them."""
     tails = await lock_sessions(tx, turns)
     created = int((await one(tx, "create_turns", {"turns": rows}))["created"])
-    await record_sessions(tx, turns, tails, keep)
+    await record_sessions(tx, turns, tails, limits)
     return created
 
 
@@ -143,19 +143,19 @@ def tail(row: Record) -> SessionTail:
 
 
 async def record_sessions(
-    tx: Scoped, new_turns: Sequence[Turn], tails: Mapping[str, SessionTail], keep: int
+    tx: Scoped, new_turns: Sequence[Turn], tails: Mapping[str, SessionTail], limits: Retention
 ) -> None:
     """Link turns recorded for the first time to their sessions (`tails`: their last turns, as
-    `lock_sessions` read them) and count their tools, by the rules of `plan_sessions`, then keep
-    `keep` counts per tool (`kept_relations`); the SQLite store applies the same rules to its
-    tables."""
+    `lock_sessions` read them; a session idle past `limits.session_idle_s` starts afresh) and
+    count their tools, by the rules of `plan_sessions`, then keep `limits.relations_per_tool`
+    counts per tool (`kept_relations`); the SQLite store applies the same rules to its tables."""
     if not touches_sessions(new_turns):
         return
     names = {name for t in new_turns for name in turn_tools(t)}
     names |= {name for tail in tails.values() for name in tail.tools}
     wanted, bares = catalog_lookup(names)
     known = (await one(tx, "known_tools", {"names": wanted, "bares": bares}))["names"]
-    plan = plan_sessions(new_turns, tails, CatalogNames(known))
+    plan = plan_sessions(new_turns, tails, CatalogNames(known), idle_s=limits.session_idle_s)
     params = {
         "links": [{"session": s, "prev": p, "turn": t} for s, p, t in plan.links],
         "tails": [
@@ -169,7 +169,7 @@ async def record_sessions(
     }
     await rows(tx, "link_sessions", params)
     if plan.pairs or plan.transitions:
-        await rows(tx, "prune_relations", {"keep": max(keep, 0)})
+        await rows(tx, "prune_relations", {"keep": max(limits.relations_per_tool, 0)})
 
 
 async def save_exemplars(

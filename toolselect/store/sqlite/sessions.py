@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from toolselect.names import CatalogNames
-from toolselect.records import Turn
+from toolselect.records import Retention, Turn
 from toolselect.store.session_rules import (
     SessionTail,
     catalog_lookup,
@@ -90,9 +90,10 @@ def read_tails(conn: sqlite3.Connection, sessions: Sequence[str]) -> dict[str, S
     }
 
 
-def record(conn: sqlite3.Connection, new_turns: Sequence[Turn], keep: int) -> None:
-    """Link the turns recorded for the first time to their sessions and count their tools,
-    then keep `keep` counts per tool (`session_rules.kept_relations`)."""
+def record(conn: sqlite3.Connection, new_turns: Sequence[Turn], limits: Retention) -> None:
+    """Link the turns recorded for the first time to their sessions (a session idle past
+    `limits.session_idle_s` starting afresh) and count their tools, then keep
+    `limits.relations_per_tool` counts per tool (`session_rules.kept_relations`)."""
     if not touches_sessions(new_turns):
         return
     sessions = sorted({t.session_id for t in new_turns if t.session_id is not None})
@@ -106,7 +107,9 @@ def record(conn: sqlite3.Connection, new_turns: Sequence[Turn], keep: int) -> No
         "OR bare_name IN (SELECT value FROM json_each(?))",
         (json.dumps(names), json.dumps(bares)),
     )
-    plan = plan_sessions(new_turns, tails, CatalogNames(row[0] for row in rows))
+    known = CatalogNames(row[0] for row in rows)
+    plan = plan_sessions(new_turns, tails, known, idle_s=limits.session_idle_s)
+    keep = limits.relations_per_tool
     conn.executemany(
         "INSERT OR IGNORE INTO turn_next (next, prev) VALUES (?, ?)",
         [(turn_id, prev) for _, prev, turn_id in plan.links if prev is not None],

@@ -302,9 +302,7 @@ class SqliteStore:
                 inserted = conn.executemany(sql.INSERT_TURN, rows).rowcount
                 conn.executemany(sql.UPDATE_TURN, rows)
                 sqlite_sessions.record(
-                    conn,
-                    [t for i, t in by_id.items() if i not in stored],
-                    self._retention.relations_per_tool,
+                    conn, [t for i, t in by_id.items() if i not in stored], self._retention
                 )
             return max(inserted, 0)
 
