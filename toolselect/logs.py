@@ -1,11 +1,81 @@
-"""structlog, configured once by the composition root: JSON off a terminal, console on one."""
+"""structlog, configured once by the composition root: JSON off a terminal, console on one;
+and `Repeats`, which keeps a line that repeats for as long as an outage lasts (a driver's
+retry, a 503 a request) to one a `REPEAT_S`."""
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 
 import structlog
+
+# How often a line that keeps repeating is logged again, with how many were left out: often
+# enough to see that an outage goes on, seldom enough that a busy service logs a few lines a
+# minute through it (it logged one a request, thousands a minute).
+REPEAT_S = 60.0
+
+
+class Repeats:
+    """Which of many like lines to log: the first of each kind, then at most one every
+    `every_s` seconds, which says how many it stands for. Kinds are keys (a route and an error
+    code, a logger and a message template); past `limit` of them the least recently logged is
+    forgotten, so memory stays bounded whatever the keys. Safe from any thread (stdlib records
+    may come from a library's)."""
+
+    def __init__(
+        self,
+        every_s: float = REPEAT_S,
+        *,
+        now: Callable[[], float] = time.monotonic,
+        limit: int = 1024,
+    ) -> None:
+        self.every_s = every_s
+        self._now = now
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._kinds: OrderedDict[Hashable, tuple[float, int]] = OrderedDict()  # logged at, left out
+
+    def admit(self, key: Hashable) -> int | None:
+        """None: leave this line out (it is counted); else log it, saying that this many like
+        it were left out since the last one logged (0 for the first)."""
+        now = self._now()
+        with self._lock:
+            seen = self._kinds.get(key)
+            if seen is not None and now - seen[0] < self.every_s:
+                self._kinds[key] = (seen[0], seen[1] + 1)
+                return None
+            self._kinds[key] = (now, 0)
+            self._kinds.move_to_end(key)
+            while len(self._kinds) > self._limit:
+                self._kinds.popitem(last=False)
+            return seen[1] if seen is not None else 0
+
+
+class DriverRepeats(logging.Filter):
+    """The Neo4j driver warns on every retry of every query while the store is down (about two
+    lines a second, for the whole outage, from the upkeep's and the probes' queries alone):
+    each kind of its warnings (logger and message template) is logged once a `REPEAT_S`, the
+    next one saying how many were left out. The service logs the outage itself
+    (`store_unreachable`, `store_reachable`); other loggers' records pass as they are."""
+
+    def __init__(self, repeats: Repeats) -> None:
+        super().__init__()
+        self._repeats = repeats
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "neo4j" and not record.name.startswith("neo4j."):
+            return True
+        left_out = self._repeats.admit((record.name, str(record.msg)))
+        if left_out is None:
+            return False
+        if left_out:
+            record.msg = f"{record.getMessage()} ({left_out} like it left out)"
+            record.args = None
+        return True
 
 
 class CallersMistakes(logging.Filter):
@@ -85,6 +155,7 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
             ],
         )
     )
+    handler.addFilter(DriverRepeats(Repeats()))
     logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler], force=True)
     server = logging.getLogger("aiohttp.server")
     if not any(isinstance(f, CallersMistakes) for f in server.filters):

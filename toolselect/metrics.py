@@ -154,7 +154,9 @@ class Metrics:
         )
         self.http_rejected = Counter(
             "toolselect_http_rejected",
-            "Requests refused before handling",
+            "Requests refused, by reason: before handling (limits, keys, time) or for the"
+            " catalog or store not being there (`not_ready`, `store_unavailable`; probes not"
+            " counted)",
             ["reason"],
             registry=r,
         )

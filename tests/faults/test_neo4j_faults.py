@@ -27,7 +27,8 @@ from toolselect.config import Settings
 from toolselect.errors import StoreUnavailable
 from toolselect.keys import TENANT_HEADER
 from toolselect.records import Turn
-from toolselect.service.root import READY_PING_S, Service
+from toolselect.service.reachability import READY_PING_S
+from toolselect.service.root import Service
 from toolselect.store.neo4j.store import Neo4jStore
 from toolselect.store.port import lookup_one
 from toolselect.store.spool import Spool
@@ -284,7 +285,7 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
 ) -> None:
     """A Neo4j that stops answering with its sockets open (SIGSTOP, as a frozen VM or a
     partition that drops packets looks): /readyz answers 503 within its bound instead of
-    holding the probe, and the turns observed meanwhile go to the spool once the write
+    holding the probe, and at once while it is known down; the turns observed meanwhile go to the spool once the write
     deadline passes instead of holding intake; once Neo4j resumes, the same replica is ready
     and every turn is in the store."""
     client, service, pid = await serving_catalog(
@@ -298,6 +299,12 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
         error = (await ready.json())["error"]
         # The bound's own message, or the driver's when it gives up on the socket first.
         assert error["code"] == "not_ready" and "store unreachable" in error["message"]
+        # The store is known down now: the next probes are answered from that at once, where
+        # each waited out the bound again on the hung store.
+        for _ in range(3):
+            started = time.monotonic()
+            assert (await client.get("/readyz")).status == 503
+            assert time.monotonic() - started < 0.5
         turns = [{"request": f"weather in city {i}", "used_tool": "get_weather",
                   "turn_id": f"hung-{i}", "outcome": "ok"} for i in range(5)]  # fmt: skip
         observed = await client.post("/v1/observe/batch", json={"turns": turns})

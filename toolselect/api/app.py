@@ -21,11 +21,12 @@ from aiohttp import web
 
 from toolselect.api.http import SERVICE, TENANTS, expect_continue
 from toolselect.api.key_routes import add_key_routes
-from toolselect.api.middleware import GATE, LIMITS, Gate, middleware
+from toolselect.api.middleware import GATE, LIMITS, REPEATS, Gate, middleware
 from toolselect.api.routes import add_routes
 from toolselect.api.ui import add_ui_routes
 from toolselect.config import Settings
 from toolselect.keys import RateLimits
+from toolselect.logs import Repeats
 from toolselect.metrics import Metrics
 from toolselect.service import Service, TenantServices
 
@@ -35,6 +36,7 @@ def _app(settings: Settings) -> web.Application:
     app = web.Application(middlewares=[middleware], client_max_size=settings.max_body_bytes)
     app[GATE] = Gate(settings.max_concurrency)
     app[LIMITS] = RateLimits(settings.tenant_rps, settings.tenant_burst, settings.global_rps)
+    app[REPEATS] = Repeats()
     add_routes(app)
     add_key_routes(app)
     add_ui_routes(app)

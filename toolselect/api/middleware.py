@@ -43,12 +43,16 @@ from toolselect.keys import (
     allows,
     required_role,
 )
+from toolselect.logs import Repeats
 
 log = structlog.get_logger("toolselect.api")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# The refusals for the store or the catalog not being there, counted by `http_rejected` (the
+# others count themselves where they are refused).
+_ABSENT = frozenset({"not_ready", "store_unavailable"})
 # The methods whose routes read a JSON body.
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 # A caller's request id is echoed and put on every log line of the request: printable ASCII
@@ -101,6 +105,7 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
     matched = _route(request)
     route = matched or "unmatched"
     started = time.perf_counter()
+    error: HttpError | None = None
     try:
         try:
             _authorise(request, matched)
@@ -113,40 +118,62 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
                 with app[TENANTS].busy(caller.tenant):  # not closed under the request
                     response = await _gated(request, handler)
         except HttpError as exc:
-            response = exc.response()
+            error = exc
         except InvalidInput as exc:
-            response = HttpError(422, "invalid_request", exc.message, exc.field).response()
+            error = HttpError(422, "invalid_request", exc.message, exc.field)
         except UnknownTenant as exc:
-            response = HttpError(404, "unknown_tenant", str(exc), TENANT_HEADER).response()
+            error = HttpError(404, "unknown_tenant", str(exc), TENANT_HEADER)
         except NotFound as exc:
-            response = HttpError(404, "not_found", str(exc), exc.field).response()
+            error = HttpError(404, "not_found", str(exc), exc.field)
         except NotReady as exc:
-            response = HttpError(
+            error = HttpError(
                 503, "not_ready", str(exc), "Retry-After", headers={"Retry-After": "1"}
-            ).response()
+            )
         except StoreUnavailable as exc:
-            log.warning("store_unavailable", error=str(exc))
-            response = HttpError(503, "store_unavailable", str(exc)).response()
+            error = HttpError(503, "store_unavailable", str(exc))
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            response = _http_error(exc).response()
+            error = _http_error(exc)
         except (ToolselectError, Exception):
             log.exception("request_failed", method=request.method, path=request.path)
-            response = HttpError(
-                500, "internal", f"internal error (request {request_id})"
-            ).response()
+            error = HttpError(500, "internal", f"internal error (request {request_id})")
+        if error is not None:
+            response = error.response()
         response.headers["X-Request-Id"] = request_id
         elapsed = time.perf_counter() - started
         service.metrics.http_requests.labels(route, str(response.status)).inc()
         service.metrics.http_latency.labels(route).observe(elapsed)
         if service.metrics.worker_requests is not None:
             service.metrics.worker_requests.inc()
+        if error is not None and error.code in _ABSENT and request.path not in _OPEN_PATHS:
+            service.metrics.http_rejected.labels(error.code).inc()  # a probe is no request
         if response.status >= 500:
-            log.warning("request_error", route=route, status=response.status, ms=elapsed * 1e3)
+            _log_error(app[REPEATS], route, response.status, elapsed, error)
         return response
     finally:
         structlog.contextvars.unbind_contextvars("request_id")
+
+
+def _log_error(
+    repeats: Repeats, route: str, status: int, elapsed: float, error: HttpError | None
+) -> None:
+    """One `request_error` line a 5xx, but for the refusals that repeat for as long as their
+    cause lasts (`not_ready`, `store_unavailable`, `overloaded`, `timeout`: a busy service
+    answers thousands a minute while the store is down): the first of a route and code, then
+    at most one a `logs.REPEAT_S`, saying how many it left out (`repeated`); `/metrics` counts
+    every one. A 500 is a bug of ours: always logged (`request_failed` has its traceback)."""
+    code = error.code if error is not None else str(status)
+    fields: dict[str, object] = {"code": code}
+    if status != 500:
+        left_out = repeats.admit((route, code))
+        if left_out is None:
+            return
+        if left_out:
+            fields["repeated"] = left_out
+        if error is not None and error.code in _ABSENT:
+            fields["error"] = error.message  # the cause: the store's own words
+    log.warning("request_error", route=route, status=status, ms=elapsed * 1e3, **fields)
 
 
 def _authorise(request: web.Request, route: str | None) -> None:
@@ -217,6 +244,8 @@ def _limit(request: web.Request, tenant: str) -> None:
 
 
 LIMITS = web.AppKey("rate_limits", RateLimits)
+# Which 5xx lines to log (`_log_error`): this app's, in memory.
+REPEATS = web.AppKey("log_repeats", Repeats)
 
 
 async def _read_body_first(request: web.Request) -> None:

@@ -29,13 +29,12 @@ from toolselect.oracle.budget import WINDOW_S, Budget
 from toolselect.records import Turn
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
+from toolselect.service.reachability import Reachability
 from toolselect.service.retention import RETENTION_CHECK_S
 from toolselect.service.snapshot import SnapshotKeeper, snapshot_path
 from toolselect.store.factory import open_store
 from toolselect.store.spool import Spool
 
-# How long `/readyz` waits for the store's answer (probes usually give up after 1-5 s).
-READY_PING_S = 2.0
 # How often the store is asked for teacher turns a stopped process left undecided
 # (`Labeller.close_abandoned`): one indexed read of the few such turns.
 ABANDONED_CHECK_S = 600.0
@@ -63,6 +62,7 @@ class Service:
         self.sessions = parts.sessions
         self.keys = parts.keys
         self.retention = parts.retention
+        self.reachability = Reachability(parts.store, parts.metrics)
         self._maintenance: asyncio.Task[None] | None = None
         self._watching: asyncio.Task[None] | None = None
         self._owns_models = True
@@ -161,7 +161,7 @@ class Service:
                 if not wait_for_store:
                     raise
                 service.index.not_ready_reason = f"store unreachable: {exc}"
-                log.warning("store_unreachable_at_start", error=str(exc))
+                service.reachability.lost(str(exc))  # logged once, if the ping did not
                 if not await service._serve_snapshot():
                     service.learner.open()
             service._maintenance = asyncio.create_task(
@@ -187,10 +187,14 @@ class Service:
 
     async def check_ready(self) -> None:
         """`NotReady` until loaded, and while the store does not answer (unless ranking from
-        the catalog snapshot, which is ready: the store has not answered since start)."""
+        the catalog snapshot, which is ready: the store has not answered since start). Within
+        `READY_PING_S`; at once while the store is known down (`Reachability.known_down`)."""
         self.index.check_ready()
         if self.index.from_snapshot:  # ready: ranks from the snapshot until the store answers
             return
+        known = self.reachability.known_down()
+        if known is not None:
+            raise NotReady(f"store unreachable: {known}")
         try:
             await self._reachable()
         except ToolselectError as exc:
@@ -201,13 +205,7 @@ class Service:
         that hangs (a stopped process, a partition dropping packets) or refuses for seconds
         would hold whoever waits: a readiness probe, or the request (an observe, say) that
         starts a tenant's service, which then starts not ready and connects in its upkeep."""
-        try:
-            async with asyncio.timeout(READY_PING_S):
-                await self.store.ping()
-        except TimeoutError:
-            raise StoreUnavailable(
-                f"{self.store_uri}: no answer within {READY_PING_S:g} s"
-            ) from None
+        await self.reachability.check()
 
     async def connect(self) -> None:
         """Migrate the store, load the demo catalog if asked and the store is empty, then load.
@@ -324,7 +322,7 @@ class Service:
         since_abandoned = ABANDONED_CHECK_S
         since_retention = RETENTION_CHECK_S
         since_take_back: float | None = interval  # None once taken back
-        failing: str | None = None
+        failing: str | None = None  # a failure other than the store's absence, logged once
         while True:
             await asyncio.sleep(tick)
             since_poll += tick
@@ -338,6 +336,7 @@ class Service:
                         await self._reachable()  # until a flush, which replays its spool first
                         await self.store.flush()
                     await self.connect()
+                    self.reachability.answered()
                     log.info("store_connected", store=self.store.uri)
                 if self.store.backlog or self.store.down:
                     await self._reachable()
@@ -369,6 +368,8 @@ class Service:
             except ToolselectError as exc:
                 if not self.loaded:
                     self.index.not_ready_reason = f"store unreachable: {exc}"
+                if await self.reachability.explains(exc):
+                    continue  # an outage: `Reachability` logs it once, not once a tick
                 if str(exc) != failing:
                     log.warning("store_maintenance_failed", error=str(exc))
                 failing = str(exc)
@@ -420,6 +421,7 @@ class Service:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+        await self.reachability.close()
         timeout_s = self.settings.shutdown_timeout_s
         await self.catalog.close(timeout_s)
         await self.sessions.close()

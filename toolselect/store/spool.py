@@ -107,6 +107,7 @@ class Spool:
         self.max_bytes = max_bytes
         self.depth: dict[Kind, int] = dict.fromkeys(KINDS, 0)
         self._bytes = 0
+        self.appended = 0  # records this process wrote (committed), what an outage spooled
 
     @classmethod
     def open(cls, path: Path | str, *, max_bytes: int) -> Spool:
@@ -190,7 +191,9 @@ class Spool:
     def append(self, records: Sequence[Record]) -> dict[Kind, int]:
         """Append records in order, durably; returns what the bound dropped, by kind."""
         rows = [self._row(r) for r in records]
-        return dict(self._run("append", lambda: self._append(rows)))
+        dropped = dict(self._run("append", lambda: self._append(rows)))
+        self.appended += len(rows)
+        return dropped
 
     def append_labels(
         self, exemplars: Sequence[Exemplar]
@@ -214,6 +217,7 @@ class Spool:
             return changed, self._append([self._row(e) for e in changed])
 
         changed, dropped = self._run("append labels", work)
+        self.appended += len(changed)
         return changed, dropped
 
     @staticmethod

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import structlog
-from neo4j import AsyncDriver, AsyncManagedTransaction, Record, RoutingControl
+from neo4j import READ_ACCESS, AsyncDriver, AsyncManagedTransaction, Record, RoutingControl
 from neo4j.exceptions import ConstraintError
 
 from toolselect.analytics.registry import finish, get_analysis
@@ -175,8 +175,16 @@ class Neo4jStore:
         )
 
     async def ping(self) -> None:
-        """Raise `StoreUnavailable` unless the database answers now."""
-        await self._read("ping", {})
+        """Raise `StoreUnavailable` unless the database answers now. One auto-commit query,
+        which the driver does not retry: a refused connection is the answer (`execute_query`
+        retried it for `max_transaction_retry_time`, warning at each attempt, so a readiness
+        probe of a stopped Neo4j took its whole bound)."""
+        with translated(self._uri):
+            async with self._driver.session(
+                database=self._database, default_access_mode=READ_ACCESS
+            ) as session:
+                result = await session.run(q("ping"), self._params({}))
+                await result.consume()
 
     async def exists(self) -> bool:
         """Whether this tenant has any node (`queries/tenant_exists`: index seeks, a read)."""
