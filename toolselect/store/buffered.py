@@ -1,17 +1,15 @@
 """A Store wrapper that keeps serving writes while the backend is unreachable.
 
 When a write fails with `StoreUnavailable`, or gets no answer within `write_timeout_s` (a hung
-store raises nothing), it goes to the durable local spool
-(`toolselect.store.spool`) instead of failing its caller, and the caller is answered only once
-the spool has it on disk; so do all later writes until the spool is replayed, so the store sees
+store raises nothing), it goes to the durable local spool (`toolselect.store.spool`) instead of
+failing its caller, and the caller is answered only once the spool has it on disk; so do all later writes until the spool is replayed, so the store sees
 them in order. `flush()` (called by the service's maintenance loop, and at connect, so a spool a
 crashed process left is replayed after a restart) replays the spool in append order and stops
 at the first failure to try again later; a record leaves the spool only after the store took it.
 Once a call has found the backend down, other calls fail fast with `StoreUnavailable` instead of
 each waiting out the driver's retries, until `flush()` succeeds; only `ping()` and `flush()`
 probe the backend. `exemplars_for_queries` (and `exemplar_for_query`) answer from the spool
-first and degrade to "no label" while the backend is down, so the learner's ratchet keeps
-working.
+first and degrade to "no label" while the backend is down, so the learner's ratchet works.
 
 Bounds are the spool's (turns dropped first, labels last); drops are counted and logged here.
 The spool runs on one thread of its own, which keeps its appends in call order.
@@ -78,8 +76,7 @@ class BufferedStore:
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolselect-spool")
         self._flush_lock = asyncio.Lock()
         self.last_error: str | None = None
-        # Normalised queries whose spooled human label (folded by the live ranker when spooled)
-        # the replay did not write; `LiveIndex.settle` folds what the store holds for them.
+        # Queries whose spooled human label the replay did not write (for `LiveIndex.settle`).
         self.unsettled: set[str] = set()
         self._publish()
 
@@ -178,9 +175,8 @@ class BufferedStore:
         return len(calls) + await self._replay_labels(labels)
 
     async def _replay_labels(self, labels: list[Exemplar]) -> int:
-        """Write spooled labels, less the human ones a later human label in the store replaced
-        (`overtaken`: one lookup, for a run with human labels); how many the store took. The
-        store refuses a label whose tool was deleted meanwhile (it keeps none without one)."""
+        """Write spooled labels, less human ones a later stored human label replaced (`overtaken`);
+        how many the store took (it refuses a label whose tool was deleted meanwhile)."""
         human = [e.query for e in labels if e.tier == "feedback"]
         stored = await self.inner.exemplars_for_queries(human) if human else {}
         stale = [e for e in labels if overtaken(e, stored.get(e.query_norm))]
@@ -195,8 +191,7 @@ class BufferedStore:
         return len(labels) - len(refused)
 
     def _refused(self, kind: str, labels: Sequence[Exemplar]) -> None:
-        """Spooled labels the replay does not write: logged and counted; a human's query is left
-        for `LiveIndex.settle` (the only tier the ranker folds before the replay)."""
+        """Spooled labels the replay does not write: logged, counted, a human's left to settle."""
         for label in labels:
             log.warning("spooled_exemplar_rejected", tool=label.tool, reason=kind)
         if labels:
@@ -261,8 +256,7 @@ class BufferedStore:
     async def keep_turns(self, turns: Sequence[Turn]) -> None:
         """Append turns to the spool without trying the store: a stopping service's turns the
         learner never processed, which cannot wait out a store that may hang; `close` replays
-        them when the store answers, else the next start does. `SpoolError` when the spool
-        cannot take them."""
+        them when the store answers, else the next start does (`SpoolError` if it cannot)."""
         self._dropped(await self._on_spool(lambda: self.spool.append(turns)))
 
     async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
@@ -350,9 +344,8 @@ class BufferedStore:
         return await self._through("get_tool", lambda: self.inner.get_tool(name))
 
     async def _replay_first(self) -> None:
-        """Before a removal, replay the spool (a label it holds may be one the removal takes),
-        so a replay never writes back what was removed after it was spooled; a replay that
-        fails leaves the store down, and the removal fails fast."""
+        """Replay the spool before a removal, so a replay never writes back what was removed
+        after it was spooled (a failed replay leaves the store down: the removal fails fast)."""
         if self.backlog and not self.down:
             await self.flush()
 
@@ -410,8 +403,7 @@ class BufferedStore:
     async def state(self) -> StoreState:
         return await self._through("state", lambda: self.inner.state())
 
-    # Retention is never spooled: while the store is down it fails fast, and the service's
-    # upkeep skips it until the spool is replayed (a pass is no write anyone waits for).
+    # Retention is never spooled: it fails fast while the store is down (the upkeep skips it).
 
     async def expire_exemplars(self, now: datetime) -> int:
         return await self._through("expire_exemplars", lambda: self.inner.expire_exemplars(now))
