@@ -115,6 +115,20 @@ async def test_a_session_continues_after_its_old_turns_went(store_factory: Store
     assert [t.id for t in await store.session_turns(10)] == ["new-s4", "new-s3"]
 
 
+async def test_a_session_whose_last_turn_went_starts_afresh(store_factory: StoreFactory) -> None:
+    """A session whose last turn retention deleted has no tail time to measure its idle gap
+    by: its next turn starts it afresh (no step counted from the deleted turn's tools), as
+    the gap, longer than the turns' age, would have decided."""
+    store = await store_factory.make()
+    await seed_tools(store, "fs_read", "search")
+    await store.record_turns([turn("gone-1", at=OLD, used_tool="fs_read", session_id="g")])
+    await store.delete_turns(CUTOFF, 100)
+    await store.record_turns([turn("gone-2", at=NOW, used_tool="search", session_id="g")])
+    steps = (await store.analytics("tool_transitions")).rows
+    assert [(s, d) for s, d, _, _ in steps] == []
+    assert [t.id for t in await store.session_turns(10)] == ["gone-2"]
+
+
 async def test_labels_past_their_age_expire_without_a_save(store_factory: StoreFactory) -> None:
     """`expire_exemplars` evicts what a save's retention would (`evictions` of the plan without
     tools), leaves a tombstone each at one new version, spares a human's label, and moves

@@ -88,8 +88,8 @@ def test_a_turn_older_than_the_stored_tail_is_linked_without_a_step() -> None:
 def test_a_turn_after_an_idle_gap_starts_its_session_afresh() -> None:
     """A turn more than `idle_s` after its session's last one (stored or in the batch) joins
     the session without following it or counting a step from it, and is its last turn from
-    then on; one exactly `idle_s` after it still follows it. Without a time or a limit, no
-    gap."""
+    then on; one exactly `idle_s` after it still follows it. Without a limit, no gap; without a
+    time (its last turn deleted by retention), always one."""
     tail = SessionTail("t8", ("a",), T0)
     turns = [turn("t9", 61, "b"), turn("t10", 62, "c"), turn("t11", 122, "a")]
     plan = plan_sessions(turns, {"s1": tail}, KNOWN, idle_s=3600.0)
@@ -100,10 +100,11 @@ def test_a_turn_after_an_idle_gap_starts_its_session_afresh() -> None:
     assert later.links == (("s1", None, "t12"),) and not later.transitions
     untimed = plan_sessions([turn("t12", 183, "b")], {"s1": SessionTail("t11", ("a",))}, KNOWN,
                             idle_s=3600.0)  # fmt: skip
-    assert untimed.links == (("s1", "t11", "t12"),)
+    assert untimed.links == (("s1", None, "t12"),) and not untimed.transitions
     assert session_expired(T0, T0 + timedelta(seconds=3600.5), 3600.0)
     assert not session_expired(T0, T0 + timedelta(seconds=3600), 3600.0)
-    assert not session_expired(None, T0, 3600.0)
+    assert session_expired(None, T0, 3600.0)  # its last turn deleted by retention
+    assert not session_expired(None, T0, 0.0)
     assert not session_expired(T0, T0 + timedelta(days=9), 0.0)
 
 

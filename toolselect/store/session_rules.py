@@ -31,16 +31,17 @@ def session_expired(last_at: datetime | None, at: datetime, idle_s: float) -> bo
     """Whether a session whose last turn was at `last_at` has been idle more than `idle_s`
     seconds at `at` (`TOOLSELECT_SESSION_IDLE`): its next turn then starts it afresh, neither
     following that turn nor counting a step from it, and a ranking gets no previous tools from
-    it. Never without a limit (0) or a time (a store that cannot say)."""
-    if idle_s <= 0 or last_at is None:
+    it. Never without a limit (0). A last turn without a time is one retention deleted (the
+    stores read the time from the turn), days past any idle limit: expired."""
+    if idle_s <= 0:
         return False
-    return (utc(at) - utc(last_at)).total_seconds() > idle_s
+    return last_at is None or (utc(at) - utc(last_at)).total_seconds() > idle_s
 
 
 @dataclass(frozen=True, slots=True)
 class SessionTail:
     """A session's last recorded turn: its id, the catalog tools it used and when it was
-    observed (None when a store cannot say)."""
+    observed (None when retention deleted that turn)."""
 
     turn_id: str
     tools: tuple[str, ...]
