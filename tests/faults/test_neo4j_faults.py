@@ -195,11 +195,8 @@ async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
     """Neo4j stopped under a serving replica: ranking answers from memory, turns and labels
     wait in the backlog (a human label is still accepted), and all of it is written when
     Neo4j returns."""
-    if not private_neo4j.running:
-        await asyncio.to_thread(private_neo4j.start)
-    client = await aiohttp_client(create_app_from_settings(settings_for(private_neo4j, tmp_path)))
-    service = service_of(client)
-    assert (await client.put("/v1/tools", json=CATALOG)).status == 200
+    # Ready first: a ranking before the catalog loads is a 503, not the answer to compare.
+    client, service, _ = await serving_catalog(private_neo4j, tmp_path, aiohttp_client)
     before = await (await client.post("/v1/rank", json={"query": "weather", "k": 3})).json()
 
     await asyncio.to_thread(private_neo4j.stop)
