@@ -317,7 +317,7 @@ class Metrics:
             "toolselect_retention_deleted",
             "What the upkeep's retention pass deleted, by kind: `label` (a label of the loop"
             " past TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS), `turn` (turns and teacher calls past"
-            " TOOLSELECT_TURN_MAX_AGE_DAYS)",
+            " TOOLSELECT_TURN_MAX_AGE_DAYS), `session` (sessions whose last turn went)",
             "kind",
         )
         self.replica_folds = counter(

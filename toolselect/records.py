@@ -219,6 +219,21 @@ class SaveResult:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnsDeleted:
+    """What one `delete_turns` batch deleted: turns, teacher calls, and the sessions whose last
+    turn went with them (each expired for good: a session's last turn is its newest)."""
+
+    turns: int = 0
+    calls: int = 0
+    sessions: int = 0
+
+    def full(self, limit: int) -> bool:
+        """Whether the batch took `limit` turns or `limit` calls: more of them may be left
+        (fewer of both means none is; sessions go with their turns and count for nothing)."""
+        return limit > 0 and (self.turns >= limit or self.calls >= limit)
+
+
+@dataclass(frozen=True, slots=True)
 class AnalyticsResult:
     """The rows of one named analysis (`toolselect.analytics.ANALYSES` lists them).
 

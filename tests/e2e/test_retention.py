@@ -36,13 +36,14 @@ async def scores(service: Service) -> list[tuple[str, float]]:
 async def test_a_label_outlives_its_turn_then_expires_without_a_save(
     services: ServiceFactory,
 ) -> None:
-    """Past the turns' age the turn goes and the ranking stays as its label made it; past the
-    labels' age the label goes, with no save, and the ranking is the one before it."""
+    """Past the turns' age the turn goes (its session with it) and the ranking stays as its
+    label made it; past the labels' age the label goes, with no save, and the ranking is the one
+    before it."""
     clock = FakeClock(T0)
     service = await services.start(clock=clock, exemplar_max_age_days=30.0, turn_max_age_days=10.0)
     await service.catalog.upsert_tools(TOOLS)
     before = await scores(service)
-    service.learning.observe(QUERY, "send_email", outcome="ok", turn_id="t1")
+    service.learning.observe(QUERY, "send_email", outcome="ok", turn_id="t1", session_id="chat-1")
     assert await service.learner.drain(30.0)
     labelled = await scores(service)
     assert labelled[0][0] == "send_email" and labelled != before
@@ -51,6 +52,7 @@ async def test_a_label_outlives_its_turn_then_expires_without_a_save(
     clock.advance(days=11)
     assert not await service.retention.run()  # nothing left for the next tick
     assert await service.store.get_turn("t1") is None
+    assert await service.store.session_tail("chat-1") is None
     assert [e.turn_id for e in await service.catalog.exemplars_of("send_email")] == ["t1"]
     assert await scores(service) == labelled
     assert (await service.store.state()).exemplar_version == version
@@ -64,6 +66,7 @@ async def test_a_label_outlives_its_turn_then_expires_without_a_save(
     metric = service.metrics.value
     assert metric("toolselect_retention_deleted_total", {"kind": "turn"}) == 1
     assert metric("toolselect_retention_deleted_total", {"kind": "label"}) == 1
+    assert metric("toolselect_retention_deleted_total", {"kind": "session"}) == 1
 
 
 async def test_the_upkeep_deletes_old_turns_once_loaded(services: ServiceFactory) -> None:

@@ -28,6 +28,7 @@ from toolselect.records import (
     StoreState,
     Tool,
     Turn,
+    TurnsDeleted,
     UpsertResult,
 )
 from toolselect.store.neo4j import cypher
@@ -605,6 +606,83 @@ async def test_retention_evicts_oldest_and_tombstones_them(
         driver, "neo4j", "MATCH (ts:ExemplarTombstone) RETURN ts.query_norm AS q, ts.version AS v"
     )
     assert tomb == [{"q": "q0", "v": 4}]
+
+
+async def waiting(driver: neo4j.AsyncDriver, n: int) -> None:
+    """Return once `n` transactions wait on a lock (fail after 10 s): `Blocked` on one a
+    statement takes, or `Closing` on one its commit takes (a relationship's end nodes)."""
+    query = (
+        "SHOW TRANSACTIONS YIELD status "
+        "WHERE status STARTS WITH 'Blocked' OR status = 'Closing' RETURN count(*) AS n"
+    )
+    for _ in range(200):
+        if (await rows(driver, "neo4j", query))[0]["n"] >= n:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"expected {n} transactions waiting on a lock")
+
+
+async def sessions(driver: neo4j.AsyncDriver) -> list[Any]:
+    query = (
+        "MATCH (s:Session) OPTIONAL MATCH (s)-[:HAS]->(t:Turn) "
+        "RETURN s.id AS id, s.last_turn AS last, collect(t.id) AS turns"
+    )
+    return await rows(driver, "neo4j", query)
+
+
+async def test_retention_keeps_a_session_a_writer_moved_on(
+    store: Neo4jStore, driver: neo4j.AsyncDriver
+) -> None:
+    """Retention deleting a session's old last turn while a writer holds the session and makes
+    a new turn its last: retention waits for it, reads the last turn again under the session's
+    lock and keeps the session, with its new tail and HAS edge."""
+    await store.upsert_tools([Tool("a"), Tool("c")])
+    await store.record_turns([Turn("old", "old", "c", T0 - timedelta(days=200), session_id="r")])
+    async with driver.session(database="neo4j") as held:
+        blocker = await held.begin_transaction()
+        # The writer's commit waits for `a` (its turn's USED edge), the session locked and its
+        # new tail set.
+        await (await blocker.run("MATCH (t:Tool {name: 'a'}) SET t._lock = true")).consume()
+        writer = asyncio.create_task(
+            store.record_turns([Turn("new", "new", "a", T0, session_id="r")])
+        )
+        await waiting(driver, 1)
+        retention = asyncio.create_task(store.delete_turns(T0 - timedelta(days=90), 10))
+        await waiting(driver, 2)
+        await blocker.rollback()
+    assert await writer == 1
+    assert await retention == TurnsDeleted(turns=1)
+    assert await sessions(driver) == [{"id": "r", "last": "new", "turns": ["new"]}]
+
+
+async def test_a_writer_of_a_session_retention_deleted_starts_it_afresh(
+    store: Neo4jStore, driver: neo4j.AsyncDriver
+) -> None:
+    """A writer of a session that retention deletes meanwhile waits for it, then finds no
+    tail: its turn starts a new session record, linked to no deleted turn."""
+    await store.upsert_tools([Tool("a"), Tool("c")])
+    old = T0 - timedelta(days=200)
+    await store.record_turns(
+        [Turn("old", "old", "c", old, session_id="r"), Turn("kept", "kept", "c", T0)]
+    )
+    await store.record_oracle_call(
+        OracleCall("call", "anthropic", "m", "labeled", 1.0, old, turn_id="kept")
+    )
+    async with driver.session(database="neo4j") as held:
+        blocker = await held.begin_transaction()
+        # Retention's commit waits for `kept` (the old call's edge), the session deleted.
+        await (await blocker.run("MATCH (t:Turn {id: 'kept'}) SET t._lock = true")).consume()
+        retention = asyncio.create_task(store.delete_turns(T0 - timedelta(days=90), 10))
+        await waiting(driver, 1)
+        writer = asyncio.create_task(
+            store.record_turns([Turn("new", "new", "a", T0, session_id="r")])
+        )
+        await waiting(driver, 2)
+        await blocker.rollback()
+    assert await retention == TurnsDeleted(turns=1, calls=1, sessions=1)
+    assert await writer == 1
+    assert await sessions(driver) == [{"id": "r", "last": "new", "turns": ["new"]}]
+    assert await rows(driver, "neo4j", "MATCH (:Turn)-[n:NEXT]->(:Turn) RETURN n") == []
 
 
 async def test_tenant_stores_share_the_driver_and_migrate_the_schema_once(

@@ -1,17 +1,24 @@
 """The retention pass without a write, on every store: turns past their age go a bounded batch
-at a time (with their teacher calls and session links, never their labels), and labels past
-theirs expire without a save, moving the exemplar version only when something went."""
+at a time (with their teacher calls, session links and the sessions they were the last turn of,
+never their labels), and labels past theirs expire without a save, moving the exemplar version
+only when something went."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
+from typing import Any
+
+import pytest
 
 from tests.store.conftest import StoreFactory
 from tests.store.test_contract import NOW, call, exemplar, seed_tools, turn
+from tests.store.test_sessions import facts
 from toolselect.analytics.registry import ANALYSES
-from toolselect.records import Retention
+from toolselect.records import Retention, TurnsDeleted
 from toolselect.store.port import Store
 from toolselect.store.rules import evictions, retention_plan
+from toolselect.store.sqlite.store import SqliteStore
 
 CUTOFF = NOW - timedelta(days=30)
 OLD = NOW - timedelta(days=40)
@@ -53,6 +60,23 @@ async def seed_history(store: Store) -> None:
     await store.record_oracle_call(call("c-new", NOW - timedelta(days=1), "new-0"))
 
 
+async def stored_sessions(store: Store) -> dict[str, str]:
+    """Each stored session record's last turn, as stored: SQLite's `sessions` rows, Neo4j's
+    `Session` nodes (a tail the port reads could hide a record left behind)."""
+    if isinstance(store, SqliteStore):
+
+        def read(conn: sqlite3.Connection) -> dict[str, str]:
+            return dict(conn.execute("SELECT id, last_turn FROM sessions").fetchall())
+
+        return await store._run(read)
+    driver: Any = store._driver  # type: ignore[attr-defined]
+    found = await driver.execute_query(
+        "MATCH (s:Session) RETURN s.id AS id, s.last_turn AS last",
+        database_=store._database,  # type: ignore[attr-defined]
+    )
+    return {r["id"]: r["last"] for r in found.records}
+
+
 async def snapshot(store: Store) -> dict[str, object]:
     """Everything a reader of the kept window sees: the analyses since the cutoff, the tool
     counts, the labels and the versions."""
@@ -75,8 +99,13 @@ async def test_turns_past_their_age_go_in_bounded_batches(store_factory: StoreFa
     usage = (await store.analytics("oracle_usage", CUTOFF)).rows
     assert [(tier, calls) for tier, _, _, calls, *_ in usage] == [("teacher", 1)]
     # 5 old turns (3 plain + 2 of the session), 3 old calls, by batches of 2.
-    assert [await store.delete_turns(CUTOFF, 2) for _ in range(4)] == [4, 3, 1, 0]
-    assert await store.delete_turns(CUTOFF, 2) == 0
+    assert [await store.delete_turns(CUTOFF, 2) for _ in range(4)] == [
+        TurnsDeleted(turns=2, calls=2),
+        TurnsDeleted(turns=2, calls=1),
+        TurnsDeleted(turns=1),
+        TurnsDeleted(),
+    ]
+    assert await store.delete_turns(CUTOFF, 2) == TurnsDeleted()
     stored = await store.recorded_turn_ids(
         ["old-0", "old-1", "old-2", "old-s1", "old-s2", "new-0", "new-1", "new-2", "new-s3"]
     )
@@ -88,12 +117,18 @@ async def test_turns_past_their_age_go_in_bounded_batches(store_factory: StoreFa
 
 async def test_a_batch_counts_turns_and_calls_apart(store_factory: StoreFactory) -> None:
     """A batch that took fewer than `limit` of each kind leaves nothing old behind: the caller
-    stops when a call returns less than its limit."""
+    stops when neither kind filled its limit (`TurnsDeleted.full`), sessions counting for
+    nothing."""
     store = await store_factory.make()
     await seed_history(store)
-    assert await store.delete_turns(CUTOFF, 10) == 8  # 5 turns and 3 calls, under 10 each
-    assert await store.delete_turns(CUTOFF, 10) == 0
-    assert await store.delete_turns(CUTOFF, 0) == 0
+    await store.record_turns([turn("old-g", at=OLD, session_id="g")])
+    # 6 old turns, 3 old calls and the session of one: 10 records, each kind under 7.
+    gone = await store.delete_turns(CUTOFF, 7)
+    assert gone == TurnsDeleted(turns=6, calls=3, sessions=1) and not gone.full(7)
+    assert await store.delete_turns(CUTOFF, 7) == TurnsDeleted()
+    assert await store.delete_turns(CUTOFF, 0) == TurnsDeleted()
+    assert TurnsDeleted(turns=7).full(7) and TurnsDeleted(calls=7).full(7)
+    assert not TurnsDeleted().full(0)
 
 
 async def test_a_session_continues_after_its_old_turns_went(store_factory: StoreFactory) -> None:
@@ -115,17 +150,54 @@ async def test_a_session_continues_after_its_old_turns_went(store_factory: Store
     assert [t.id for t in await store.session_turns(10)] == ["new-s4", "new-s3"]
 
 
-async def test_a_session_whose_last_turn_went_starts_afresh(store_factory: StoreFactory) -> None:
-    """A session whose last turn retention deleted has no tail time to measure its idle gap
-    by: its next turn starts it afresh (no step counted from the deleted turn's tools), as
-    the gap, longer than the turns' age, would have decided."""
+async def test_a_session_goes_with_its_last_turn(store_factory: StoreFactory) -> None:
+    """A session whose last turn is past the age goes with it (no record left: no row, no
+    node); one whose last turn is kept stays with its tail, though its older turns went."""
     store = await store_factory.make()
+    await seed_history(store)
+    await store.record_turns([turn("old-g", at=OLD, used_tool="search", session_id="g")])
+    assert await stored_sessions(store) == {"s": "new-s3", "g": "old-g"}
+    await store.delete_turns(CUTOFF, 100)
+    assert await stored_sessions(store) == {"s": "new-s3"}
+    assert await store.session_tail("g") is None
+    tail = await store.session_tail("s")
+    assert tail is not None and (tail.turn_id, tail.tools) == ("new-s3", ("fs_read",))
+
+
+async def test_sessions_go_in_bounded_batches(store_factory: StoreFactory) -> None:
+    """Batches of one turn, taken in any order, leave no session whose turns all went, even
+    one whose last turn went before its earlier ones; the session with a kept turn stays."""
+    store = await store_factory.make()
+    await seed_history(store)
+    await store.record_turns(
+        [turn(f"old-g{i}", at=OLD + timedelta(minutes=i), session_id="g") for i in range(3)]
+    )
+    batches = []
+    while (gone := await store.delete_turns(CUTOFF, 1)).full(1):
+        batches.append(gone)
+    assert all(b.turns == 1 and b.sessions <= 1 for b in batches)
+    assert sum(b.turns for b in batches) == 8 and sum(b.sessions for b in batches) == 1
+    assert await stored_sessions(store) == {"s": "new-s3"}
+
+
+@pytest.mark.parametrize("idle_s", [3600.0, 0.0])
+async def test_a_session_whose_last_turn_went_starts_afresh(
+    store_factory: StoreFactory, idle_s: float
+) -> None:
+    """The next turn of a session whose last turn went starts it anew, as the gap (longer
+    than the turns' age) would have decided: no link to the deleted turn, no step from its
+    tools, the new turn its tail; so it does when sessions never expire (`session_idle_s` 0),
+    where the record left behind lent the deleted turn's tools a step."""
+    store = await store_factory.make(Retention(session_idle_s=idle_s))
     await seed_tools(store, "fs_read", "search")
     await store.record_turns([turn("gone-1", at=OLD, used_tool="fs_read", session_id="g")])
     await store.delete_turns(CUTOFF, 100)
     await store.record_turns([turn("gone-2", at=NOW, used_tool="search", session_id="g")])
-    steps = (await store.analytics("tool_transitions")).rows
-    assert [(s, d) for s, d, _, _ in steps] == []
+    has, nexts, _, steps = await facts(store)
+    assert (has, nexts, steps) == ({("g", "gone-2")}, set(), {})
+    assert await stored_sessions(store) == {"g": "gone-2"}
+    tail = await store.session_tail("g")
+    assert tail is not None and (tail.turn_id, tail.tools) == ("gone-2", ("search",))
     assert [t.id for t in await store.session_turns(10)] == ["gone-2"]
 
 

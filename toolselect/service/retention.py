@@ -6,9 +6,10 @@ save ends with (`Store.expire_exemplars`, `store/rules.retention_plan`), so a qu
 labels stop counting too, and the live index folds their removal at once (a poll of the store's
 version, as for any replica's change). Turns observed more than `TOOLSELECT_TURN_MAX_AGE_DAYS`
 ago, and teacher calls traced as long ago, are deleted a bounded batch per transaction
-(`Store.delete_turns`), so a backlog (a first pass over years of turns) never holds a long
-transaction, nor the upkeep for long: past `PASS_SECONDS` of batches the rest waits for the
-next tick. Ages are the service's clock, which stamps the turns and labels.
+(`Store.delete_turns`, with the sessions whose last turn went: expired for good), so a backlog
+(a first pass over years of turns) never holds a long transaction, nor the upkeep for long:
+past `PASS_SECONDS` of batches the rest waits for the next tick. Ages are the service's clock,
+which stamps the turns and labels.
 """
 
 from __future__ import annotations
@@ -78,15 +79,21 @@ class RetentionPass:
         before = now - timedelta(days=max_age)
         self._refused.forget_before(before)  # before their turns go: never recorded again
         started = time.monotonic()
-        deleted = 0
+        deleted = sessions = 0
         left = True
         while left and (not deleted or time.monotonic() - started < self._seconds):
             gone = await self._store.delete_turns(before, self._batch)
-            deleted += gone
-            # Each batch takes at most `batch` turns and `batch` calls: fewer in all means
-            # neither kind had more to give.
-            left = gone >= self._batch
+            deleted += gone.turns + gone.calls
+            sessions += gone.sessions
+            left = gone.full(self._batch)
         if deleted:
             self._metrics.retention_deleted.labels("turn").inc(deleted)
-            log.info("turns_deleted", records=deleted, before=before.isoformat(), more=left)
+            self._metrics.retention_deleted.labels("session").inc(sessions)
+            log.info(
+                "turns_deleted",
+                records=deleted,
+                sessions=sessions,
+                before=before.isoformat(),
+                more=left,
+            )
         return left

@@ -40,6 +40,7 @@ from toolselect.records import (
     StoreState,
     Tool,
     Turn,
+    TurnsDeleted,
     UpsertResult,
 )
 from toolselect.store.port import Store
@@ -408,14 +409,13 @@ class BufferedStore:
     async def expire_exemplars(self, now: datetime) -> int:
         return await self._through("expire_exemplars", lambda: self.inner.expire_exemplars(now))
 
-    async def delete_turns(self, before: datetime, limit: int) -> int:
+    async def delete_turns(self, before: datetime, limit: int) -> TurnsDeleted:
         return await self._through("delete_turns", lambda: self.inner.delete_turns(before, limit))
 
     async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
         return await self._through("analytics", lambda: self.inner.analytics(name, since))
 
-    # API keys are never spooled: while the store is down, writing one fails with
-    # `StoreUnavailable` and the registry keeps the keys it last read.
+    # API keys are never spooled: writing one fails while down; the registry keeps those it read.
 
     async def save_key(self, key: ApiKey) -> None:
         await self._through("save_key", lambda: self.inner.save_key(key))

@@ -29,6 +29,7 @@ from toolselect.records import (
     Tier,
     Tool,
     Turn,
+    TurnsDeleted,
     UpsertResult,
     canonical_json,
     pack_vector,
@@ -263,12 +264,13 @@ class RetentionStore(Protocol):
         folds); otherwise nothing moves. How many labels went."""
         ...
 
-    async def delete_turns(self, before: datetime, limit: int) -> int:
+    async def delete_turns(self, before: datetime, limit: int) -> TurnsDeleted:
         """Delete at most `limit` turns observed before `before` (with their edges: USED,
-        PRODUCED, ESCALATED, HAS, NEXT; the SQLite twin's `turn_next` rows) and at most `limit`
-        teacher calls traced before it, in one transaction; how many records went (0: none is
-        left). Labels made from a turn stay; sessions keep their last tools, the tool counts
-        their counts."""
+        PRODUCED, ESCALATED, HAS, NEXT; the SQLite twin's `turn_next` rows), the sessions whose
+        last turn was one of them (expired: `session_rules.session_expired`), and at most
+        `limit` teacher calls traced before it, in one transaction; how many of each went
+        (`TurnsDeleted.full`: whether more may be left). Labels made from a turn stay, the
+        tool counts their counts, a session with a kept last turn its tail."""
         ...
 
 

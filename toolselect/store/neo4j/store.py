@@ -46,6 +46,7 @@ from toolselect.records import (
     StoreState,
     Tool,
     Turn,
+    TurnsDeleted,
     UpsertResult,
 )
 from toolselect.store.neo4j import cypher, migration
@@ -294,10 +295,10 @@ class Neo4jStore:
     async def session_turns(self, limit: int) -> list[Turn]:
         return await self._turns("session_turns", {"limit": max(limit, 0)})
 
-    async def delete_turns(self, before: datetime, limit: int) -> int:
+    async def delete_turns(self, before: datetime, limit: int) -> TurnsDeleted:
         params = {"before": to_db_text(before), "limit": max(limit, 0)}
         gone = await self._write(neo4j_tx.one, "delete_turns", params)
-        return int(gone["turns"]) + int(gone["calls"])
+        return TurnsDeleted(int(gone["turns"]), int(gone["calls"]), int(gone["sessions"]))
 
     async def _turns(self, name: str, params: dict[str, Any]) -> list[Turn]:
         return [turn_from_row(r["turn"], from_db) for r in await self._read(name, params)]

@@ -30,8 +30,10 @@ SCHEMA = (
         id TEXT PRIMARY KEY, last_turn TEXT NOT NULL, last_tools TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS turn_next (
         next TEXT PRIMARY KEY, prev TEXT NOT NULL)""",
-    # A deleted turn's link to the turn after it (`turns.delete_before`).
+    # A deleted turn's link to the turn after it, and the session it was the last turn of
+    # (`forget_turns`).
     "CREATE INDEX IF NOT EXISTS turn_next_prev ON turn_next(prev)",
+    "CREATE INDEX IF NOT EXISTS sessions_last_turn ON sessions(last_turn)",
     """CREATE TABLE IF NOT EXISTS tool_pairs (
         a TEXT NOT NULL, b TEXT NOT NULL, count INTEGER NOT NULL, PRIMARY KEY (a, b))""",
     """CREATE TABLE IF NOT EXISTS tool_transitions (
@@ -46,6 +48,12 @@ _TAIL = """INSERT INTO sessions (id, last_turn, last_tools) VALUES (?, ?, ?)
     ON CONFLICT(id) DO UPDATE SET last_turn = excluded.last_turn,
         last_tools = excluded.last_tools"""
 
+# Retention of turns (`forget_turns`): a deleted turn's links to its session's turns before and
+# after it (Neo4j's NEXT edges), and the sessions it was the last turn of.
+_DELETE_LINKS = """
+    DELETE FROM turn_next WHERE next IN (SELECT value FROM json_each(?1))
+        OR prev IN (SELECT value FROM json_each(?1))"""
+_DELETE_SESSIONS = "DELETE FROM sessions WHERE last_turn IN (SELECT value FROM json_each(?1))"
 
 # Retention (`session_rules.kept_relations`): each tool's top counts, by count then the other's name
 # (BINARY collation: code-point order, as Python sorts).
@@ -129,3 +137,13 @@ def forget_tool(conn: sqlite3.Connection, name: str) -> None:
     """A deleted tool's counts go with it (as its relationships do in Neo4j)."""
     conn.execute("DELETE FROM tool_pairs WHERE a = ? OR b = ?", (name, name))
     conn.execute("DELETE FROM tool_transitions WHERE src = ? OR dst = ?", (name, name))
+
+
+def forget_turns(conn: sqlite3.Connection, ids: Sequence[str]) -> int:
+    """What deleted turns (`turns.delete_before`) leave behind goes with them: their links, and
+    the sessions whose last turn they were, expired for good (`session_rules.session_expired`:
+    a tail without a time); a session's next turn starts it afresh without one as with one.
+    How many sessions went. A session's last turn is its newest (`plan_sessions`), so no
+    session of a kept turn is among them."""
+    conn.execute(_DELETE_LINKS, (json.dumps(list(ids)),))
+    return max(conn.execute(_DELETE_SESSIONS, (json.dumps(list(ids)),)).rowcount, 0)

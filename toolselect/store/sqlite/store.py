@@ -41,6 +41,7 @@ from toolselect.records import (
     StoreState,
     Tool,
     Turn,
+    TurnsDeleted,
     UpsertResult,
 )
 from toolselect.store.rules import (
@@ -329,7 +330,7 @@ class SqliteStore:
     async def session_turns(self, limit: int) -> list[Turn]:
         return await self._turns(sql.SESSION_TURNS, (max(limit, 0),))
 
-    async def delete_turns(self, before: datetime, limit: int) -> int:
+    async def delete_turns(self, before: datetime, limit: int) -> TurnsDeleted:
         return await self._run(lambda conn: sql.delete_before(conn, ts(before), max(limit, 0)))
 
     async def _turns(self, sql: str, params: tuple[object, ...]) -> list[Turn]:

@@ -4,9 +4,10 @@ their retention (`delete_before`)."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
+from toolselect.records import TurnsDeleted
+from toolselect.store.sqlite import sessions as sqlite_sessions
 from toolselect.store.sqlite.schema import transaction
 
 INSERT_TURN = """
@@ -44,19 +45,14 @@ _DELETE_TURNS = """
     DELETE FROM turns WHERE id IN (SELECT id FROM turns WHERE at < ?1 LIMIT ?2) RETURNING id"""
 _DELETE_CALLS = """
     DELETE FROM oracle_calls WHERE id IN (SELECT id FROM oracle_calls WHERE at < ?1 LIMIT ?2)"""
-# A deleted turn's links to its session's turns before and after it (Neo4j's NEXT edges).
-_DELETE_LINKS = """
-    DELETE FROM turn_next WHERE next IN (SELECT value FROM json_each(?1))
-        OR prev IN (SELECT value FROM json_each(?1))"""
 
 
-def delete_before(conn: sqlite3.Connection, before: str, limit: int) -> int:
+def delete_before(conn: sqlite3.Connection, before: str, limit: int) -> TurnsDeleted:
     """`Store.delete_turns` (`before` as `ts` writes it) in one transaction: the turns, their
-    session links and the teacher calls; how many rows of turns and calls went. Labels keep
-    their `turn_id`, sessions their last tools, the tool counts their counts."""
+    session links and the sessions they were the last turn of (`sessions.forget_turns`), and
+    the teacher calls. Labels keep their `turn_id`, the tool counts their counts."""
     with transaction(conn):
         ids = [row[0] for row in conn.execute(_DELETE_TURNS, (before, limit))]
-        if ids:
-            conn.execute(_DELETE_LINKS, (json.dumps(ids),))
+        sessions = sqlite_sessions.forget_turns(conn, ids) if ids else 0
         calls = conn.execute(_DELETE_CALLS, (before, limit)).rowcount
-    return len(ids) + max(calls, 0)
+    return TurnsDeleted(len(ids), max(calls, 0), sessions)
