@@ -108,3 +108,31 @@ async def test_the_replay_replaces_an_earlier_human_label(
     stored = await lookup_one(store, QUERY)
     assert stored is not None and (stored.id, stored.tool) == ("spooled", "crypto_price")
     assert not store.unsettled
+
+
+async def test_a_removal_replays_what_another_process_spooled_first(tmp_path: Path) -> None:
+    """Workers of one `serve --workers` share the data folder's spool. A label one worker
+    spooled in an outage, deleted by its id through another worker that had nothing spooled
+    itself, is found (not a 404) and is not written back by the first worker's replay."""
+    db, spool = tmp_path / "toolselect.db", tmp_path / "spool.db"
+    inner = SqliteStore(db, busy_timeout=0.1)
+    await inner.migrate()
+    await inner.upsert_tools(TOOLS)
+    writer = BufferedStore(inner, spool=Spool.open(spool, max_bytes=1 << 20))
+    other = BufferedStore(SqliteStore(db), spool=Spool.open(spool, max_bytes=1 << 20))
+    try:
+        lock = sqlite3.connect(db, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            assert await save_one(writer, SPOOLED)
+            assert writer.down and writer.backlog == 1
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        assert other.backlog == 0  # as this process last counted
+        assert await other.delete_exemplar(SPOOLED.id)
+        await writer.flush()
+        assert await lookup_one(other, QUERY) is None
+    finally:
+        await writer.close()
+        await other.close()

@@ -345,9 +345,9 @@ class BufferedStore:
         return await self._through("get_tool", lambda: self.inner.get_tool(name))
 
     async def _replay_first(self) -> None:
-        """Replay the spool before a removal, so a replay never writes back what was removed
-        after it was spooled (a failed replay leaves the store down: the removal fails fast)."""
-        if self.backlog and not self.down:
+        """Replay the spool (any process's of the data folder) before a removal, so a replay
+        never writes back what was removed after it was spooled (failing, the removal fails)."""
+        if not self.down and await self._on_spool(self.spool.recount) > 0:
             await self.flush()
 
     async def delete_tool(self, name: str) -> bool:

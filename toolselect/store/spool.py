@@ -151,9 +151,11 @@ class Spool:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("DELETE FROM spool WHERE 0")
         conn.execute("COMMIT")
-        self._count()
+        self.recount()
 
-    def _count(self) -> None:
+    def recount(self) -> int:
+        """Count the file's records again (other processes of one data folder share it); how
+        many there are."""
         self.depth = dict.fromkeys(KINDS, 0)
         rows = self._conn.execute(
             "SELECT kind, count(*), coalesce(sum(length(body)), 0) FROM spool GROUP BY kind"
@@ -164,6 +166,7 @@ class Spool:
                 self.depth[kind] = int(count)
             total += int(size)
         self._bytes = total
+        return sum(self.depth.values())
 
     @property
     def size(self) -> int:
@@ -182,7 +185,7 @@ class Spool:
                 # (the backlog gauge kept the records that never reached the file).
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
-                self._count()
+                self.recount()
                 raise
         except sqlite3.Error as exc:
             raise SpoolError(f"write spool {self.path}: cannot {what}: {exc}") from exc
@@ -238,7 +241,7 @@ class Spool:
         if self._bytes <= self.max_bytes:
             return {}
         # The running size may count what another process has replayed since: count again.
-        self._count()
+        self.recount()
         return self._trim() if self._bytes > self.max_bytes else {}
 
     def _trim(self) -> dict[Kind, int]:
