@@ -43,7 +43,7 @@ from toolselect.records import (
     UpsertResult,
 )
 from toolselect.store.port import Store
-from toolselect.store.rules import check_tiers, overtaken
+from toolselect.store.rules import check_tiers
 from toolselect.store.session_rules import SessionTail
 from toolselect.store.spool import KINDS, Entry, Kind, Spool, replay_runs
 
@@ -175,20 +175,18 @@ class BufferedStore:
         return len(calls) + await self._replay_labels(labels)
 
     async def _replay_labels(self, labels: list[Exemplar]) -> int:
-        """Write spooled labels, less human ones a later stored human label replaced (`overtaken`);
-        how many the store took (it refuses a label whose tool was deleted meanwhile)."""
-        human = [e.query for e in labels if e.tier == "feedback"]
-        stored = await self.inner.exemplars_for_queries(human) if human else {}
-        stale = [e for e in labels if overtaken(e, stored.get(e.query_norm))]
-        self._refused("exemplar_overtaken", stale)
-        stale_ids = {e.id for e in stale}
-        labels = [e for e in labels if e.id not in stale_ids]
+        """Write spooled labels; how many the store took. It refuses a label whose tool was
+        deleted meanwhile, and leaves, in its save transaction, a human one a later stored
+        human label replaced (`rules.supersedes`)."""
         refused: list[Exemplar] = []
+        stale: list[Exemplar] = []
         for start in range(0, len(labels), self._exemplar_batch):
             result = await self.inner.save_exemplars(labels[start : start + self._exemplar_batch])
             refused += result.unknown_tool
+            stale += result.overtaken
+        self._refused("exemplar_overtaken", stale)
         self._refused("exemplar_refused", refused)
-        return len(labels) - len(refused)
+        return len(labels) - len(refused) - len(stale)
 
     def _refused(self, kind: str, labels: Sequence[Exemplar]) -> None:
         """Spooled labels the replay does not write: logged, counted, a human's left to settle."""
