@@ -266,7 +266,8 @@ class LiveIndex:
     async def settle(self) -> None:
         """Fold what is now held for the queries whose spooled human label (folded when it was
         spooled) the replay did not write (its tool was deleted, or a later human label
-        replaced it). Unread while the store is down: kept for the next call."""
+        replaced it) or the spool's bound dropped. Unread while the store is down: kept for the
+        next call."""
         keys = set(self.store.unsettled)
         if not keys:
             return

@@ -45,7 +45,7 @@ from toolselect.records import (
 from toolselect.store.port import Store
 from toolselect.store.rules import check_tiers
 from toolselect.store.session_rules import SessionTail
-from toolselect.store.spool import KINDS, Entry, Kind, Spool, replay_runs
+from toolselect.store.spool import KINDS, Dropped, Entry, Spool, replay_runs
 
 log = structlog.get_logger("toolselect.store")
 
@@ -76,7 +76,8 @@ class BufferedStore:
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolselect-spool")
         self._flush_lock = asyncio.Lock()
         self.last_error: str | None = None
-        # Queries whose spooled human label the replay did not write (for `LiveIndex.settle`).
+        # Queries whose spooled human label the replay did not write or the spool's bound
+        # dropped (for `LiveIndex.settle`).
         self.unsettled: set[str] = set()
         self._publish()
 
@@ -136,9 +137,10 @@ class BufferedStore:
         else:
             log.warning("spool_records_dropped", kind=kind, count=count, spool=self.spool.path)
 
-    def _dropped(self, dropped: dict[Kind, int]) -> None:
-        for kind, count in dropped.items():
+    def _dropped(self, dropped: Dropped) -> None:
+        for kind, count in dropped.counts.items():
             self._drop(kind, count)
+        self.unsettled |= dropped.human  # folded when spooled, now lost
         self._publish()
 
     async def flush(self) -> int:
