@@ -210,12 +210,14 @@ class SaveResult:
     `changed` holds the exemplars that changed the store, as stored (with their version);
     `unknown_tool` the ones skipped because their tool is not in the catalog; `evicted` how
     many exemplars retention removed in the same transaction (their tombstones carry the
-    version of `changed`).
+    version of `changed`); `overtaken` the human labels left because the store holds a later
+    human label of their query (`store.rules.supersedes`).
     """
 
     changed: tuple[Exemplar, ...] = ()
     unknown_tool: tuple[Exemplar, ...] = ()
     evicted: int = 0
+    overtaken: tuple[Exemplar, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

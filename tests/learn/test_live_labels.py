@@ -1,7 +1,7 @@
 """The live ranker holds what the store holds: a batch that changes a query's label several
 times folds where it ended, and labels spooled while the store is down wait for the store
 (except a human's), on both stores, through a started service; a human's the replay refuses
-stops counting."""
+stops counting, and so does one the spool's bound drops."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from toolselect.names import normalise_query
 from toolselect.records import Exemplar, SaveResult, Tool
 from toolselect.service.parts import compose
 from toolselect.store.port import lookup_one
+from toolselect.store.spool import Spool
 from toolselect.store.sqlite.store import SqliteStore
 from toolselect.testing import FakeEmbedder
 
@@ -109,4 +110,40 @@ async def test_a_spooled_human_label_the_replay_refuses_stops_counting(tmp_path:
         assert parts.ranker.exemplar_count("get_weather") == 0
     finally:
         await other.close()
+        await parts.store.close()
+
+
+async def test_a_human_label_the_full_spool_drops_stops_counting(tmp_path: Path) -> None:
+    """A human label spooled while another connection held the store's write lock (folded at
+    once) that the spool's bound drops (a spool too small for one label) is lost: once the
+    store answers, the poll lets it go, where it kept counting until a restart."""
+    db = tmp_path / "toolselect.db"
+    parts = compose(
+        Settings(embedder="hashing"),
+        SqliteStore(db, busy_timeout=0.1),
+        FakeEmbedder(),
+        spool=Spool.open(tmp_path / "spool.db", max_bytes=1),
+    )
+    key = normalise_query(QUERY)
+    try:
+        await parts.store.migrate()
+        await parts.store.upsert_tools(TOOLS)
+        await parts.index.reload()
+        parts.index.loaded = True
+        lock = sqlite3.connect(db, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            await parts.learning.feedback(QUERY, "get_weather")
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        assert parts.store.down and parts.store.backlog == 0  # spooled, then dropped
+        assert parts.ranker.holds(key, "get_weather", "trusted")  # folded when it was spooled
+
+        await parts.store.flush()  # the upkeep's replay (nothing left), once the store answers
+        await parts.index.refresh()  # the poll
+        assert await lookup_one(parts.store, QUERY) is None
+        assert not parts.ranker.holds(key, "get_weather", "trusted")
+        assert parts.ranker.exemplar_count("get_weather") == 0
+    finally:
         await parts.store.close()

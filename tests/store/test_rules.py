@@ -118,6 +118,36 @@ def test_plan_saves_applies_a_batch_in_order() -> None:
     assert [e.version for e in result.changed] == [7, 7] and result.evicted == 1
 
 
+def test_a_human_label_never_replaces_a_later_human_one() -> None:
+    """`supersedes`: a human label older than the stored human label of another id leaves it
+    (a spool replayed after another replica's later word); the same time, the same id (a replay
+    again), a naive time read as UTC or a stored time not read do not stop it."""
+    later = StoredLabel("a", "feedback", id="later", created_at=NOW)
+    older = label("q", "b", "feedback", at=NOW - timedelta(minutes=1), exemplar_id="older")
+    assert not supersedes(older, later)
+    assert not supersedes(replace(older, created_at=older.created_at.replace(tzinfo=None)), later)
+    assert supersedes(replace(older, created_at=NOW), later)
+    assert supersedes(replace(older, id="later"), later)
+    assert supersedes(older, replace(later, created_at=None))
+    assert supersedes(older, replace(later, tier="teacher"))
+
+
+def test_plan_saves_names_the_human_labels_a_later_one_left() -> None:
+    """A human label left for a later stored one, or for a later one earlier in the batch, is
+    neither changing nor written, and is named in the plan and its result; a downgrade is not."""
+    later = StoredLabel("a", "feedback", id="stored", created_at=NOW)
+    batch = [
+        label("q", "b", "feedback", at=NOW - timedelta(minutes=1), exemplar_id="1"),
+        label("p", "a", "feedback", at=NOW, exemplar_id="2"),
+        label("P", "b", "feedback", at=NOW - timedelta(minutes=1), exemplar_id="3"),
+        label("q", "b", "teacher", exemplar_id="4"),  # a downgrade, not overtaken
+    ]
+    plan = plan_saves(batch, {"q": later}, {"a", "b"})
+    assert [e.id for e in plan.changing] == ["2"]
+    assert [e.id for e in plan.overtaken] == ["1", "3"]
+    assert [e.id for e in plan.result(version=3).overtaken] == ["1", "3"]
+
+
 def test_plan_saves_refuses_an_unknown_tier_first() -> None:
     """A tier outside the known three refuses the batch with a message naming it."""
     bad = Exemplar("x", "q", "a", "oracle", "e", (), NOW)  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from toolselect.metrics import Metrics
 from toolselect.records import Exemplar, OracleCall, Tool, Turn
 from toolselect.service import Service
 from toolselect.store.buffered import BufferedStore
-from toolselect.store.spool import Spool
+from toolselect.store.spool import Dropped, Spool
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -81,7 +81,8 @@ def test_pending_labels_follow_the_store_rules(tmp_path: Path) -> None:
 
 def test_a_full_spool_drops_turns_then_calls_then_weak_labels(tmp_path: Path) -> None:
     """Past the bound the oldest turns go first, then oracle calls, then labels from the
-    weakest tier; a human label is the last thing kept."""
+    weakest tier; a human label is the last thing kept, and its query is named when it goes
+    (the live ranker folded it when it was spooled)."""
     spool = Spool.open(tmp_path / "spool.db", max_bytes=1 << 20)
     spool.append_labels([label("f", tier="feedback"), label("t", tier="teacher")])
     spool.append_labels([label("r", tier="ranker")])
@@ -90,13 +91,16 @@ def test_a_full_spool_drops_turns_then_calls_then_weak_labels(tmp_path: Path) ->
     spool.close()
 
     full = Spool.open(tmp_path / "spool.db", max_bytes=spool.size)  # exactly full
-    assert full.append([turn(3)]) == {"turn": 1}  # the oldest turn made room
+    assert full.append([turn(3)]) == Dropped({"turn": 1})  # the oldest turn made room
     assert [e.record.id for e in full.head(100)][-2:] == ["t2", "t3"]
     assert full.depth == {"turn": 2, "oracle_call": 1, "exemplar": 3}
 
     tiny = Spool.open(tmp_path / "spool.db", max_bytes=feedback_size)
-    assert tiny.append([turn(4)]) == {"turn": 3, "oracle_call": 1, "exemplar": 2}
+    assert tiny.append([turn(4)]) == Dropped({"turn": 3, "oracle_call": 1, "exemplar": 2})
     assert [e.record.id for e in tiny.head(100)] == ["f-feedback-0"]
+    _, dropped = tiny.append_labels([label("g", tier="feedback", i=1)])
+    assert dropped == Dropped({"exemplar": 1}, frozenset({"f"}))
+    assert [e.record.id for e in tiny.head(100)] == ["g-feedback-1"]
     for opened in (full, tiny):
         opened.close()
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest_asyncio
+from structlog.testing import capture_logs
 
 from toolselect.records import Exemplar, Tool
 from toolselect.store.buffered import BufferedStore
@@ -82,13 +83,17 @@ async def test_the_replay_leaves_a_later_human_label_another_replica_saved(
     restarted: BufferedStore, tmp_path: Path
 ) -> None:
     """Another replica labels the request by hand after the spooled label was made: the replay
-    leaves its label stored, and names the query for the live ranker to settle."""
+    leaves its label stored (the store's save decides it), logs the spooled one rejected as
+    overtaken, and names the query for the live ranker to settle."""
     store = restarted
     other = SqliteStore(tmp_path / "toolselect.db")
     later = replace(SPOOLED, id="later", tool="get_weather", created_at=NOW + timedelta(minutes=1))
     assert await save_one(other, later)
     await other.close()
-    await store.flush()
+    with capture_logs() as logs:
+        assert await store.flush() == 0
+    rejected = [e for e in logs if e["event"] == "spooled_exemplar_rejected"]
+    assert [(e["tool"], e["reason"]) for e in rejected] == [("crypto_price", "exemplar_overtaken")]
     stored = await lookup_one(store, QUERY)
     assert stored is not None and (stored.id, stored.tool) == ("later", "get_weather")
     assert store.unsettled == {SPOOLED.query_norm}

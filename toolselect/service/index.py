@@ -265,8 +265,9 @@ class LiveIndex:
 
     async def settle(self) -> None:
         """Fold what is now held for the queries whose spooled human label (folded when it was
-        spooled) the replay did not write: its tool was deleted, or a later human label
-        replaced it. Unread while the store is down: kept for the next call."""
+        spooled) the replay did not write (its tool was deleted, or a later human label
+        replaced it) or the spool's bound dropped. Unread while the store is down: kept for the
+        next call."""
         keys = set(self.store.unsettled)
         if not keys:
             return
@@ -303,8 +304,9 @@ class LiveIndex:
         folded again (that could put back a label a later save replaced). Of a query saved
         several times in one call, what the call left stored is folded, never a state on the way.
         While the store is down the spool holds the labels (version 0): only a human's is
-        folded at once, as the store keeps it whatever it holds; the others are folded from the
-        store once replayed (a stored label may outrank or outnumber them).
+        folded at once, as the store keeps it over anything but a later human's (`settle` then
+        lets it go); the others are folded from the store once replayed (a stored label may
+        outrank or outnumber them).
         """
         changed = last_per_query(result.changed)
         if not changed:

@@ -44,9 +44,9 @@ from toolselect.records import (
     UpsertResult,
 )
 from toolselect.store.port import Store
-from toolselect.store.rules import check_tiers, overtaken
+from toolselect.store.rules import check_tiers
 from toolselect.store.session_rules import SessionTail
-from toolselect.store.spool import KINDS, Entry, Kind, Spool, replay_runs
+from toolselect.store.spool import KINDS, Dropped, Entry, Spool, replay_runs
 
 log = structlog.get_logger("toolselect.store")
 
@@ -77,7 +77,8 @@ class BufferedStore:
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolselect-spool")
         self._flush_lock = asyncio.Lock()
         self.last_error: str | None = None
-        # Queries whose spooled human label the replay did not write (for `LiveIndex.settle`).
+        # Queries whose spooled human label the replay did not write or the spool's bound
+        # dropped (for `LiveIndex.settle`).
         self.unsettled: set[str] = set()
         self._publish()
 
@@ -137,9 +138,10 @@ class BufferedStore:
         else:
             log.warning("spool_records_dropped", kind=kind, count=count, spool=self.spool.path)
 
-    def _dropped(self, dropped: dict[Kind, int]) -> None:
-        for kind, count in dropped.items():
+    def _dropped(self, dropped: Dropped) -> None:
+        for kind, count in dropped.counts.items():
             self._drop(kind, count)
+        self.unsettled |= dropped.human  # folded when spooled, now lost
         self._publish()
 
     async def flush(self) -> int:
@@ -176,20 +178,18 @@ class BufferedStore:
         return len(calls) + await self._replay_labels(labels)
 
     async def _replay_labels(self, labels: list[Exemplar]) -> int:
-        """Write spooled labels, less human ones a later stored human label replaced (`overtaken`);
-        how many the store took (it refuses a label whose tool was deleted meanwhile)."""
-        human = [e.query for e in labels if e.tier == "feedback"]
-        stored = await self.inner.exemplars_for_queries(human) if human else {}
-        stale = [e for e in labels if overtaken(e, stored.get(e.query_norm))]
-        self._refused("exemplar_overtaken", stale)
-        stale_ids = {e.id for e in stale}
-        labels = [e for e in labels if e.id not in stale_ids]
+        """Write spooled labels; how many the store took. It refuses a label whose tool was
+        deleted meanwhile, and leaves, in its save transaction, a human one a later stored
+        human label replaced (`rules.supersedes`)."""
         refused: list[Exemplar] = []
+        stale: list[Exemplar] = []
         for start in range(0, len(labels), self._exemplar_batch):
             result = await self.inner.save_exemplars(labels[start : start + self._exemplar_batch])
             refused += result.unknown_tool
+            stale += result.overtaken
+        self._refused("exemplar_overtaken", stale)
         self._refused("exemplar_refused", refused)
-        return len(labels) - len(refused)
+        return len(labels) - len(refused) - len(stale)
 
     def _refused(self, kind: str, labels: Sequence[Exemplar]) -> None:
         """Spooled labels the replay does not write: logged, counted, a human's left to settle."""

@@ -133,10 +133,11 @@ class LabelStore(Protocol):
         """Keep each exemplar as the label of its normalised query, unless that would downgrade.
 
         One transaction per call. A stored exemplar of a stronger tier (feedback > teacher >
-        usage > ranker) is never replaced by a weaker one; the same tool and tier again is no
-        change, except that usage labels keep a running majority per query (`counted`);
-        items are applied in order (`plan_saves`). An exemplar whose tool is not in the catalog
-        is skipped and reported in `unknown_tool`. When anything changed, `exemplar_version`
+        usage > ranker) is never replaced by a weaker one, nor a human label by an older human
+        one (reported in `overtaken`); the same tool and tier again is no change, except that
+        usage labels keep a running majority per query (`counted`); items are applied in order
+        (`plan_saves`), against the labels read in the same transaction. An exemplar whose tool
+        is not in the catalog is skipped and reported in `unknown_tool`. When anything changed, `exemplar_version`
         moves once and every change of the call (writes and retention evictions) carries the
         new version. Retention limits apply once, after the writes, in the same transaction.
         """

@@ -6,8 +6,8 @@ them out itself, and they drifted:
 - row mapping: a record as the flat row a store keeps, and back (`tool_row`, `turn_row`,
   `exemplar_row`, `call_row` and their `*_from_row`); a store only says how it writes and reads
   a time;
-- labels: one per normalised query, never a downgrade (`supersedes`), a batch applied in order
-  (`plan_saves`);
+- labels: one per normalised query, never a downgrade nor a human label over a later human one
+  (`supersedes`), a batch applied in order (`plan_saves`);
 - retention: three steps over the non-exempt exemplars, newest kept (`retention_plan`, with
   `evictions` as the executable statement of what the stores' queries select);
 - tenants: a store is opened for one tenant and applies all of these within it; API keys are
@@ -176,7 +176,9 @@ class StoredLabel:
     """The turn that last counted it: that turn sent again (a retry, a spool replayed twice)
     is the same sighting, not another."""
     created_at: datetime | None = None
-    """Its time, which a sighting against it keeps (`counted`); None: not read."""
+    """Its time, which a sighting against it keeps (`counted`) and a human label older than a
+    human one does not replace (`supersedes`); None: not read. Every store reads it (and `id`)
+    with the label, inside its save transaction."""
 
 
 def stored_label_of(exemplar: Exemplar) -> StoredLabel:
@@ -206,12 +208,12 @@ def check_tiers(exemplars: Iterable[Exemplar]) -> None:
 
 def supersedes(new: Exemplar, stored: StoredLabel | None) -> bool:
     """Whether `new` changes the stored label of its query: never a downgrade (feedback >
-    teacher > usage > ranker), and the same tool and tier again is no change, except for usage
-    labels, where every other turn's sighting counts, for the stored tool or against it
-    (`counted`)."""
+    teacher > usage > ranker), never a human label over a later human one (`_overtaken`), and
+    the same tool and tier again is no change, except for usage labels, where every other
+    turn's sighting counts, for the stored tool or against it (`counted`)."""
     if stored is None:
         return True
-    if TIER_STRENGTH.get(stored.tier, 0) > TIER_STRENGTH[new.tier]:
+    if TIER_STRENGTH.get(stored.tier, 0) > TIER_STRENGTH[new.tier] or _overtaken(new, stored):
         return False
     if new.tier == "usage" and stored.tier == "usage":
         return not _same_turn(new, stored)
@@ -222,15 +224,16 @@ def _same_turn(new: Exemplar, stored: StoredLabel) -> bool:
     return new.turn_id is not None and new.turn_id == stored.turn_id
 
 
-def overtaken(spooled: Exemplar, stored: Exemplar | None) -> bool:
-    """Whether the store holds a later human label than the spooled human label `spooled` for
-    its query: another replica's, saved while this one could not reach the store. The replay
-    leaves it: a human's latest word stands, and a spooled label is older than it says."""
+def _overtaken(new: Exemplar, stored: StoredLabel | None) -> bool:
+    """Whether the stored label is a later human label than the human label `new`: another
+    replica's, saved while this one spooled `new` (or a clock behind). A human's latest word
+    stands; the store checks it under its save lock, so no save slips between read and write."""
     return (
         stored is not None
-        and spooled.tier == stored.tier == "feedback"
-        and stored.id != spooled.id
-        and stored.created_at > spooled.created_at
+        and new.tier == stored.tier == "feedback"
+        and stored.id != new.id
+        and stored.created_at is not None
+        and utc(stored.created_at) > utc(new.created_at)  # a naive time is UTC, as stored
     )
 
 
@@ -285,6 +288,8 @@ class SavePlan:
     changing: tuple[Exemplar, ...]
     """The items that change the store, in input order (a query may appear more than once)."""
     unknown_tool: tuple[Exemplar, ...]
+    overtaken: tuple[Exemplar, ...] = ()
+    """Human labels left for a later human label of their query (`_overtaken`)."""
     recounted: frozenset[str] = frozenset()
     """Normalised queries whose stored row only changes its count (`recounts` against what was
     stored before the batch): its count, time (as `counted` kept or moved it), version and
@@ -309,7 +314,7 @@ class SavePlan:
     def result(self, version: int = 0, evicted: int = 0) -> SaveResult:
         """The call's answer once the writes carry `version`."""
         changed = tuple(replace(e, version=version) for e in self.changing)
-        return SaveResult(changed, self.unknown_tool, evicted)
+        return SaveResult(changed, self.unknown_tool, evicted, self.overtaken)
 
 
 def plan_saves(
@@ -319,12 +324,16 @@ def plan_saves(
 ) -> SavePlan:
     """Apply the save rules to a batch in order.
 
-    `stored` maps a normalised query to its current label. Two items of one batch with the same
-    normalised query are applied in order, so the later one wins unless it would downgrade.
+    `stored` maps a normalised query to its current label, as read under the save's lock. Two
+    items of one batch with the same normalised query are applied in order, so the later one
+    wins unless it would downgrade or is a human label older than a human one before it. The
+    human labels left for a later one are named apart (`SavePlan.overtaken`): the spool's replay
+    reports them and the live ranker lets them go.
     """
     labels = dict(stored)
     changing: list[Exemplar] = []
     unknown: list[Exemplar] = []
+    overtaken: list[Exemplar] = []
     for exemplar in exemplars:
         check_tier(exemplar)
         if exemplar.tool not in known_tools:
@@ -336,11 +345,13 @@ def plan_saves(
             exemplar = counted(exemplar, stored_label)
             labels[key] = stored_label_of(exemplar)
             changing.append(exemplar)
+        elif _overtaken(exemplar, stored_label):
+            overtaken.append(exemplar)
     # A query whose last write of the batch only counts more sightings of what was stored.
     recounted = frozenset(
         e.query_norm for e in last_per_query(changing) if recounts(e, stored.get(e.query_norm))
     )
-    return SavePlan(tuple(changing), tuple(unknown), recounted)
+    return SavePlan(tuple(changing), tuple(unknown), tuple(overtaken), recounted)
 
 
 # --- retention --------------------------------------------------------------------------------

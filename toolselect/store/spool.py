@@ -14,7 +14,8 @@ writes, ids are never reused (AUTOINCREMENT), and a record two processes replay 
 
 Bounds: past `max_bytes` of records, the oldest records of the least valuable kind go first:
 turns, then oracle calls, then labels by tier (ranker, usage, teacher, feedback). Each drop is
-returned to the caller, who counts and logs it.
+returned to the caller (`Dropped`), who counts and logs it, and lets the live ranker go of the
+human labels among them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -64,6 +65,15 @@ class Entry:
     kind: Kind
     record: Record
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """What the bound dropped in one append: records by kind, and the normalised queries of the
+    human labels among them (the live ranker folded those when they were spooled)."""
+
+    counts: dict[Kind, int] = field(default_factory=dict)
+    human: frozenset[str] = frozenset()
 
 
 def kind_of(record: Record) -> Kind:
@@ -191,23 +201,21 @@ class Spool:
             raise SpoolError(f"write spool {self.path}: cannot {what}: {exc}") from exc
         return result
 
-    def append(self, records: Sequence[Record]) -> dict[Kind, int]:
-        """Append records in order, durably; returns what the bound dropped, by kind."""
+    def append(self, records: Sequence[Record]) -> Dropped:
+        """Append records in order, durably; returns what the bound dropped."""
         rows = [self._row(r) for r in records]
-        dropped = dict(self._run("append", lambda: self._append(rows)))
+        dropped = self._run("append", lambda: self._append(rows))
         self.appended += len(rows)
         return dropped
 
-    def append_labels(
-        self, exemplars: Sequence[Exemplar]
-    ) -> tuple[list[Exemplar], dict[Kind, int]]:
+    def append_labels(self, exemplars: Sequence[Exemplar]) -> tuple[list[Exemplar], Dropped]:
         """Append the labels that change what is pending under the store's rules (never a
         downgrade; the same tool and tier again is no change), checked and written in one
-        transaction; returns (appended, dropped by kind)."""
+        transaction; returns (appended, what the bound dropped)."""
         for exemplar in exemplars:
             check_tier(exemplar)
 
-        def work() -> tuple[list[Exemplar], dict[Kind, int]]:
+        def work() -> tuple[list[Exemplar], Dropped]:
             labels: dict[str, StoredLabel] = {
                 k: stored_label_of(e)
                 for k, e in self._pending({e.query_norm for e in exemplars}).items()
@@ -231,7 +239,7 @@ class Spool:
             return kind, _PRIORITY[record.tier], record.query_norm, encode(record)
         return kind, _PRIORITY[kind], None, encode(record)
 
-    def _append(self, rows: list[tuple[Kind, int, str | None, str]]) -> dict[Kind, int]:
+    def _append(self, rows: list[tuple[Kind, int, str | None, str]]) -> Dropped:
         self._conn.executemany(
             "INSERT INTO spool (kind, priority, query_norm, body) VALUES (?, ?, ?, ?)", rows
         )
@@ -239,33 +247,37 @@ class Spool:
             self.depth[row[0]] += 1
             self._bytes += len(row[3])
         if self._bytes <= self.max_bytes:
-            return {}
+            return Dropped()
         # The running size may count what another process has replayed since: count again.
         self.recount()
-        return self._trim() if self._bytes > self.max_bytes else {}
+        return self._trim() if self._bytes > self.max_bytes else Dropped()
 
-    def _trim(self) -> dict[Kind, int]:
+    def _trim(self) -> Dropped:
         """Drop the least valuable, oldest records until the spool fits its bound."""
         size = self._conn.execute("SELECT coalesce(sum(length(body)), 0) FROM spool").fetchone()
         excess = int(size[0]) - self.max_bytes
         dropped: dict[Kind, int] = {}
+        human: set[str] = set()
         while excess > 0:
             victims = self._conn.execute(
-                "SELECT id, kind, length(body) FROM spool ORDER BY priority, id LIMIT 256"
+                "SELECT id, kind, length(body), priority, query_norm FROM spool"
+                " ORDER BY priority, id LIMIT 256"
             ).fetchall()
             if not victims:
                 break
             ids: list[tuple[int]] = []
-            for row_id, kind, length in victims:
+            for row_id, kind, length, priority, query_norm in victims:
                 if excess <= 0:
                     break
                 ids.append((row_id,))
                 dropped[kind] = dropped.get(kind, 0) + 1
+                if priority == _PRIORITY["feedback"]:
+                    human.add(query_norm)
                 self.depth[kind] -= 1
                 self._bytes -= int(length)
                 excess -= int(length)
             self._conn.executemany("DELETE FROM spool WHERE id = ?", ids)
-        return dropped
+        return Dropped(dropped, frozenset(human))
 
     def head(self, limit: int) -> list[Entry]:
         """The oldest `limit` records, in append order."""
