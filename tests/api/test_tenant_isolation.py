@@ -21,7 +21,7 @@ from toolselect.api.http import SERVICE, TENANTS
 from toolselect.clock import utc_now
 from toolselect.keys import new_key, tenant_file
 from toolselect.records import Tool
-from toolselect.service import TenantServices
+from toolselect.service import Service, TenantServices
 from toolselect.store.factory import open_store
 
 A, B = "team-a", "team-b"
@@ -342,6 +342,35 @@ async def test_a_tenant_is_not_closed_under_a_request_in_flight(
             break
         await asyncio.sleep(0.05)
     assert tenants.live == []
+
+
+async def test_a_shutdown_lets_a_sweep_finish_the_close_under_way(
+    services: ServiceFactory, aiohttp_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep closing idle A when the service shuts down: the shutdown waits for that close
+    to end rather than cutting it short. (Cancelled inside A's close, the sweep once left A
+    half closed, and the test's teardown waited on it until pytest's timeout.)"""
+    closing, release = asyncio.Event(), asyncio.Event()
+    closed: list[str] = []
+    close = Service.close
+
+    async def held(self: Service, *args: Any, **kwargs: Any) -> None:
+        if self.store.tenant == A:
+            closing.set()
+            await release.wait()
+        await close(self, *args, **kwargs)
+        closed.append(self.store.tenant)
+
+    monkeypatch.setattr(Service, "close", held)  # before A starts: it may idle out at once
+    client, _ = await two_tenants(services, aiohttp_client, tenant_idle_s=0.2)
+    tenants = client.app[TENANTS]
+    await asyncio.wait_for(closing.wait(), 10)  # the sweep is inside idle A's close
+    shutdown = asyncio.ensure_future(tenants.close_others())
+    await asyncio.sleep(0.2)
+    assert not shutdown.done()
+    release.set()
+    await asyncio.wait_for(shutdown, 10)
+    assert A in closed and tenants.live == []
 
 
 async def test_every_tenant_shares_the_global_teacher_budget(

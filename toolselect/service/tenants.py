@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 
 import structlog
 
@@ -69,6 +69,7 @@ class TenantServices:
         self._unknown = UnknownTenants(self.settings.poll_interval_s, now)
         self._asking: dict[str, asyncio.Future[bool]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
         self._closed = False
 
     @classmethod
@@ -304,8 +305,11 @@ class TenantServices:
 
     async def _sweep_forever(self) -> None:
         tick = min(30.0, max(0.05, self.settings.tenant_idle_s / 4))
-        while True:
-            await asyncio.sleep(tick)
+        while not self._closing.is_set():
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), tick)
+            if self._closing.is_set():
+                return
             try:
                 await self.sweep()
             except Exception:
@@ -315,7 +319,9 @@ class TenantServices:
         """Close every tenant's service but `default`'s (which its owner closes)."""
         self._closed = True
         if self._sweeper is not None:
-            self._sweeper.cancel()
+            # Not cancelled: a sweep cut short inside a tenant's close left that service half
+            # closed, and the shutdown waited on it for ever. A sweep under way ends first.
+            self._closing.set()
             await asyncio.gather(self._sweeper, return_exceptions=True)
             self._sweeper = None
         for tenant in list(self._live):
