@@ -1,10 +1,22 @@
 """A TCP relay a test can cut and heal: one replica's network partition from a server the
-other replicas still reach (real sockets; the server itself keeps running)."""
+other replicas still reach (real sockets; the server itself keeps running).
+
+In front of the session's Neo4j it is how a test makes the service lose its store: a cut looks
+to the service as a stopped server does (connection refused, open connections closed), and no
+JVM is stopped or started for it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from tests.neo4j_server import Neo4jServer
+
+T = TypeVar("T")
 
 
 class Partition:
@@ -16,6 +28,17 @@ class Partition:
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
         self.port = 0
+
+    @classmethod
+    def before(cls, server: Neo4jServer) -> Partition:
+        """A relay (not listening yet: `heal` it) to `server`'s Bolt port."""
+        where = urlsplit(server.uri)
+        return cls(where.hostname or "127.0.0.1", where.port or 7687)
+
+    @property
+    def uri(self) -> str:
+        """The Bolt URI a service reaches the server by through this relay."""
+        return f"bolt://127.0.0.1:{self.port}"
 
     async def heal(self) -> None:
         """Listen (again) on the relay's port."""
@@ -38,6 +61,10 @@ class Partition:
         except OSError:
             writer.close()
             return
+        if self._server is None:  # cut while this connection was being made: it is cut too
+            writer.close()
+            up_writer.close()
+            return
         self._open.update((writer, up_writer))
         await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
 
@@ -48,3 +75,53 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.write(data)
             await writer.drain()
     writer.close()
+
+
+class ThreadedPartition:
+    """A `Partition` on an event loop of its own thread, for a test that blocks (a process it
+    calls with urllib): `cut` and `heal` return once done."""
+
+    def __init__(self, partition: Partition) -> None:
+        self.partition = partition
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="relay", daemon=True)
+        self._thread.start()
+
+    @property
+    def uri(self) -> str:
+        return self.partition.uri
+
+    def heal(self) -> None:
+        self._call(self.partition.heal())
+
+    def cut(self) -> None:
+        self._call(self.partition.cut())
+
+    def close(self) -> None:
+        """Cut, end every relaying task and stop the thread."""
+        self.cut()
+        self._call(_end_tasks())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._loop.close()
+
+    def _call(self, work: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout=30)
+
+
+async def _end_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@contextlib.contextmanager
+def relay_thread(server: Neo4jServer) -> Iterator[ThreadedPartition]:
+    """A healed `ThreadedPartition` in front of `server`, closed afterwards."""
+    relay = ThreadedPartition(Partition.before(server))
+    try:
+        relay.heal()
+        yield relay
+    finally:
+        relay.close()

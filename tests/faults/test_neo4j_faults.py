@@ -1,5 +1,6 @@
-"""Neo4j faults against a real server this module starts, stops and kills on purpose:
-unreachable at start, lost while serving, killed mid-write."""
+"""Neo4j faults: unreachable at start and lost while serving, through a relay to the session's
+Neo4j that a test cuts; killed mid-write and hung (SIGSTOP), on a real server of this module's
+own that it kills, restarts and pauses on purpose."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import neo4j
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.neo4j_server import start_local, stop_local
+from tests.neo4j_server import Neo4jServer, start_local, stop_local
+from tests.partition import Partition
 from tests.services import service_of
 from toolselect.api.app import create_app_from_settings
 from toolselect.api.http import TENANTS
@@ -29,7 +31,7 @@ from toolselect.keys import TENANT_HEADER
 from toolselect.records import Turn
 from toolselect.service.reachability import READY_PING_S
 from toolselect.service.root import Service
-from toolselect.store.neo4j.store import Neo4jStore
+from toolselect.store.neo4j.connect import connect_neo4j
 from toolselect.store.port import lookup_one
 from toolselect.store.spool import Spool
 
@@ -48,6 +50,9 @@ pytestmark = pytest.mark.neo4j
 
 class PrivateNeo4j:
     """A Neo4j of this module alone, on a fixed port, that tests may stop and restart."""
+
+    auth = None
+    database = "neo4j"
 
     def __init__(self) -> None:
         self.instance = Path(tempfile.mkdtemp(prefix="toolselect-fault-neo4j-"))
@@ -79,14 +84,22 @@ def private_neo4j() -> Iterator[PrivateNeo4j]:
         server.remove()
 
 
-def settings_for(server: PrivateNeo4j, tmp_path: Path) -> Settings:
-    return Settings(
+def settings_for(uri: str, tmp_path: Path, credentials: Neo4jServer | None = None) -> Settings:
+    """A server's settings on the Neo4j at `uri` (signing in as `credentials` says, if given)."""
+    settings = Settings(
         store="neo4j",
-        neo4j_uri=server.uri,
+        neo4j_uri=uri,
         embedder="hashing",
         data_dir=str(tmp_path),
         poll_interval_s=0.2,
         shutdown_timeout_s=2.0,
+    )
+    if credentials is None:
+        return settings
+    return settings.override(
+        neo4j_username=credentials.username,
+        neo4j_password=credentials.password,
+        neo4j_database=credentials.database,
     )
 
 
@@ -98,18 +111,27 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float) -> Non
 
 
 async def serving_catalog(
-    server: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory, **overrides: Any
-) -> tuple[TestClient[Any, Any], Service, int]:
-    """A server on `server` (started if it is not) with `CATALOG`, ready: its client, its
-    service and the Neo4j process id (to pause it with SIGSTOP)."""
-    if not server.running:
-        await asyncio.to_thread(server.start)
-    settings = replace(settings_for(server, tmp_path), **overrides)
-    client = await aiohttp_client(create_app_from_settings(settings))
+    settings: Settings, aiohttp_client: ClientFactory, **overrides: Any
+) -> tuple[TestClient[Any, Any], Service]:
+    """A server on `settings` (with `overrides`) holding `CATALOG`, ready: its client and its
+    service."""
+    client = await aiohttp_client(create_app_from_settings(replace(settings, **overrides)))
     await eventually(readiness(client), within=60)
     assert (await client.put("/v1/tools", json=CATALOG)).status == 200
+    return client, service_of(client)
+
+
+async def paused_catalog(
+    server: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory, **overrides: Any
+) -> tuple[TestClient[Any, Any], Service, int]:
+    """`serving_catalog` on `server` (started if it is not), and its Neo4j process id (to
+    pause it with SIGSTOP)."""
+    if not server.running:
+        await asyncio.to_thread(server.start)
+    settings = settings_for(server.uri, tmp_path)
+    client, service = await serving_catalog(settings, aiohttp_client, **overrides)
     pid = int((server.instance / "neo4j.pid").read_text().strip())
-    return client, service_of(client), pid
+    return client, service, pid
 
 
 def readiness(client: TestClient[Any, Any]) -> Callable[[], Awaitable[bool]]:
@@ -119,11 +141,11 @@ def readiness(client: TestClient[Any, Any]) -> Callable[[], Awaitable[bool]]:
     return is_ready
 
 
-async def count(server: PrivateNeo4j, label: str) -> int:
-    async with neo4j.AsyncGraphDatabase.driver(server.uri) as driver:
+async def count(server: PrivateNeo4j | Neo4jServer, label: str) -> int:
+    async with neo4j.AsyncGraphDatabase.driver(server.uri, auth=server.auth) as driver:
         records, _, _ = await driver.execute_query(
             f"MATCH (n:{label}) RETURN count(n) AS n",  # label is a constant of this test
-            database_="neo4j",
+            database_=server.database,
         )
         return int(records[0]["n"])
 
@@ -135,7 +157,7 @@ async def test_turns_queued_before_the_store_ever_answered_are_spooled_at_shutdo
     turns it acknowledged (202, queued): they wait in the spool for the next start, where the
     queue that no worker took them from lost them all."""
     assert not private_neo4j.running
-    settings = settings_for(private_neo4j, tmp_path)
+    settings = settings_for(private_neo4j.uri, tmp_path)
     client = await aiohttp_client(create_app_from_settings(settings))
     turns = [{"request": f"weather in city {i}", "used_tool": "get_weather",
               "turn_id": f"never-{i}", "outcome": "ok"} for i in range(12)]  # fmt: skip
@@ -154,18 +176,19 @@ async def test_turns_queued_before_the_store_ever_answered_are_spooled_at_shutdo
 
 
 async def test_unreachable_at_start_then_ready(
-    private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
+    relay: Partition, neo4j_server: Neo4jServer, tmp_path: Path, aiohttp_client: ClientFactory
 ) -> None:
     """With Neo4j down the server starts, /readyz is 503 with the reason, ranking is 503
     not_ready (a label too), observe still answers 202; once Neo4j comes up the service becomes ready and
     the turns observed meanwhile reach the store."""
-    assert not private_neo4j.running
-    client = await aiohttp_client(create_app_from_settings(settings_for(private_neo4j, tmp_path)))
+    await relay.cut()
+    settings = settings_for(relay.uri, tmp_path, neo4j_server)
+    client = await aiohttp_client(create_app_from_settings(settings))
     service = service_of(client)
     ready = await client.get("/readyz")
     assert ready.status == 503
     error = (await ready.json())["error"]
-    assert error["code"] == "not_ready" and private_neo4j.uri in error["message"]
+    assert error["code"] == "not_ready" and relay.uri in error["message"]
     rank = await client.post("/v1/rank", json={"query": "weather"})
     assert rank.status == 503 and (await rank.json())["error"]["code"] == "not_ready"
     # A label for a tool the store holds: not a 404 (which a client would not retry).
@@ -177,7 +200,7 @@ async def test_unreachable_at_start_then_ready(
     assert observed.status == 202 and (await observed.json())["queued"] is True
     assert (await client.get("/healthz")).status == 200
 
-    await asyncio.to_thread(private_neo4j.start)
+    await relay.heal()
     await eventually(readiness(client), within=90)
     assert (await client.put("/v1/tools", json=CATALOG)).status == 200
     rank = await client.post("/v1/rank", json={"query": "weather in Turin", "k": 1})
@@ -190,16 +213,17 @@ async def test_unreachable_at_start_then_ready(
 
 
 async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
-    private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
+    relay: Partition, neo4j_server: Neo4jServer, tmp_path: Path, aiohttp_client: ClientFactory
 ) -> None:
-    """Neo4j stopped under a serving replica: ranking answers from memory, turns and labels
+    """Neo4j lost under a serving replica: ranking answers from memory, turns and labels
     wait in the backlog (a human label is still accepted), and all of it is written when
     Neo4j returns."""
     # Ready first: a ranking before the catalog loads is a 503, not the answer to compare.
-    client, service, _ = await serving_catalog(private_neo4j, tmp_path, aiohttp_client)
+    settings = settings_for(relay.uri, tmp_path, neo4j_server)
+    client, service = await serving_catalog(settings, aiohttp_client)
     before = await (await client.post("/v1/rank", json={"query": "weather", "k": 3})).json()
 
-    await asyncio.to_thread(private_neo4j.stop)
+    await relay.cut()
 
     after = await (await client.post("/v1/rank", json={"query": "weather", "k": 3})).json()
     assert after["results"] == before["results"]
@@ -228,14 +252,14 @@ async def test_lost_while_serving_keeps_ranking_and_loses_no_label(
 
     await eventually(lambda: store_up(0.0), within=30)  # seen by the poll, traffic or not
 
-    await asyncio.to_thread(private_neo4j.start)
+    await relay.heal()
 
     async def flushed() -> bool:
         return service.store.backlog == 0
 
     await eventually(flushed, within=90)
     await eventually(lambda: store_up(1.0), within=30)
-    assert await count(private_neo4j, "Turn") >= 20
+    assert await count(neo4j_server, "Turn") >= 20
     for i in range(20):
         turn = await service.store.get_turn(f"down-{i}")
         assert turn is not None and turn.label == "send_email"
@@ -251,7 +275,10 @@ async def test_killed_mid_write_keeps_whole_transactions(private_neo4j: PrivateN
         await asyncio.to_thread(private_neo4j.start)
     async with neo4j.AsyncGraphDatabase.driver(private_neo4j.uri) as driver:
         await driver.execute_query("MATCH (t:Turn) DETACH DELETE t", database_="neo4j")
-        store = Neo4jStore(driver, "neo4j", uri=private_neo4j.uri)
+    # Opened as a service opens it: with its driver's bounds the write fails within seconds of
+    # the kill, where a driver's default retried it for 30 s (30 to 66 s on a busy machine).
+    store = await connect_neo4j(private_neo4j.uri, "", "", "neo4j")
+    try:
         await store.migrate()
         now = time.time()
         turns = [
@@ -270,8 +297,10 @@ async def test_killed_mid_write_keeps_whole_transactions(private_neo4j: PrivateN
 
         await eventually(some_written, within=60)
         await asyncio.to_thread(private_neo4j.stop, kill=True)
-        with pytest.raises(Exception):  # noqa: B017 - the write dies with its server
+        with pytest.raises(StoreUnavailable):  # the write dies with its server
             await writing
+    finally:
+        await store.close()
     await asyncio.to_thread(private_neo4j.start)
     stored = await count(private_neo4j, "Turn")
     assert stored > 0 and stored % 2000 == 0, stored
@@ -285,7 +314,7 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
     holding the probe, and at once while it is known down; the turns observed meanwhile go to the spool once the write
     deadline passes instead of holding intake; once Neo4j resumes, the same replica is ready
     and every turn is in the store."""
-    client, service, pid = await serving_catalog(
+    client, service, pid = await paused_catalog(
         private_neo4j, tmp_path, aiohttp_client, store_write_timeout_s=3.0
     )
     is_ready = readiness(client)
@@ -355,7 +384,7 @@ async def test_a_write_the_shutdown_cuts_short_keeps_its_turns(
     """SIGTERM while a batch's write waits on a Neo4j that hangs past the shutdown timeout: the
     close cancels that write, and its turns go to the spool with the queue instead of being
     lost with the cancelled task; the close keeps to its timeout."""
-    client, service, pid = await serving_catalog(
+    client, service, pid = await paused_catalog(
         private_neo4j, tmp_path, aiohttp_client, shutdown_timeout_s=1.0, store_write_timeout_s=60.0
     )
     os.kill(pid, signal.SIGSTOP)

@@ -1,24 +1,18 @@
 """A service started while Neo4j is down ranks from the catalog snapshot its predecessor left
-in the data folder, against a real server this module starts and stops."""
+in the data folder: the session's Neo4j, reached through a relay a test cuts and heals."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
-from tests.faults.test_neo4j_faults import (
-    CATALOG,
-    ClientFactory,
-    PrivateNeo4j,
-    eventually,
-    settings_for,
-)
-from tests.services import service_of
+from tests.faults.test_neo4j_faults import CATALOG, ClientFactory, eventually, settings_for
+from tests.neo4j_server import Neo4jServer
+from tests.partition import Partition
+from tests.services import free_port, service_of
 from toolselect.api.app import create_app_from_settings
 from toolselect.config import Settings
 from toolselect.records import Tool
@@ -26,15 +20,6 @@ from toolselect.service.snapshot import SNAPSHOT_FILE, CatalogSnapshot, write_sn
 from toolselect.store.factory import open_store
 
 QUERIES = ("weather in Turin tomorrow", "il prezzo di BTC ora", "mail my landlord")
-
-
-@pytest.fixture(scope="module")
-def private_neo4j() -> Iterator[PrivateNeo4j]:
-    server = PrivateNeo4j()
-    try:
-        yield server
-    finally:
-        server.remove()
 
 
 async def rankings(client: Any) -> list[list[tuple[str, float]]]:
@@ -50,15 +35,14 @@ async def rankings(client: Any) -> list[list[tuple[str, float]]]:
 
 @pytest.mark.neo4j
 async def test_a_start_in_an_outage_ranks_from_the_snapshot_until_the_store_answers(
-    private_neo4j: PrivateNeo4j, tmp_path: Path, aiohttp_client: ClientFactory
+    relay: Partition, neo4j_server: Neo4jServer, tmp_path: Path, aiohttp_client: ClientFactory
 ) -> None:
     """A replica ranks a catalog with labels and stops; Neo4j stops; a new replica over the
     same data folder is ready and ranks the same top-k with the same scores, spools the turns
     it observes, refuses a catalog write with 503 `store_unavailable`; once Neo4j is back it
     leaves snapshot mode, takes the catalog another writer changed meanwhile and stores the
     turns."""
-    await asyncio.to_thread(private_neo4j.start)
-    settings = settings_for(private_neo4j, tmp_path)
+    settings = settings_for(relay.uri, tmp_path, neo4j_server)
     first = await aiohttp_client(create_app_from_settings(settings))
 
     async def loaded() -> bool:
@@ -77,7 +61,7 @@ async def test_a_start_in_an_outage_ranks_from_the_snapshot_until_the_store_answ
     await first.close()
     assert (tmp_path / SNAPSHOT_FILE).exists()
 
-    await asyncio.to_thread(private_neo4j.stop)
+    await relay.cut()
     client = await aiohttp_client(create_app_from_settings(settings))
     service = service_of(client)
     ready = await client.get("/readyz")
@@ -94,13 +78,14 @@ async def test_a_start_in_an_outage_ranks_from_the_snapshot_until_the_store_answ
     write = await client.put("/v1/tools", json=CATALOG)
     assert write.status == 503 and (await write.json())["error"]["code"] == "store_unavailable"
 
-    await asyncio.to_thread(private_neo4j.start)
-    other = await open_store(settings)  # another replica's write while this one is offline
+    # Another replica's write, straight to the store, while this one is cut off.
+    other = await open_store(settings.override(neo4j_uri=neo4j_server.uri))
     try:
         added = Tool("translate_text", "Translate a text into another language, e.g. French.")
         await other.upsert_tools([added])
     finally:
         await other.close()
+    await relay.heal()
 
     async def from_store() -> bool:
         ready = await client.get("/readyz")
@@ -125,7 +110,7 @@ async def test_a_start_in_an_outage_ranks_from_the_snapshot_until_the_store_answ
 
 def unreachable(tmp_path: Path) -> Settings:
     """Settings of a Neo4j nobody listens on (a closed port)."""
-    return settings_for(PrivateNeo4j(), tmp_path)
+    return settings_for(f"bolt://127.0.0.1:{free_port()}", tmp_path)
 
 
 @pytest.mark.slow  # waits seconds: kept out of `make test-fast`

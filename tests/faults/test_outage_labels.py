@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import pytest_asyncio
@@ -18,7 +17,7 @@ from aiohttp.test_utils import TestClient
 
 from tests.neo4j_server import Neo4jServer
 from tests.partition import Partition
-from tests.services import ClientFactory, ServiceFactory, wipe
+from tests.services import ClientFactory, ServiceFactory
 from toolselect.api.app import create_app
 from toolselect.names import normalise_query
 from toolselect.service import Service
@@ -49,14 +48,10 @@ class Replicas:
 
 @pytest_asyncio.fixture(loop_scope="function")
 async def replicas(
-    neo4j_server: Neo4jServer, tmp_path: Path, aiohttp_client: ClientFactory
+    relay: Partition, neo4j_server: Neo4jServer, tmp_path: Path, aiohttp_client: ClientFactory
 ) -> AsyncIterator[Replicas]:
-    """Two ready replicas on the wiped session Neo4j, each with a data folder (spool) of its
-    own, both holding `CATALOG`."""
-    await wipe(neo4j_server)
-    where = urlsplit(neo4j_server.uri)
-    partition = Partition(where.hostname or "127.0.0.1", where.port or 7687)
-    await partition.heal()
+    """Two ready replicas on the wiped session Neo4j (`a` through `relay`), each with a data
+    folder (spool) of its own, both holding `CATALOG`."""
     factory = ServiceFactory("neo4j", tmp_path, neo4j_server)
     try:
         b = await factory.start(wait_for_store=True, data_dir=str(tmp_path / "b"))
@@ -65,15 +60,14 @@ async def replicas(
         a = await factory.start(
             wait_for_store=True,
             data_dir=str(tmp_path / "a"),
-            neo4j_uri=f"bolt://127.0.0.1:{partition.port}",
+            neo4j_uri=relay.uri,
             store_write_timeout_s=1.0,
         )
         a_http = await aiohttp_client(create_app(a))
         assert a.ranker.has("crypto_price")
-        yield Replicas(a, a_http, b, b_http, partition)
+        yield Replicas(a, a_http, b, b_http, relay)
     finally:
         await factory.aclose()
-        await partition.cut()
 
 
 async def eventually(check: Callable[[], bool], within: float, what: str) -> None:

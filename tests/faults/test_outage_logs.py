@@ -1,9 +1,10 @@
-"""What `toolselect serve` logs, and how fast `/readyz` answers, while its Neo4j is stopped:
-a real server process on a private Neo4j this module stops and starts again, its stderr read
+"""What `toolselect serve` logs, and how fast `/readyz` answers, while its Neo4j is away: a real
+server process on the session's Neo4j through a relay the test cuts and heals, its stderr read
 line by line."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.error
@@ -16,21 +17,20 @@ from typing import Any
 import pytest
 
 from tests.cli.test_cli import serving
-from tests.faults.test_neo4j_faults import CATALOG, PrivateNeo4j
-from tests.services import cli_env
+from tests.faults.test_neo4j_faults import CATALOG
+from tests.neo4j_server import Neo4jServer
+from tests.partition import ThreadedPartition, relay_thread
+from tests.services import cli_env, wipe
 
 pytestmark = [pytest.mark.neo4j, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def neo4j_to_stop() -> Iterator[PrivateNeo4j]:
-    """A Neo4j of this module alone, started; removed afterwards."""
-    server = PrivateNeo4j()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.remove()
+@pytest.fixture
+def neo4j_to_cut(neo4j_server: Neo4jServer) -> Iterator[ThreadedPartition]:
+    """A relay to the session Neo4j (wiped first), on a thread of its own: this test blocks."""
+    asyncio.run(wipe(neo4j_server))
+    with relay_thread(neo4j_server) as relay:
+        yield relay
 
 
 def call(url: str, method: str = "GET", body: Any = None) -> tuple[int, float, Any]:
@@ -48,9 +48,9 @@ def call(url: str, method: str = "GET", body: Any = None) -> tuple[int, float, A
 
 
 def test_an_outage_logs_two_lines_and_readiness_answers_at_once(
-    neo4j_to_stop: PrivateNeo4j, tmp_path: Path
+    neo4j_server: Neo4jServer, neo4j_to_cut: ThreadedPartition, tmp_path: Path
 ) -> None:
-    """Neo4j stopped under a serving process for about ten seconds of traffic (probes,
+    """Neo4j lost under a serving process for about ten seconds of traffic (probes,
     rankings, turns, catalog writes refused `503 store_unavailable`): each `/readyz` answers
     `503` in well under a second (it took the 2 s bound: the driver retried the refused
     connection), the driver's retry warnings appear once, not every attempt, the refusals
@@ -60,16 +60,16 @@ def test_an_outage_logs_two_lines_and_readiness_answers_at_once(
     env = cli_env(
         tmp_path / "unused.db",
         TOOLSELECT_STORE="neo4j",
-        NEO4J_URI=neo4j_to_stop.uri,
+        **neo4j_server.env(),
         TOOLSELECT_POLL_INTERVAL="0.5",
         TOOLSELECT_LOG_LEVEL="info",
-    )
+    ) | {"NEO4J_URI": neo4j_to_cut.uri}
     logged: list[str] = []
     probes: list[tuple[int, float]] = []
     refused = 0
     with serving(env, logged) as url:
         assert call(url + "/v1/tools", "PUT", CATALOG)[0] == 200
-        neo4j_to_stop.stop()
+        neo4j_to_cut.cut()
         try:
             outage_ends = time.monotonic() + 10
             turn = 0
@@ -85,7 +85,7 @@ def test_an_outage_logs_two_lines_and_readiness_answers_at_once(
                 refused += 1
                 time.sleep(0.1)
         finally:
-            neo4j_to_stop.start()
+            neo4j_to_cut.heal()
         deadline = time.monotonic() + 90
         while call(url + "/readyz")[0] != 200:
             assert time.monotonic() < deadline, "not ready again after the outage"
@@ -111,5 +111,5 @@ def test_an_outage_logs_two_lines_and_readiness_answers_at_once(
     assert [e["event"] for e in outage] == ["store_unreachable", "store_reachable"], events
     lost, back = outage
     assert lost["level"] == back["level"] == "warning"
-    assert neo4j_to_stop.uri in lost["error"]
+    assert neo4j_to_cut.uri in lost["error"]
     assert back["down_s"] >= 10 and back["refused"] == refused and back["spooled"] > 0

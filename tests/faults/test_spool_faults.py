@@ -1,6 +1,7 @@
 """The durable spool with the real parts: a `toolselect serve` process acknowledges labels and
-turns while its Neo4j is down, is SIGKILLed, restarts with Neo4j still down, and everything it
-acknowledged reaches Neo4j exactly once when Neo4j returns."""
+turns while its Neo4j is down (the session's Neo4j behind a relay the test cuts), is SIGKILLed,
+restarts with Neo4j still down, and everything it acknowledged reaches Neo4j exactly once when
+Neo4j returns."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 import neo4j
 import pytest
 
-from tests.faults.test_neo4j_faults import PrivateNeo4j
+from tests.neo4j_server import Neo4jServer
+from tests.partition import Partition
 from tests.services import cli_env, free_port
 
 EXE = [sys.executable, "-m", "toolselect.cmd.main"]
@@ -41,16 +43,6 @@ LABELS = [
 TURNS = [f"spooled-{i}" for i in range(6)]
 
 pytestmark = [pytest.mark.neo4j, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def spool_neo4j() -> Iterator[PrivateNeo4j]:
-    """A Neo4j of this module alone; everything it left is removed afterwards."""
-    server = PrivateNeo4j()
-    try:
-        yield server
-    finally:
-        server.remove()
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
@@ -84,17 +76,17 @@ async def serve(env: dict[str, str], port: int) -> asyncio.subprocess.Process:
     )  # fmt: skip
 
 
-async def copies(server: PrivateNeo4j) -> tuple[dict[str, int], dict[str, int]]:
+async def copies(server: Neo4jServer) -> tuple[dict[str, int], dict[str, int]]:
     """How many times each test label (by query) and each test turn (by id) is in Neo4j."""
-    async with neo4j.AsyncGraphDatabase.driver(server.uri) as driver:
+    async with neo4j.AsyncGraphDatabase.driver(server.uri, auth=server.auth) as driver:
         labels, _, _ = await driver.execute_query(
             "MATCH (e:ToolSelectionExample)-[:SELECTS]->(t:Tool) WHERE e.query IN $queries "
             "RETURN e.query AS key, t.name AS tool, e.tier AS tier",
-            queries=[q for q, _ in LABELS], database_="neo4j",
+            queries=[q for q, _ in LABELS], database_=server.database,
         )  # fmt: skip
         turns, _, _ = await driver.execute_query(
             "MATCH (t:Turn) WHERE t.id IN $ids RETURN t.id AS key",
-            ids=TURNS, database_="neo4j",
+            ids=TURNS, database_=server.database,
         )  # fmt: skip
     label_counts: dict[str, int] = {}
     for record in labels:
@@ -113,17 +105,16 @@ async def readiness(session: aiohttp.ClientSession, url: str) -> tuple[int, bool
 
 
 async def test_acknowledged_writes_survive_sigkill_during_an_outage(
-    spool_neo4j: PrivateNeo4j, tmp_path: Path
+    relay: Partition, neo4j_server: Neo4jServer, tmp_path: Path
 ) -> None:
     """Labels (201) and turns (202, then spooled) acknowledged while Neo4j is down survive a
     SIGKILL and a restart with Neo4j still down (which ranks from the catalog snapshot the
     first process kept), and land in Neo4j exactly once after."""
-    await asyncio.to_thread(spool_neo4j.start)
     env = cli_env(
-        tmp_path / "unused.db", TOOLSELECT_STORE="neo4j", NEO4J_URI=spool_neo4j.uri,
+        tmp_path / "unused.db", TOOLSELECT_STORE="neo4j", **neo4j_server.env(),
         TOOLSELECT_DATA_DIR=str(tmp_path / "data"), TOOLSELECT_POLL_INTERVAL="0.2",
         TOOLSELECT_ORACLE="off", TOOLSELECT_SHUTDOWN_TIMEOUT="2",
-    )  # fmt: skip
+    ) | {"NEO4J_URI": relay.uri}  # fmt: skip
     catalog = tmp_path / "tools.json"
     catalog.write_text(json.dumps(CATALOG))
     imported = await asyncio.to_thread(
@@ -141,7 +132,7 @@ async def test_acknowledged_writes_survive_sigkill_during_an_outage(
                 return await status(session, url + "/readyz") == 200
 
             await eventually(ready, 90, "first start ready")
-            await asyncio.to_thread(spool_neo4j.stop)
+            await relay.cut()
 
             for query, tool in LABELS:
                 async with session.post(
@@ -175,7 +166,7 @@ async def test_acknowledged_writes_survive_sigkill_during_an_outage(
             assert kept >= len(LABELS) + len(TURNS)
 
             started = time.monotonic()
-            await asyncio.to_thread(spool_neo4j.start)
+            await relay.heal()
 
             async def from_the_store() -> bool:
                 return await readiness(session, url) == (200, False)
@@ -183,14 +174,14 @@ async def test_acknowledged_writes_survive_sigkill_during_an_outage(
             await eventually(from_the_store, 90, "ready from the store after Neo4j returns")
 
             async def replayed() -> bool:
-                labels, turns = await copies(spool_neo4j)
+                labels, turns = await copies(neo4j_server)
                 return len(labels) == len(LABELS) and len(turns) == len(TURNS)
 
             await eventually(replayed, 30, "spool replayed")
-            labels, turns = await copies(spool_neo4j)
+            labels, turns = await copies(neo4j_server)
             assert set(labels.values()) == {1} and set(turns.values()) == {1}
             assert await spool_depth(session, url, "exemplar") == 0
-            print(f"replayed {time.monotonic() - started:.1f}s after Neo4j was started")
+            print(f"replayed {time.monotonic() - started:.1f}s after Neo4j was reachable again")
     finally:
         if proc.returncode is None:
             proc.terminate()
