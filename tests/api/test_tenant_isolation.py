@@ -373,6 +373,41 @@ async def test_a_shutdown_lets_a_sweep_finish_the_close_under_way(
     assert A in closed and tenants.live == []
 
 
+async def test_an_eviction_a_request_timeout_cuts_short_still_closes_the_tenant(
+    services: ServiceFactory, aiohttp_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one tenant live, B's first request evicts A. A's close outlasting that request's
+    timeout ends whole all the same: the request is answered `503 timeout`, and A is closed
+    behind it (cancelled with the request, its close once stopped half way)."""
+    closing, release = asyncio.Event(), asyncio.Event()
+    closed: list[str] = []
+    close = Service.close
+
+    async def held(self: Service, *args: Any, **kwargs: Any) -> None:
+        if self.store.tenant == A:
+            closing.set()
+            await release.wait()
+        await close(self, *args, **kwargs)
+        closed.append(self.store.tenant)
+
+    client, _ = await services.serve(
+        aiohttp_client, api_keys=(ADMIN,), tenants_live=1, request_timeout_s=1.0
+    )
+    editors = {tenant: (await create(client, tenant, "editor"))["key"] for tenant in (A, B)}
+    put = await client.put("/v1/tools", json=_tools_body(A), headers=bearer(editors[A]))
+    assert put.status == 200, await put.text()
+    monkeypatch.setattr(Service, "close", held)
+    put = await client.put("/v1/tools", json=_tools_body(B), headers=bearer(editors[B]))
+    assert closing.is_set()
+    assert (await error_of(put, 503))["code"] == "timeout"
+    release.set()
+    for _ in range(100):
+        if A in closed:
+            break
+        await asyncio.sleep(0.05)
+    assert closed == [A] and client.app[TENANTS].live == [B]
+
+
 async def test_every_tenant_shares_the_global_teacher_budget(
     services: ServiceFactory, aiohttp_client: ClientFactory
 ) -> None:

@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager
 
 import structlog
 
@@ -69,7 +69,7 @@ class TenantServices:
         self._unknown = UnknownTenants(self.settings.poll_interval_s, now)
         self._asking: dict[str, asyncio.Future[bool]] = {}
         self._sweeper: asyncio.Task[None] | None = None
-        self._closing = asyncio.Event()
+        self._closes: set[asyncio.Future[None]] = set()  # closes under way (`close_tenant`)
         self._closed = False
 
     @classmethod
@@ -222,7 +222,15 @@ class TenantServices:
 
     async def close_tenant(self, tenant: str, *, why: str = "closed", idle: bool = False) -> None:
         """Close `tenant`'s service if it runs (its data stays in the store); with `idle`, only
-        when no request on it is in flight."""
+        when no request on it is in flight. The close runs to its end, under the tenant's lock,
+        even when its caller is cancelled (a request's timeout while it evicts, the sweeper at
+        shutdown): cut short, it left a service half closed that a shutdown waited on for ever."""
+        closing = asyncio.ensure_future(self._close(tenant, why, idle))
+        self._closes.add(closing)
+        closing.add_done_callback(self._closes.discard)
+        await asyncio.shield(closing)
+
+    async def _close(self, tenant: str, why: str, idle: bool) -> None:
         async with self._locked(tenant):
             if idle and tenant in self._busy:
                 return
@@ -305,11 +313,8 @@ class TenantServices:
 
     async def _sweep_forever(self) -> None:
         tick = min(30.0, max(0.05, self.settings.tenant_idle_s / 4))
-        while not self._closing.is_set():
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), tick)
-            if self._closing.is_set():
-                return
+        while True:
+            await asyncio.sleep(tick)
             try:
                 await self.sweep()
             except Exception:
@@ -319,9 +324,7 @@ class TenantServices:
         """Close every tenant's service but `default`'s (which its owner closes)."""
         self._closed = True
         if self._sweeper is not None:
-            # Not cancelled: a sweep cut short inside a tenant's close left that service half
-            # closed, and the shutdown waited on it for ever. A sweep under way ends first.
-            self._closing.set()
+            self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
             self._sweeper = None
         for tenant in list(self._live):
@@ -329,6 +332,7 @@ class TenantServices:
                 await self.close_tenant(tenant, why="shutdown")
             except Exception:
                 log.exception("tenant_close_failed", tenant=tenant)
+        await asyncio.gather(*self._closes, return_exceptions=True)  # callers cancelled meanwhile
 
     async def close(self) -> None:
         """Close every tenant's service, `default`'s last."""
