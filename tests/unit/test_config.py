@@ -9,13 +9,13 @@ import pytest
 
 from toolselect.config import (
     FIELDS,
-    Field,
     Settings,
     ignored_variables,
     load_settings,
     settings_table,
 )
 from toolselect.errors import ConfigError
+from toolselect.settings_fields import Field
 
 
 def test_defaults_without_environment(tmp_path: Path) -> None:
