@@ -57,8 +57,8 @@ test: lint typecheck pytest
 FAST_TIERS := tests/unit tests/store tests/learn tests/oracle tests/api tests/client tests/e2e \
 	tests/faults tests/fuzz
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not neo4j and not slow" -p no:langsmith_plugin \
-	    --ignore=tests/fuzz/test_schemathesis.py $(FAST_TIERS)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 -m "not neo4j and not slow" \
+	    -p no:langsmith_plugin --ignore=tests/fuzz/test_schemathesis.py $(FAST_TIERS)
 
 # Regenerates BENCHMARKS.md from scratch (about 40 minutes on 2 cores; not part of `make test`).
 # bfcl-eval is read for its data only, so it is installed without its pinned dependencies.
