@@ -25,11 +25,13 @@ async def pin(
 ) -> None:
     """Set `weights` and `relations` on `service` for the rest of a test.
 
-    A refresh first, so the upkeep's own first refresh (due at start) is over and the next is
-    not due for `session_refit_s`: nothing replaces the pinned values meanwhile."""
+    A refresh first, so the upkeep's own first refresh (due at start) is over; then the upkeep
+    is told no other is due. Otherwise the turns a test reports, or a poll that reloads the
+    catalog (a new snapshot of the same names), make one due and replace the pinned values."""
     await service.sessions.refresh()
     running = service.sessions._task  # a refresh the upkeep may have started just before
     if running is not None:
         await asyncio.gather(running, return_exceptions=True)
+    service.sessions.due = lambda: False  # type: ignore[method-assign]
     service.sessions.relations = relations
     service.sessions.fit = SessionFit(weights=weights, reason="pinned by the test")
