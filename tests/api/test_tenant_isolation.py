@@ -6,6 +6,7 @@ caller's tenant's catalog; an idle tenant is closed and starts again with its da
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -344,23 +345,32 @@ async def test_a_tenant_is_not_closed_under_a_request_in_flight(
     assert tenants.live == []
 
 
+def held_close(
+    tenant: str,
+) -> tuple[asyncio.Event, asyncio.Event, list[str], Callable[..., Awaitable[None]]]:
+    """A `Service.close` to patch in that, for `tenant`'s service, sets `closing` and waits
+    for `release` before closing; every tenant whose close ended is appended to `closed`."""
+    closing, release = asyncio.Event(), asyncio.Event()
+    closed: list[str] = []
+    close = Service.close
+
+    async def held(self: Service, *args: Any, **kwargs: Any) -> None:
+        if self.store.tenant == tenant:
+            closing.set()
+            await release.wait()
+        await close(self, *args, **kwargs)
+        closed.append(self.store.tenant)
+
+    return closing, release, closed, held
+
+
 async def test_a_shutdown_lets_a_sweep_finish_the_close_under_way(
     services: ServiceFactory, aiohttp_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sweep closing idle A when the service shuts down: the shutdown waits for that close
     to end rather than cutting it short. (Cancelled inside A's close, the sweep once left A
     half closed, and the test's teardown waited on it until pytest's timeout.)"""
-    closing, release = asyncio.Event(), asyncio.Event()
-    closed: list[str] = []
-    close = Service.close
-
-    async def held(self: Service, *args: Any, **kwargs: Any) -> None:
-        if self.store.tenant == A:
-            closing.set()
-            await release.wait()
-        await close(self, *args, **kwargs)
-        closed.append(self.store.tenant)
-
+    closing, release, closed, held = held_close(A)
     monkeypatch.setattr(Service, "close", held)  # before A starts: it may idle out at once
     client, _ = await two_tenants(services, aiohttp_client, tenant_idle_s=0.2)
     tenants = client.app[TENANTS]
@@ -379,17 +389,7 @@ async def test_an_eviction_a_request_timeout_cuts_short_still_closes_the_tenant(
     """With one tenant live, B's first request evicts A. A's close outlasting that request's
     timeout ends whole all the same: the request is answered `503 timeout`, and A is closed
     behind it (cancelled with the request, its close once stopped half way)."""
-    closing, release = asyncio.Event(), asyncio.Event()
-    closed: list[str] = []
-    close = Service.close
-
-    async def held(self: Service, *args: Any, **kwargs: Any) -> None:
-        if self.store.tenant == A:
-            closing.set()
-            await release.wait()
-        await close(self, *args, **kwargs)
-        closed.append(self.store.tenant)
-
+    closing, release, closed, held = held_close(A)
     # A timeout the starts of A and B stay well within on a busy machine; B's request waits it out.
     client, _ = await services.serve(
         aiohttp_client, api_keys=(ADMIN,), tenants_live=1, request_timeout_s=3.0

@@ -14,7 +14,7 @@ from tests.services import ServiceFactory
 from toolselect.config import Settings
 from toolselect.names import normalise_query
 from toolselect.records import Exemplar, SaveResult, Tool
-from toolselect.service.parts import compose
+from toolselect.service.parts import Parts, compose
 from toolselect.store.port import lookup_one
 from toolselect.store.spool import Spool
 from toolselect.store.sqlite.store import SqliteStore
@@ -77,6 +77,22 @@ async def test_labels_spooled_while_the_store_is_down_wait_for_it_but_a_humans(
     assert service.ranker.holds("a third query", "get_weather", "trusted")
 
 
+async def feedback_while_locked(parts: Parts, db: Path) -> None:
+    """Load `TOOLS`, then give a human label for `QUERY` while another connection holds the
+    SQLite store's write lock: the label is spooled and folded at once."""
+    await parts.store.migrate()
+    await parts.store.upsert_tools(TOOLS)
+    await parts.index.reload()
+    parts.index.loaded = True
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    try:
+        await parts.learning.feedback(QUERY, "get_weather")
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+
+
 async def test_a_spooled_human_label_the_replay_refuses_stops_counting(tmp_path: Path) -> None:
     """A human label spooled while another connection held the store's write lock (folded at
     once), whose tool another replica deletes before the replay: the replay refuses it, and
@@ -87,17 +103,7 @@ async def test_a_spooled_human_label_the_replay_refuses_stops_counting(tmp_path:
     other = SqliteStore(db)  # another replica
     key = normalise_query(QUERY)
     try:
-        await parts.store.migrate()
-        await parts.store.upsert_tools(TOOLS)
-        await parts.index.reload()
-        parts.index.loaded = True
-        lock = sqlite3.connect(db, isolation_level=None)
-        lock.execute("BEGIN IMMEDIATE")
-        try:
-            await parts.learning.feedback(QUERY, "get_weather")
-        finally:
-            lock.execute("ROLLBACK")
-            lock.close()
+        await feedback_while_locked(parts, db)
         assert parts.store.backlog == 1 and parts.ranker.holds(key, "get_weather", "trusted")
         assert await other.delete_tool("get_weather")
 
@@ -126,17 +132,7 @@ async def test_a_human_label_the_full_spool_drops_stops_counting(tmp_path: Path)
     )
     key = normalise_query(QUERY)
     try:
-        await parts.store.migrate()
-        await parts.store.upsert_tools(TOOLS)
-        await parts.index.reload()
-        parts.index.loaded = True
-        lock = sqlite3.connect(db, isolation_level=None)
-        lock.execute("BEGIN IMMEDIATE")
-        try:
-            await parts.learning.feedback(QUERY, "get_weather")
-        finally:
-            lock.execute("ROLLBACK")
-            lock.close()
+        await feedback_while_locked(parts, db)
         assert parts.store.down and parts.store.backlog == 0  # spooled, then dropped
         assert parts.ranker.holds(key, "get_weather", "trusted")  # folded when it was spooled
 
