@@ -9,12 +9,15 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from tests.api.conftest import HAND_CATALOG
+from tests.api.conversation import WEATHER, WEATHER_COMPANION, pin
 from tests.faults.test_neo4j_faults import CATALOG, ClientFactory, eventually, settings_for
 from tests.neo4j_server import Neo4jServer
 from tests.partition import Partition
 from tests.services import free_port, service_of
 from toolselect.api.app import create_app_from_settings
 from toolselect.config import Settings
+from toolselect.learn.session_fit import SessionWeights
 from toolselect.records import Tool
 from toolselect.service.snapshot import SNAPSHOT_FILE, CatalogSnapshot, write_snapshot
 from toolselect.store.factory import open_store
@@ -106,6 +109,61 @@ async def test_a_start_in_an_outage_ranks_from_the_snapshot_until_the_store_answ
         return all(turn is not None for turn in found)
 
     await eventually(stored, within=30)
+
+
+# A session's ranking after a send_email turn: the session prior puts create_calendar_event
+# (which followed send_email) first, and get_weather, second, has web_search for companion.
+EARLIER = {"request": "mail Marco the agenda", "used_tool": "send_email", "session_id": "s-1"}
+ASKED = {"query": WEATHER, "k": 2, "companions": 2, "session_id": "s-1"}
+
+
+async def in_session(client: Any) -> tuple[list[tuple[str, float]], list[dict[str, Any]]]:
+    """`ASKED`'s top k (tool, score) and companions once the session's turn is noted."""
+    assert (await client.post("/v1/observe", json=EARLIER)).status == 202
+    resp = await client.post("/v1/rank", json=ASKED)
+    assert resp.status == 200
+    answer = await resp.json()
+    return [(r["tool"], r["score"]) for r in answer["results"]], answer["companions"]
+
+
+@pytest.mark.neo4j
+async def test_a_start_in_an_outage_ranks_with_the_conversation_signals_of_the_snapshot(
+    relay: Partition, neo4j_server: Neo4jServer, tmp_path: Path, aiohttp_client: ClientFactory
+) -> None:
+    """A replica that ranked with relations and a session fit (pinned) leaves them in its
+    snapshot: a replica started over the same data folder while Neo4j is down ranks a
+    session's request as it did (the same companion, the prior ranking the same top), until
+    its first session refresh from the store replaces them with the store's (no companion)."""
+    settings = settings_for(relay.uri, tmp_path, neo4j_server)
+    first = await aiohttp_client(create_app_from_settings(settings))
+
+    async def loaded() -> bool:
+        return (await first.get("/readyz")).status == 200
+
+    await eventually(loaded, within=60)
+    tools = [{"name": t.name, "description": t.description} for t in HAND_CATALOG]
+    assert (await first.put("/v1/tools", json={"tools": tools})).status == 200
+    await pin(service_of(first), SessionWeights(prior=1.0, companion_share=0.5))
+    ranked, companions = await in_session(first)
+    assert [t for t, _ in ranked] == ["create_calendar_event", "get_weather"]
+    assert companions == [WEATHER_COMPANION]
+    await first.close()
+
+    await relay.cut()
+    client = await aiohttp_client(create_app_from_settings(settings))
+    assert (await client.get("/readyz")).status == 200
+    ranked_after, companions_after = await in_session(client)
+    assert companions_after == companions
+    assert [t for t, _ in ranked_after] == [t for t, _ in ranked]
+    assert [s for _, s in ranked_after] == pytest.approx([s for _, s in ranked], abs=1e-6)
+
+    await relay.heal()  # the store has no fit (two turns): its first refresh offers none
+
+    async def refreshed() -> bool:
+        resp = await client.post("/v1/rank", json=ASKED)
+        return bool((await resp.json()).get("companions") == [])
+
+    await eventually(refreshed, within=90)
 
 
 def unreachable(tmp_path: Path) -> Settings:

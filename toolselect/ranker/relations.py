@@ -38,13 +38,24 @@ def _shares(counts: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, float
 
 
 class Relations:
-    """Partner and successor shares per tool (immutable once built)."""
+    """Partner and successor shares per tool (immutable once built), equal to another built
+    from the same counts."""
 
-    __slots__ = ("_partners", "_successors", "pairs", "transitions")
+    __slots__ = (
+        "_partners",
+        "_successors",
+        "pair_counts",
+        "pairs",
+        "transition_counts",
+        "transitions",
+    )
 
     def __init__(self, pairs: Counts, transitions: Counts) -> None:
         self.pairs = len(pairs)
         self.transitions = len(transitions)
+        # The counts it was built from, as the catalog snapshot keeps them (service/snapshot.py).
+        self.pair_counts: Counts = dict(pairs)
+        self.transition_counts: Counts = dict(transitions)
         both = [(a, b, n) for (a, b), n in pairs.items() if a != b]
         both += [(b, a, n) for (a, b), n in pairs.items() if a != b]
         partners = _shares(both)
@@ -57,6 +68,16 @@ class Relations:
 
     def __bool__(self) -> bool:
         return bool(self._partners or self._successors)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Relations):
+            return NotImplemented
+        return (self.pair_counts, self.transition_counts) == (
+            other.pair_counts,
+            other.transition_counts,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # equal by its counts, which a dict holds
 
     def prior(self, previous: Iterable[str]) -> dict[str, float]:
         """Per tool, the mean share of the next-turn steps of the `previous` tools that went to

@@ -234,6 +234,7 @@ class Service:
         snap = await self._snapshots.load(self.index.embedder.id)
         if snap is None:
             return False
+        self.sessions.restore(snap.relations, snap.session_fit)
         await self.index.restore(snap)
         self.learner.start()
         log.warning(
@@ -241,13 +242,17 @@ class Service:
             tools=len(snap.tools),
             exemplars=len(snap.learned),
             catalog_version=snap.catalog_version,
+            tool_pairs=snap.relations.pairs,
+            session_fit=snap.session_fit.result,
         )
         return True
 
     async def _keep_snapshot(self) -> None:
-        """Write the catalog snapshot if the ranker changed since the last (Neo4j only)."""
+        """Write the catalog snapshot if the ranker or the conversation signals changed since
+        the last (Neo4j only)."""
         if self._snapshots is not None and self.loaded:
-            await self._snapshots.keep(self.ranker.version, self.index.capture)
+            signals = (self.sessions.relations, self.sessions.fit)
+            await self._snapshots.keep(self.ranker.version, signals, self.index.capture)
 
     async def _seed_teacher_budget(self) -> None:
         """Count the teacher calls billed in the last hour against a budget this process has

@@ -173,6 +173,12 @@ class SessionSignals:
 
     # ---- refits ---------------------------------------------------------------------------
 
+    def restore(self, relations: Relations, fit: SessionFit) -> None:
+        """Rank with the relations and fit a catalog snapshot kept (the store did not answer at
+        start), until the first refresh reads the store's."""
+        self.relations, self.fit = relations, fit
+        self._publish()
+
     def due(self) -> bool:
         """Whether the upkeep should start a refresh now: the interval passed, session turns
         arrived, or the catalog changed (a deleted tool's counts left the store)."""
