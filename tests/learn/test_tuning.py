@@ -1,4 +1,4 @@
-"""The tuner over a real ranker: refits when trusted labels grow, re-folds, respects pins."""
+"""The tuner over a real ranker: refits when trusted labels change, re-folds, respects pins."""
 
 from __future__ import annotations
 
@@ -57,6 +57,87 @@ async def test_trusted_labels_trigger_a_refit_that_refolds_the_ranker() -> None:
     assert metrics.value("toolselect_learning_refits_total") == 1.0
     assert metrics.value("toolselect_fold_description_weight") == (fitted.fold.description_weight)
     await tuner.close()
+
+
+def _label(query: str, tool: str, seed: int, *, trusted: bool = True) -> LearnedVector:
+    vector = np.random.default_rng(seed).normal(size=24)
+    return LearnedVector(query, tool, vector / np.linalg.norm(vector), trusted, usage=not trusted)
+
+
+async def _refits_after(tuner: Tuner, metrics: Metrics) -> int:
+    await tuner.settle()
+    return int(metrics.value("toolselect_learning_refits_total") or 0)
+
+
+async def test_corrections_at_a_constant_count_trigger_a_refit() -> None:
+    """Trusted labels corrected to other tools, or deleted while others are added, leave the
+    count where it was; 10 such changes (the step after 96 labels) refit, 9 do not."""
+    tools, descriptions, learned = misleading(4)
+    ranker = CentroidRanker(64.0)
+    ranker.set_catalog(tools, descriptions)
+    metrics = Metrics()
+    tuner = Tuner(ranker, FitPolicy(prior=FoldWeights(64.0)), embedder="e", metrics=metrics)
+    ranker.fold(learned)
+    tuner.labels_changed()
+    assert await _refits_after(tuner, metrics) == 1
+    moved = [LearnedVector(lv.query_norm, "t0", lv.vector, True) for lv in learned[8:15]]
+    ranker.fold(moved)  # 7 corrections: a human overruling the teacher
+    ranker.fold([_label("new query", "t1", 0)], deleted=[learned[20].query_norm])  # 2 more
+    tuner.labels_changed()
+    assert ranker.validating_total == len(learned)
+    assert await _refits_after(tuner, metrics) == 1
+    ranker.fold([LearnedVector(learned[30].query_norm, "t0", learned[30].vector, True)])
+    tuner.labels_changed()
+    assert await _refits_after(tuner, metrics) == 2
+    assert tuner.current.labels == len(learned)
+    await tuner.close()
+
+
+async def test_pure_growth_refits_at_the_same_label_counts() -> None:
+    """Trusted labels added one at a time refit at 10, 20, ... 100, then every 10% more of
+    the labels the last fit had (at least 10): the step growth always had."""
+    tools, descriptions, _ = misleading(5)
+    ranker = CentroidRanker(16.0)
+    ranker.set_catalog(tools, descriptions)
+    metrics = Metrics()
+    tuner = Tuner(ranker, FitPolicy(prior=FoldWeights(16.0)), embedder="e", metrics=metrics)
+    refitted_at: list[int] = []
+    for i in range(1, 200):
+        ranker.fold([_label(f"q{i}", f"t{i % 12}", i)])
+        tuner.labels_changed()
+        if await _refits_after(tuner, metrics) > len(refitted_at):
+            refitted_at.append(ranker.validating_total)
+    assert refitted_at == [*range(10, 101, 10), 110, 121, 134, 148, 163, 180, 198]
+    await tuner.close()
+
+
+def test_what_counts_as_a_change_of_the_validating_labels() -> None:
+    """An add, a replacement by another tool or group and a removal of a validating label
+    count one each; a label folded again, the ranker's own labels and the agents' usage labels
+    beside trusted ones count nothing; the validating group switching counts both groups."""
+    tools, descriptions, _ = misleading(6)
+    ranker = CentroidRanker(16.0)
+    ranker.set_catalog(tools, descriptions)
+    steps = [
+        ([_label("a", "t1", 1, trusted=False), _label("b", "t1", 2, trusted=False)], [], 2),
+        ([_label("a", "t1", 1, trusted=False)], [], 0),  # a usage label seen again
+        ([_label("a", "t2", 1, trusted=False)], [], 1),  # the agents moved to another tool
+        ([LearnedVector("c", "t3", _label("c", "t3", 3).vector)], [], 0),  # the ranker's own
+        ([_label("a", "t2", 1)], [], 2 + 1),  # the teacher's first label: usage set out
+        ([_label("d", "t4", 4, trusted=False)], [], 0),  # usage beside trusted labels
+        ([_label("b", "t1", 2)], [], 1),  # the teacher overrules a usage label
+        ([_label("b", "t5", 2)], [], 1),  # a human corrects the teacher
+        ([], ["a", "never held"], 1),
+        ([], ["b"], 1 + 1),  # the last trusted label gone: the usage label "d" validates
+    ]
+    for upserted, deleted, counted in steps:
+        before = ranker.validating_changes
+        ranker.fold(upserted, deleted)
+        assert ranker.validating_changes - before == counted, (upserted, deleted)
+    before = ranker.validating_changes
+    ranker.clear_exemplars()
+    assert ranker.validating_changes - before == 1  # "d"
+    assert ranker.validating_total == 0
 
 
 async def test_pinned_fold_and_floor_are_reported_not_refitted() -> None:

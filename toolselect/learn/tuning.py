@@ -2,7 +2,11 @@
 
 It keeps the current `Fit` (read by the learner on every flagged turn: one attribute read) and
 refits in a worker thread when the labels it validates on (teacher and human; the agents' usage
-labels while there is none of those) folded into the ranker have grown by `REFIT_GROWTH` since the last fit (and by at least `REFIT_MIN_NEW`), one refit at a time.
+labels while there is none of those) folded into the ranker have changed by `REFIT_GROWTH` of
+those the last fit had (and by at least `REFIT_MIN_NEW`), one refit at a time. Changes, not
+growth: a label added, replaced (by another tool or tier) or removed counts one
+(`CentroidRanker.validating_changes`), so corrections that leave the count where it was move
+the fit too; on pure growth the changes are the growth, and the refits those of growth alone.
 A refit that picks other fold weights re-folds every centroid (`CentroidRanker.reweight`).
 Settings may pin the fold (`TOOLSELECT_DESCRIPTION_WEIGHT=<number>`), the free tier
 (`TOOLSELECT_MARGIN_FLOOR=<number>`) and the teacher's depth (`TOOLSELECT_TEACHER_CANDIDATES`);
@@ -59,7 +63,8 @@ class Tuner:
         self._pinned_depth = pinned_depth
         self._metrics = metrics or Metrics()
         self._clock = clock
-        self._fitted_on = 0
+        self._fitted_on = 0  # validating labels the last fit had
+        self._changes_at_fit = 0  # and the ranker's validating_changes then
         self._task: asyncio.Task[None] | None = None
         self._again = False
         self._answers: deque[tuple[int, int | None]] = deque(maxlen=TEACHER_ANSWERS)
@@ -115,10 +120,9 @@ class Tuner:
             self._metrics.teacher_depth.set(depth)
 
     def labels_changed(self) -> None:
-        """Schedule a refit when enough validating labels arrived since the last one."""
-        trusted = self._ranker.validating_total
-        grown = trusted - self._fitted_on
-        if abs(grown) < max(REFIT_MIN_NEW, REFIT_GROWTH * self._fitted_on):
+        """Schedule a refit when enough validating labels changed since the last one."""
+        changed = self._ranker.validating_changes - self._changes_at_fit
+        if changed < max(REFIT_MIN_NEW, REFIT_GROWTH * self._fitted_on):
             return
         if self._task is not None and not self._task.done():
             self._again = True
@@ -140,6 +144,7 @@ class Tuner:
         """Fit now (in a worker thread) and apply the result."""
         started = asyncio.get_running_loop().time()
         trusted = self._ranker.validating_total
+        changes = self._ranker.validating_changes
         at = self._clock()
 
         def run() -> Fit:
@@ -152,7 +157,7 @@ class Tuner:
             teacher_depth=self.current.teacher_depth,
             teacher_recall=self.current.teacher_recall,
         )
-        self._fitted_on = trusted
+        self._fitted_on, self._changes_at_fit = trusted, changes
         if not self._pinned_fold:
             # The fit weighs descriptions against exemplar weight 1; the ranker may scale both.
             exemplar_weight = self._ranker.weights[1]

@@ -110,8 +110,14 @@ class CentroidRanker:
     @property
     def validating_total(self) -> int:
         """Exemplars a fit validates on: the trusted ones, else the agents' usage labels."""
-        held = self._state.held
-        return held["trusted"] or held["usage"]
+        state = self._state
+        return state.held[state.validating]
+
+    @property
+    def validating_changes(self) -> int:
+        """Changes ever made to the exemplars a fit validates on (monotonic): an add, a
+        replacement by another tool or group and a removal count one each."""
+        return self._state.validating_changes
 
     @property
     def usage_weight(self) -> float:
@@ -231,13 +237,11 @@ class CentroidRanker:
                     )
             touched: set[str] = set()
             for query_norm in deleted:
-                touched.update(state.detach(query_norm))
+                touched.update(state.relabel(query_norm, None))
             for lv, vector in zip(upserted, vectors, strict=True):
                 if self.holds(lv.query_norm, lv.tool, lv.group):
                     continue
-                touched.update(state.detach(lv.query_norm))
-                state.attach(lv.query_norm, lv.tool, vector, lv.group)
-                touched.add(lv.tool)
+                touched.update(state.relabel(lv.query_norm, (lv.tool, vector, lv.group)))
             snap = self._snapshot
             changed = [name for name in touched if name in snap.rows]
             if changed:

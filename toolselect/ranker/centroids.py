@@ -95,7 +95,34 @@ class CatalogState:
     )
     # Exemplars held per label group.
     held: dict[Group, int] = field(default_factory=lambda: dict.fromkeys(GROUPS, 0))
+    # Changes ever made to the labels a fit validates on (`validating`): what a refit waits
+    # for. Counting changes, not the net count, lets corrections at a constant count add up.
+    validating_changes: int = 0
     dim: int = 0
+
+    @property
+    def validating(self) -> Group:
+        """The group a fit validates on: the trusted labels, else the agents' usage labels."""
+        return "trusted" if self.held["trusted"] else "usage"
+
+    def relabel(self, query_norm: str, label: tuple[str, Vector, Group] | None) -> tuple[str, ...]:
+        """Hold `label` (tool, vector, group) for `query_norm` in place of what is held (None:
+        hold nothing); the tools whose sums changed. Counts one validating change when the
+        old or new label validates, and both groups' labels when the validating group switches
+        (every label the fit validated on left its set, every one now in it joined)."""
+        before = self.exemplars.get(query_norm)
+        was = before[2] if before is not None else None
+        group, held = self.validating, self.held[self.validating]
+        touched = self.detach(query_norm)
+        if label is not None:
+            tool, vector, into = label
+            self.attach(query_norm, tool, vector, into)
+            touched += (tool,)
+        if self.validating != group:
+            self.validating_changes += held + self.held[self.validating]
+        elif group in (was, label[2] if label is not None else None):
+            self.validating_changes += 1
+        return touched
 
     def attach(self, query_norm: str, tool: str, vector: Vector, group: Group) -> None:
         """Hold an exemplar and add it to its tool's sum; the query must not be held already."""
@@ -126,6 +153,7 @@ class CatalogState:
         return (tool,)
 
     def clear_exemplars(self) -> None:
+        self.validating_changes += self.held[self.validating]
         self.exemplars.clear()
         for group in GROUPS:
             self.groups[group].clear()
