@@ -9,6 +9,7 @@ spool threads (43 threads in the process) and the gauges of tenants all closed."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from structlog.testing import capture_logs
@@ -17,9 +18,12 @@ from tests.services import ServiceFactory
 from toolselect.service import TenantServices
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Yield to the loop until `condition()` holds (the steps below are a few loop turns)."""
-    for _ in range(100_000):
+async def until(condition: Callable[[], bool], within_s: float = 60.0) -> None:
+    """Yield to the loop until `condition()` holds: checked at every loop turn, since the
+    windows below are a few turns long, for up to `within_s` (a start on a busy Neo4j lasts
+    longer than 100,000 idle turns, the bound this had)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
         if condition():
             return
         await asyncio.sleep(0)

@@ -321,6 +321,8 @@ async def test_a_hung_store_is_not_ready_in_time_and_its_turns_spool(
     os.kill(pid, signal.SIGSTOP)
     try:
         ready = await asyncio.wait_for(client.get("/readyz"), READY_PING_S + 5)
+        if ready.status == 200:  # joined a ping the store answered just before it stopped
+            ready = await asyncio.wait_for(client.get("/readyz"), READY_PING_S + 5)
         assert ready.status == 503
         error = (await ready.json())["error"]
         # The bound's own message, or the driver's when it gives up on the socket first.
