@@ -68,17 +68,23 @@ def test_too_few_follow_ups_leave_every_weight_at_zero() -> None:
     assert fit.weights.prior == 0 and fit.weights.companion_share is None
 
 
-def test_a_workflow_makes_the_session_prior_pay() -> None:
-    """After tool i comes tool i+20; the second request is as close to a decoy as to it, so
-    only what followed i in other sessions tells them apart."""
+def workflow(second_at: int) -> World:
+    """120 sessions where after tool i comes tool i+20, the second request as close to a decoy
+    as to it; each session's second turn `second_at` minutes after its first."""
     w = World()
     rng = random.Random(3)
     for s in range(120):
         i = rng.randrange(20)
         decoy = (i + 1) % 20 + 20
         w.turn(f"s{s}", 0, w.request((i, 1.0)), i)
-        w.turn(f"s{s}", 1, w.request((i + 20, 1.0), (decoy, 1.0), noise=0.1), i + 20)
-    fit = w.fit()
+        w.turn(f"s{s}", second_at, w.request((i + 20, 1.0), (decoy, 1.0), noise=0.1), i + 20)
+    return w
+
+
+def test_a_workflow_makes_the_session_prior_pay() -> None:
+    """After tool i comes tool i+20; the second request is as close to a decoy as to it, so
+    only what followed i in other sessions tells them apart."""
+    fit = workflow(second_at=1).fit()
     assert fit.weights.prior > 0
     assert fit.share_fitted is not None and fit.share_alone is not None
     assert fit.share_fitted > fit.share_alone
@@ -89,13 +95,7 @@ def test_a_step_across_an_idle_gap_is_no_follow_up() -> None:
     hour's idle limit no turn follows another (each session expired before its second turn), so
     neither the held-out relations nor the follow-ups see a step, and the prior stays 0; without
     a limit the same turns fit it."""
-    w = World()
-    rng = random.Random(3)
-    for s in range(120):
-        i = rng.randrange(20)
-        decoy = (i + 1) % 20 + 20
-        w.turn(f"s{s}", 0, w.request((i, 1.0)), i)
-        w.turn(f"s{s}", 90, w.request((i + 20, 1.0), (decoy, 1.0), noise=0.1), i + 20)
+    w = workflow(second_at=90)
     expired = w.fit(idle_s=3600.0)
     assert (expired.follow_ups, expired.result, expired.weights.prior) == (
         0,
