@@ -48,9 +48,11 @@ class CountingStore:
         self.calls["record_turns"] += 1
         return await self.inner.record_turns(turns)
 
-    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+    async def save_exemplars(
+        self, exemplars: Sequence[Exemplar], *, replayed: bool = False
+    ) -> SaveResult:
         self.calls["save_exemplars"] += 1
-        return await self.inner.save_exemplars(exemplars)
+        return await self.inner.save_exemplars(exemplars, replayed=replayed)
 
     async def exemplars_for_queries(self, queries: Sequence[str]) -> dict[str, Exemplar]:
         self.calls["exemplars_for_queries"] += 1

@@ -218,9 +218,11 @@ class CountedStore(SqliteStore):
         self.writes.append("call")
         await super().record_oracle_call(call)
 
-    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+    async def save_exemplars(
+        self, exemplars: Sequence[Exemplar], *, replayed: bool = False
+    ) -> SaveResult:
         self.writes.append("labels")
-        return await super().save_exemplars(exemplars)
+        return await super().save_exemplars(exemplars, replayed=replayed)
 
 
 async def test_a_backlog_of_turns_and_their_labels_replays_in_a_few_writes(

@@ -909,23 +909,35 @@ async def test_batch_refuses_downgrades_against_stored_and_within(store: Store) 
     same_exemplar(await lookup_one(store, "inside"), strong)
 
 
-async def test_an_older_human_label_leaves_a_later_stored_one(store: Store) -> None:
-    """A human label made before the stored human label of its request (another replica's,
-    saved while this one spooled it) is left by the save itself, read and decided in its
-    transaction, and named in `overtaken`; a human label of the same time replaces it."""
+async def test_an_older_replayed_human_label_leaves_a_later_stored_one(store: Store) -> None:
+    """A replayed human label made before the stored human label of its request (another
+    replica's, saved while this one spooled it) is left by the save itself, read and decided in
+    its transaction, and named in `overtaken`; a human label of the same time replaces it."""
     await seed_tools(store, "a", "b")
     later = exemplar("Asked By Hand", "a", "feedback", at=NOW)
     assert await save_one(store, later)
     older = exemplar("asked by hand", "b", "feedback", at=NOW - timedelta(minutes=1))
     before = await store.state()
-    result = await store.save_exemplars([older])
+    result = await store.save_exemplars([older], replayed=True)
     same_exemplar(await lookup_one(store, "asked by hand"), later)
     assert result.changed == () and [e.id for e in result.overtaken] == [older.id]
     assert await store.state() == before
     same_time = exemplar("ASKED by hand", "b", "feedback", at=NOW)
-    result = await store.save_exemplars([same_time])
+    result = await store.save_exemplars([same_time], replayed=True)
     assert [e.id for e in result.changed] == [same_time.id] and result.overtaken == ()
     same_exemplar(await lookup_one(store, "asked by hand"), same_time)
+
+
+async def test_a_live_human_label_replaces_a_later_stamped_one(store: Store) -> None:
+    """A human label saved live replaces the stored human label of its request even when that
+    one's time is later (another replica's clock running ahead): it is the latest word."""
+    await seed_tools(store, "a", "b")
+    ahead = exemplar("Asked By Hand", "a", "feedback", at=NOW + timedelta(minutes=2))
+    assert await save_one(store, ahead)
+    live = exemplar("asked by hand", "b", "feedback", at=NOW)
+    result = await store.save_exemplars([live])
+    assert [e.id for e in result.changed] == [live.id] and result.overtaken == ()
+    same_exemplar(await lookup_one(store, "asked by hand"), live)
 
 
 async def test_batch_duplicates_apply_in_order(store: Store) -> None:

@@ -118,18 +118,29 @@ def test_plan_saves_applies_a_batch_in_order() -> None:
     assert [e.version for e in result.changed] == [7, 7] and result.evicted == 1
 
 
-def test_a_human_label_never_replaces_a_later_human_one() -> None:
-    """`supersedes`: a human label older than the stored human label of another id leaves it
-    (a spool replayed after another replica's later word); the same time, the same id (a replay
-    again), a naive time read as UTC or a stored time not read do not stop it."""
+def test_a_replayed_human_label_never_replaces_a_later_human_one() -> None:
+    """`supersedes`: a replayed human label older than the stored human label of another id
+    leaves it (a spool replayed after another replica's later word); the same time, the same id
+    (a replay again), a naive time read as UTC or a stored time not read do not stop it."""
     later = StoredLabel("a", "feedback", id="later", created_at=NOW)
     older = label("q", "b", "feedback", at=NOW - timedelta(minutes=1), exemplar_id="older")
-    assert not supersedes(older, later)
-    assert not supersedes(replace(older, created_at=older.created_at.replace(tzinfo=None)), later)
-    assert supersedes(replace(older, created_at=NOW), later)
-    assert supersedes(replace(older, id="later"), later)
-    assert supersedes(older, replace(later, created_at=None))
-    assert supersedes(older, replace(later, tier="teacher"))
+    assert not supersedes(older, later, replayed=True)
+    naive = replace(older, created_at=older.created_at.replace(tzinfo=None))
+    assert not supersedes(naive, later, replayed=True)
+    assert supersedes(replace(older, created_at=NOW), later, replayed=True)
+    assert supersedes(replace(older, id="later"), later, replayed=True)
+    assert supersedes(older, replace(later, created_at=None), replayed=True)
+    assert supersedes(older, replace(later, tier="teacher"), replayed=True)
+
+
+def test_a_live_human_label_replaces_a_later_stamped_one() -> None:
+    """A human label saved live is the human's latest word whatever its time says: another
+    replica's clock running ahead of this one's must not make a correction "older"."""
+    ahead = StoredLabel("a", "feedback", id="ahead", created_at=NOW + timedelta(minutes=2))
+    live = label("q", "b", "feedback", at=NOW, exemplar_id="live")
+    assert supersedes(live, ahead)
+    plan = plan_saves([live], {"q": ahead}, {"a", "b"})
+    assert [e.id for e in plan.changing] == ["live"] and plan.overtaken == ()
 
 
 def test_plan_saves_names_the_human_labels_a_later_one_left() -> None:
@@ -142,7 +153,7 @@ def test_plan_saves_names_the_human_labels_a_later_one_left() -> None:
         label("P", "b", "feedback", at=NOW - timedelta(minutes=1), exemplar_id="3"),
         label("q", "b", "teacher", exemplar_id="4"),  # a downgrade, not overtaken
     ]
-    plan = plan_saves(batch, {"q": later}, {"a", "b"})
+    plan = plan_saves(batch, {"q": later}, {"a", "b"}, replayed=True)
     assert [e.id for e in plan.changing] == ["2"]
     assert [e.id for e in plan.overtaken] == ["1", "3"]
     assert [e.id for e in plan.result(version=3).overtaken] == ["1", "3"]

@@ -56,9 +56,8 @@ T = TypeVar("T")
 
 
 class BufferedStore:
-    """`Store` over another store, with a durable write spool for outages; see the module
-    docstring. Without a `spool`, an in-memory one is used (tests, tools): bounded, not
-    durable."""
+    """`Store` over another store, with a durable write spool for outages (module docstring).
+    Without a `spool`, an in-memory one is used (tests, tools): bounded, not durable."""
 
     def __init__(
         self,
@@ -178,13 +177,13 @@ class BufferedStore:
         return len(calls) + await self._replay_labels(labels)
 
     async def _replay_labels(self, labels: list[Exemplar]) -> int:
-        """Write spooled labels; how many the store took. It refuses a label whose tool was
-        deleted meanwhile, and leaves, in its save transaction, a human one a later stored
-        human label replaced (`rules.supersedes`)."""
+        """Write spooled labels as `replayed`; how many the store took. It refuses a label whose
+        tool was deleted meanwhile, and leaves a human one a later stored human label replaced."""
         refused: list[Exemplar] = []
         stale: list[Exemplar] = []
         for start in range(0, len(labels), self._exemplar_batch):
-            result = await self.inner.save_exemplars(labels[start : start + self._exemplar_batch])
+            batch = labels[start : start + self._exemplar_batch]
+            result = await self.inner.save_exemplars(batch, replayed=True)
             refused += result.unknown_tool
             stale += result.overtaken
         self._refused("exemplar_overtaken", stale)
@@ -233,11 +232,14 @@ class BufferedStore:
         self._dropped(await self._on_spool(lambda: self.spool.append(turns)))
         return len(turns)
 
-    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+    async def save_exemplars(
+        self, exemplars: Sequence[Exemplar], *, replayed: bool = False
+    ) -> SaveResult:
         check_tiers(exemplars)
         if not self.backlog and not self.down:
             try:
-                return await self._bounded("save_exemplars", self.inner.save_exemplars(exemplars))
+                saving = self.inner.save_exemplars(exemplars, replayed=replayed)
+                return await self._bounded("save_exemplars", saving)
             except StoreUnavailable as exc:
                 self._down(exc, "save_exemplars")
         # The catalog cannot be checked while down: an unknown tool is rejected at replay.
@@ -397,9 +399,7 @@ class BufferedStore:
 
     async def exists(self) -> bool:
         """True with a backlog (the spool holds the tenant's data), else the store's answer."""
-        if self.backlog:
-            return True
-        return await self._through("exists", lambda: self.inner.exists())
+        return bool(self.backlog) or await self._through("exists", lambda: self.inner.exists())
 
     async def state(self) -> StoreState:
         return await self._through("state", lambda: self.inner.state())

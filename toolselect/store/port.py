@@ -129,12 +129,15 @@ class CatalogStore(Protocol):
 class LabelStore(Protocol):
     """The labels: exemplars one per normalised query, and the versions replicas poll."""
 
-    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+    async def save_exemplars(
+        self, exemplars: Sequence[Exemplar], *, replayed: bool = False
+    ) -> SaveResult:
         """Keep each exemplar as the label of its normalised query, unless that would downgrade.
 
         One transaction per call. A stored exemplar of a stronger tier (feedback > teacher >
-        usage > ranker) is never replaced by a weaker one, nor a human label by an older human
-        one (reported in `overtaken`); the same tool and tier again is no change, except that
+        usage > ranker) is never replaced by a weaker one, nor, when the labels are `replayed`
+        (made earlier, while the store was down: the spool's replay), a human label by an older
+        human one (reported in `overtaken`); the same tool and tier again is no change, except that
         usage labels keep a running majority per query (`counted`); items are applied in order
         (`plan_saves`), against the labels read in the same transaction. An exemplar whose tool
         is not in the catalog is skipped and reported in `unknown_tool`. When anything changed, `exemplar_version`

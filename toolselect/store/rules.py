@@ -206,14 +206,16 @@ def check_tiers(exemplars: Iterable[Exemplar]) -> None:
         check_tier(exemplar)
 
 
-def supersedes(new: Exemplar, stored: StoredLabel | None) -> bool:
+def supersedes(new: Exemplar, stored: StoredLabel | None, *, replayed: bool = False) -> bool:
     """Whether `new` changes the stored label of its query: never a downgrade (feedback >
-    teacher > usage > ranker), never a human label over a later human one (`_overtaken`), and
-    the same tool and tier again is no change, except for usage labels, where every other
-    turn's sighting counts, for the stored tool or against it (`counted`)."""
+    teacher > usage > ranker), never a `replayed` human label over a later human one
+    (`_overtaken`), and the same tool and tier again is no change, except for usage labels,
+    where every other turn's sighting counts, for the stored tool or against it (`counted`)."""
     if stored is None:
         return True
-    if TIER_STRENGTH.get(stored.tier, 0) > TIER_STRENGTH[new.tier] or _overtaken(new, stored):
+    if TIER_STRENGTH.get(stored.tier, 0) > TIER_STRENGTH[new.tier]:
+        return False
+    if replayed and _overtaken(new, stored):
         return False
     if new.tier == "usage" and stored.tier == "usage":
         return not _same_turn(new, stored)
@@ -226,8 +228,10 @@ def _same_turn(new: Exemplar, stored: StoredLabel) -> bool:
 
 def _overtaken(new: Exemplar, stored: StoredLabel | None) -> bool:
     """Whether the stored label is a later human label than the human label `new`: another
-    replica's, saved while this one spooled `new` (or a clock behind). A human's latest word
-    stands; the store checks it under its save lock, so no save slips between read and write."""
+    replica's, saved while this one spooled `new`. A human's latest word stands; the store
+    checks it under its save lock, so no save slips between read and write. Asked only of a
+    replayed label: a live one is the latest word by the time it is saved, and comparing its
+    time with another replica's would let a clock running behind refuse a human's correction."""
     return (
         stored is not None
         and new.tier == stored.tier == "feedback"
@@ -321,14 +325,16 @@ def plan_saves(
     exemplars: Sequence[Exemplar],
     stored: Mapping[str, StoredLabel],
     known_tools: Collection[str],
+    *,
+    replayed: bool = False,
 ) -> SavePlan:
     """Apply the save rules to a batch in order.
 
     `stored` maps a normalised query to its current label, as read under the save's lock. Two
     items of one batch with the same normalised query are applied in order, so the later one
-    wins unless it would downgrade or is a human label older than a human one before it. The
-    human labels left for a later one are named apart (`SavePlan.overtaken`): the spool's replay
-    reports them and the live ranker lets them go.
+    wins unless it would downgrade or, `replayed`, is a human label older than a human one
+    before it. The human labels left for a later one are named apart (`SavePlan.overtaken`): the
+    spool's replay reports them and the live ranker lets them go.
     """
     labels = dict(stored)
     changing: list[Exemplar] = []
@@ -341,11 +347,11 @@ def plan_saves(
             continue
         key = exemplar.query_norm
         stored_label = labels.get(key)
-        if supersedes(exemplar, stored_label):
+        if supersedes(exemplar, stored_label, replayed=replayed):
             exemplar = counted(exemplar, stored_label)
             labels[key] = stored_label_of(exemplar)
             changing.append(exemplar)
-        elif _overtaken(exemplar, stored_label):
+        elif replayed and _overtaken(exemplar, stored_label):
             overtaken.append(exemplar)
     # A query whose last write of the batch only counts more sightings of what was stored.
     recounted = frozenset(

@@ -305,13 +305,15 @@ class Neo4jStore:
 
     # --- exemplars --------------------------------------------------------------------------
 
-    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+    async def save_exemplars(
+        self, exemplars: Sequence[Exemplar], *, replayed: bool = False
+    ) -> SaveResult:
         """See `Store.save_exemplars`: one write transaction (`neo4j_tx.save_exemplars`)."""
         check_tiers(exemplars)
         if not exemplars:
             return SaveResult()
         result = await self._write(
-            neo4j_tx.save_exemplars, exemplars, self._retention, self._clock()
+            neo4j_tx.save_exemplars, exemplars, self._retention, self._clock(), replayed
         )
         if result.evicted:
             log.info("exemplars_evicted", store=self._uri, count=result.evicted)

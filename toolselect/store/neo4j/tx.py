@@ -173,7 +173,7 @@ async def record_sessions(
 
 
 async def save_exemplars(
-    tx: Scoped, exemplars: Sequence[Exemplar], limits: Retention, now: datetime
+    tx: Scoped, exemplars: Sequence[Exemplar], limits: Retention, now: datetime, replayed: bool
 ) -> SaveResult:
     """`Store.save_exemplars` in three queries whatever the batch size: lock and read the
     current labels, write (`UNWIND`), then retention and the version move."""
@@ -191,7 +191,7 @@ async def save_exemplars(
         )
         for s in found["stored"]
     }
-    plan = plan_saves(exemplars, stored, set(found["known"]))
+    plan = plan_saves(exemplars, stored, set(found["known"]), replayed=replayed)
     if not plan.changing:
         return plan.result()
     version = int(found["exemplar_version"]) + 1

@@ -74,7 +74,11 @@ def tombstone(conn: sqlite3.Connection, query_norms: Sequence[str]) -> None:
 
 
 def save(
-    conn: sqlite3.Connection, exemplars: Sequence[Exemplar], limits: Retention, now: datetime
+    conn: sqlite3.Connection,
+    exemplars: Sequence[Exemplar],
+    limits: Retention,
+    now: datetime,
+    replayed: bool,
 ) -> SaveResult:
     """`Store.save_exemplars` in one transaction: the save rules, the writes, then retention."""
     keys = sorted({e.query_norm for e in exemplars})
@@ -93,7 +97,7 @@ def save(
             for key in keys
             if (row := _row(conn, _LABEL_OF_QUERY, key)) is not None
         }
-        plan = plan_saves(exemplars, stored, known)
+        plan = plan_saves(exemplars, stored, known, replayed=replayed)
         if not plan.changing:
             return plan.result()
         version = bump(conn, BUMP_EXEMPLAR)

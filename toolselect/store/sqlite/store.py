@@ -340,12 +340,16 @@ class SqliteStore:
 
     # --- exemplars ------------------------------------------------------------------------
 
-    async def save_exemplars(self, exemplars: Sequence[Exemplar]) -> SaveResult:
+    async def save_exemplars(
+        self, exemplars: Sequence[Exemplar], *, replayed: bool = False
+    ) -> SaveResult:
         check_tiers(exemplars)
         if not exemplars:
             return SaveResult()
         result = await self._run(
-            lambda conn: sqlite_exemplars.save(conn, exemplars, self._retention, self._clock())
+            lambda conn: sqlite_exemplars.save(
+                conn, exemplars, self._retention, self._clock(), replayed
+            )
         )
         if result.evicted:
             log.info("exemplars_evicted", store=self.uri, count=result.evicted)
