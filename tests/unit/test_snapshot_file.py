@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -135,3 +137,28 @@ async def test_the_keeper_writes_when_the_signals_change(tmp_path: Path) -> None
         assert kept.relations == fewer and kept.session_fit == SessionFit()
     finally:
         keeper.close()
+
+
+def test_writers_sharing_the_file_never_leave_it_torn(tmp_path: Path) -> None:
+    """`serve --workers` runs a service per process on one data folder, each keeping the
+    snapshot after its polls: they write the same file at the same moments. Each writer builds
+    its own partial file, so none fails ("table meta already exists") or renames another's half
+    written one over the snapshot; the file read afterwards is one writer's, whole."""
+    path = tmp_path / "snap.db"
+    script = (
+        "import sys\n"
+        "from tests.unit.test_snapshot_file import snapshot\n"
+        "from toolselect.service.snapshot import write_snapshot\n"
+        "from pathlib import Path\n"
+        "for _ in range(40):\n"
+        "    write_snapshot(Path(sys.argv[1]), snapshot())\n"
+    )
+    writers = [
+        subprocess.Popen([sys.executable, "-c", script, str(path)], stderr=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    errors = [w.communicate(timeout=120)[1].decode() for w in writers]
+    assert [w.returncode for w in writers] == [0, 0, 0], errors
+    read = read_snapshot(path, "hashing-3")
+    assert read is not None and read.tools == (WEATHER,) and read.session_fit == FIT
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snap.db"]

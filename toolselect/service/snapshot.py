@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -137,10 +138,23 @@ def snapshot_path(settings: Settings, tenant: str) -> Path | None:
 
 
 def write_snapshot(path: Path, snap: CatalogSnapshot) -> None:
-    """Replace the file at `path` with `snap`, atomically (blocking: call on a worker thread)."""
-    partial = path.with_name(f"{path.name}.partial")
-    partial.unlink(missing_ok=True)
+    """Replace the file at `path` with `snap`, atomically (blocking: call on a worker thread).
+
+    The partial file is this writer's own: `serve --workers` processes keep the one file of
+    their data folder, often at the same moment, and a shared partial name let one writer's
+    rename move another's half-written file over the snapshot."""
+    handle, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".partial", dir=path.parent)
+    os.close(handle)
+    partial = Path(name)
     dim = snap.learned[0].vector.shape[0] if snap.learned else 0
+    try:
+        _write(partial, snap, dim)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)  # a failed write leaves no partial file behind
+
+
+def _write(partial: Path, snap: CatalogSnapshot, dim: int) -> None:
     conn = sqlite3.connect(partial)
     try:
         with conn:
@@ -172,7 +186,6 @@ def write_snapshot(path: Path, snap: CatalogSnapshot) -> None:
             conn.execute(f"PRAGMA user_version = {FORMAT}")
     finally:
         conn.close()
-    os.replace(partial, path)
 
 
 def read_snapshot(path: Path, embedder: str) -> CatalogSnapshot | None:
