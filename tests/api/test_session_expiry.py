@@ -76,7 +76,7 @@ async def from_the_store(service: Service) -> tuple[str, ...]:
     service.sessions.previous("chat-1")  # starts the read
 
     async def read() -> bool:
-        return "chat-1" in service.sessions._recent and not service.sessions._reading
+        return "chat-1" in service.sessions._recent and not service.sessions._wanted
 
     await eventually(read, within=10.0)
     return service.sessions.previous("chat-1")

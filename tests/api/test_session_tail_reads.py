@@ -9,33 +9,51 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 
 from tests.api.conftest import HAND_CATALOG
 from tests.services import ServiceFactory
 from toolselect.service.ranking import Conversation
-from toolselect.service.sessions import TAIL_READS
+from toolselect.service.sessions import TAIL_BATCH, TAIL_WAITING
+from toolselect.store.session_rules import SessionTail
 
 
 async def test_a_burst_of_new_sessions_reads_a_bounded_number_of_tails(
     services: ServiceFactory,
 ) -> None:
-    """2,000 rankings with fresh session ids, 64 at a time, never have more than `TAIL_READS`
-    tail reads in flight; the store stays up and the service ready, and a session read once
-    its reads have room still gets its recorded last tools on the next ranking."""
+    """2,000 rankings with fresh session ids, 64 at a time, never have more than one tail read
+    in flight, of at most `TAIL_BATCH` sessions, nor more than `TAIL_WAITING` sessions waiting;
+    the store stays up and the service ready, and a session read once there is room still gets
+    its recorded last tools on the next ranking."""
     service = await services.start(wait_for_store=True, workers=2)  # a store other processes write
     await service.catalog.upsert_tools(HAND_CATALOG)
-    most = 0
+    reads: list[int] = []
+    inner = service.store.inner
+    read_tails = inner.session_tails
+
+    async def counted(session_ids: Sequence[str]) -> dict[str, SessionTail]:
+        reads.append(len(session_ids))
+        try:
+            return await read_tails(session_ids)
+        finally:
+            reads.append(-len(session_ids))
+
+    inner.session_tails = counted  # type: ignore[method-assign]
+    most_waiting = 0
 
     async def rank_fresh(n: int) -> None:
-        nonlocal most
+        nonlocal most_waiting
         for _ in range(n):
             session = Conversation(session_id=uuid.uuid4().hex)
             await service.ranking.search("and then?", 3, conversation=session)
-            most = max(most, len(service.sessions._reading))
+            most_waiting = max(most_waiting, len(service.sessions._wanted))
             await asyncio.sleep(0)
 
     await asyncio.gather(*(rank_fresh(2_000 // 64) for _ in range(64)))
-    assert most <= TAIL_READS
+    in_flight = [sum(reads[: i + 1]) for i in range(len(reads))]
+    assert reads and max(in_flight) <= TAIL_BATCH and max(reads) <= TAIL_BATCH
+    assert len(reads) // 2 < 2_000 // 8  # sessions share reads
+    assert most_waiting <= TAIL_WAITING
     assert not service.store.down
     service.index.check_ready()
 

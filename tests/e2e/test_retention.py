@@ -52,7 +52,7 @@ async def test_a_label_outlives_its_turn_then_expires_without_a_save(
     clock.advance(days=11)
     assert not await service.retention.run()  # nothing left for the next tick
     assert await service.store.get_turn("t1") is None
-    assert await service.store.session_tail("chat-1") is None
+    assert (await service.store.session_tails(["chat-1"])).get("chat-1") is None
     assert [e.turn_id for e in await service.catalog.exemplars_of("send_email")] == ["t1"]
     assert await scores(service) == labelled
     assert (await service.store.state()).exemplar_version == version

@@ -137,11 +137,11 @@ async def test_a_session_continues_after_its_old_turns_went(store_factory: Store
     store = await store_factory.make()
     await seed_history(store)
     await store.delete_turns(CUTOFF, 100)
-    tail = await store.session_tail("s")
+    tail = (await store.session_tails(["s"])).get("s")
     assert tail is not None and tail.turn_id == "new-s3" and tail.tools == ("fs_read",)
     steps = (await store.analytics("tool_transitions")).rows
     await store.record_turns([turn("new-s4", at=NOW, used_tool="search", session_id="s")])
-    tail = await store.session_tail("s")
+    tail = (await store.session_tails(["s"])).get("s")
     assert tail is not None and tail.turn_id == "new-s4"
     after = {(s, d): n for s, d, n, _ in (await store.analytics("tool_transitions")).rows}
     assert after[("fs_read", "search")] == 1 + sum(
@@ -159,8 +159,8 @@ async def test_a_session_goes_with_its_last_turn(store_factory: StoreFactory) ->
     assert await stored_sessions(store) == {"s": "new-s3", "g": "old-g"}
     await store.delete_turns(CUTOFF, 100)
     assert await stored_sessions(store) == {"s": "new-s3"}
-    assert await store.session_tail("g") is None
-    tail = await store.session_tail("s")
+    assert (await store.session_tails(["g"])).get("g") is None
+    tail = (await store.session_tails(["s"])).get("s")
     assert tail is not None and (tail.turn_id, tail.tools) == ("new-s3", ("fs_read",))
 
 
@@ -196,7 +196,7 @@ async def test_a_session_whose_last_turn_went_starts_afresh(
     has, nexts, _, steps = await facts(store)
     assert (has, nexts, steps) == ({("g", "gone-2")}, set(), {})
     assert await stored_sessions(store) == {"g": "gone-2"}
-    tail = await store.session_tail("g")
+    tail = (await store.session_tails(["g"])).get("g")
     assert tail is not None and (tail.turn_id, tail.tools) == ("gone-2", ("search",))
     assert [t.id for t in await store.session_turns(10)] == ["gone-2"]
 

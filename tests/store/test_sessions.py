@@ -136,21 +136,24 @@ async def test_a_turn_after_an_idle_gap_starts_its_session_afresh(
     assert has == {("s1", f"t{i}") for i in range(1, 6)}
     assert nexts == {("t2", "t3"), ("t4", "t5")}
     assert steps == {("b", "c"): 1, ("a", "b"): 1}
-    tail = await store.session_tail("s1")
+    tail = (await store.session_tails(["s1"])).get("s1")
     assert tail is not None and (tail.turn_id, tail.tools) == ("t5", ("b",))
     transitions = await store.analytics("tool_transitions")
     assert [(r[0], r[1], r[2]) for r in transitions.rows] == [("a", "b", 1), ("b", "c", 1)]
 
 
 async def test_a_sessions_tail_is_its_last_recorded_turn(store: Store) -> None:
-    """`session_tail`: the session's last turn recorded, with its catalog tools and time; None
-    for a session with no turn recorded."""
+    """`session_tails`: each session's last turn recorded, with its catalog tools and time, in
+    one read; a session with no turn recorded is absent."""
     await catalog(store, "a", "b")
     await store.record_turns([turn("t1", 0, "a"), turn("t2", 1, "b", "zz")])
-    tail = await store.session_tail("s1")
-    assert tail is not None and (tail.turn_id, tail.tools) == ("t2", ("b",))
-    assert tail.at == T0 + timedelta(minutes=1)
-    assert await store.session_tail("s9") is None
+    await store.record_turns([turn("t3", 2, "a", session="s2")])
+    tails = await store.session_tails(["s1", "s9", "s2"])
+    assert sorted(tails) == ["s1", "s2"]
+    assert (tails["s1"].turn_id, tails["s1"].tools) == ("t2", ("b",))
+    assert tails["s1"].at == T0 + timedelta(minutes=1)
+    assert (tails["s2"].turn_id, tails["s2"].tools) == ("t3", ("a",))
+    assert await store.session_tails([]) == {}
 
 
 async def test_a_turn_of_unknown_tools_counts_nothing(store: Store) -> None:

@@ -12,6 +12,7 @@ helps, its weight is zero and a ranking is the message alone.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import threading
 import time
@@ -43,10 +44,13 @@ _EMBED_CHUNK = 256
 # A burst of new session turns (a tenth of what the last fit saw, at least this many) refits
 # before the interval is over, so a fresh store starts using its sessions early.
 _GROWTH_FLOOR = 20
-# Session tails read in the background at once, per service; a ranking beyond them starts none
-# (a later ranking of its session will): a burst of new session ids queued a read each, which
-# on Neo4j waited past the store's deadline and made a healthy store count as down.
-TAIL_READS = 8
+# Session tails are read in the background by one reader per service, this many sessions a
+# read; this many more may wait, and a ranking beyond them asks for none (a later ranking of its
+# session will). A read each, a burst of new session ids waited past the store's deadline on
+# Neo4j and made a healthy store count as down; eight at once, they still cost a third of the
+# rankings a second (`tests/api/test_session_tail_reads.py`).
+TAIL_BATCH = 64
+TAIL_WAITING = 1024
 
 
 class SessionSource(Protocol):
@@ -54,7 +58,7 @@ class SessionSource(Protocol):
 
     async def session_turns(self, limit: int) -> list[Turn]: ...
 
-    async def session_tail(self, session_id: str) -> SessionTail | None: ...
+    async def session_tails(self, session_ids: Sequence[str]) -> dict[str, SessionTail]: ...
 
     async def analytics(self, name: str) -> AnalyticsResult: ...
 
@@ -84,7 +88,8 @@ class SessionSignals:
         # Other processes write this store's sessions too (`serve --workers`, replicas on a
         # shared Neo4j): a ranking also reads the session's recorded last turn.
         self._shared = settings.worker_count > 1 or settings.store_kind == "neo4j"
-        self._reading: dict[str, asyncio.Task[None]] = {}  # sessions whose tail is being read
+        self._wanted: dict[str, None] = {}  # sessions whose tail is to be read, in order
+        self._reader: asyncio.Task[None] | None = None
         self._lock = threading.Lock()
         self._noted = 0  # session turns noted since the last refresh
         self._refreshed_at = float("-inf")
@@ -138,8 +143,8 @@ class SessionSignals:
         starts it afresh). Never waits on the store: where it may know more (a session this
         process never noted, or one other processes write too: `serve --workers`, replicas on
         a shared Neo4j), the session's recorded last turn is read in the background into the
-        memory, for the next ranking (unless `TAIL_READS` reads are under way: then a later
-        ranking of it reads it)."""
+        memory, for the next ranking (unless `TAIL_WAITING` sessions wait for theirs: then a
+        later ranking of it asks again)."""
         if not session_id:
             return ()
         with self._lock:
@@ -151,25 +156,30 @@ class SessionSignals:
         return noted[0]
 
     def _read_tail(self, session_id: str) -> None:
-        # One read per session at a time, `TAIL_READS` in all.
-        if session_id in self._reading or len(self._reading) >= TAIL_READS:
+        if session_id in self._wanted or len(self._wanted) >= TAIL_WAITING:
             return
-        task = asyncio.create_task(self._take_tail(session_id), name="toolselect-session-tail")
-        self._reading[session_id] = task
-        task.add_done_callback(lambda _: self._reading.pop(session_id, None))
+        self._wanted[session_id] = None
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._take_tails(), name="toolselect-session-tails")
 
-    async def _take_tail(self, session_id: str) -> None:
-        """The store's last turn of the session into the memory, when later than the noted."""
-        try:
-            stored = await self._store.session_tail(session_id)
-        except ToolselectError:
-            return
-        if stored is None or stored.at is None:
-            return
-        with self._lock:
-            noted = self._recent.get(session_id)
-            if noted is None or utc(noted[1]) < utc(stored.at):
-                self._remember(session_id, stored.tools, stored.at)
+    async def _take_tails(self) -> None:
+        """The store's last turns of the wanted sessions into the memory, each when later than
+        the noted, `TAIL_BATCH` sessions a read until none is wanted (a failed read forgets its
+        sessions: a later ranking of one asks again)."""
+        while self._wanted:
+            sessions = list(itertools.islice(self._wanted, TAIL_BATCH))
+            try:
+                stored = await self._store.session_tails(sessions)
+            except ToolselectError:
+                stored = {}
+            finally:
+                for session_id in sessions:
+                    self._wanted.pop(session_id, None)
+            with self._lock:
+                for session_id, tail in stored.items():
+                    noted = self._recent.get(session_id)
+                    if tail.at is not None and (noted is None or utc(noted[1]) < utc(tail.at)):
+                        self._remember(session_id, tail.tools, tail.at)
 
     # ---- refits ---------------------------------------------------------------------------
 
@@ -284,7 +294,7 @@ class SessionSignals:
         }
 
     async def close(self) -> None:
-        tasks = [*self._reading.values(), *([self._task] if self._task is not None else [])]
+        tasks = [task for task in (self._reader, self._task) if task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -292,15 +292,15 @@ class BufferedStore:
         except StoreUnavailable:
             return set()
 
-    async def session_tail(self, session_id: str) -> SessionTail | None:
-        """None while the store is down (a ranking then goes without the stored tail)."""
+    async def session_tails(self, session_ids: Sequence[str]) -> dict[str, SessionTail]:
+        """Empty while the store is down (a ranking then goes without the stored tails)."""
         try:
             return await self._through(
-                "session_tail",
-                lambda: self._bounded("session_tail", self.inner.session_tail(session_id)),
+                "session_tails",
+                lambda: self._bounded("session_tails", self.inner.session_tails(session_ids)),
             )
         except StoreUnavailable:
-            return None
+            return {}
 
     async def undecided_turns(self, before: datetime, limit: int) -> list[Turn]:
         """None while the store is down: the turns are closed once it is back."""

@@ -201,9 +201,9 @@ class TurnStore(Protocol):
         back to ask about once its budget has room."""
         ...
 
-    async def session_tail(self, session_id: str) -> SessionTail | None:
-        """The session's last recorded turn: its id, catalog tools and time (None: no turn of
-        that session recorded)."""
+    async def session_tails(self, session_ids: Sequence[str]) -> dict[str, SessionTail]:
+        """Each session's last recorded turn: its id, catalog tools and time, by session id (a
+        session with no turn recorded is absent); one round trip."""
         ...
 
     async def session_turns(self, limit: int) -> list[Turn]:

@@ -288,9 +288,9 @@ class Neo4jStore:
         params = {"before": to_db_text(before), "spent": BUDGET_SPENT, "limit": max(limit, 0)}
         return await self._turns("refused_turns", params)
 
-    async def session_tail(self, session_id: str) -> SessionTail | None:
-        rows = await self._read("session_tail", {"id": session_id})
-        return neo4j_tx.tail(rows[0]) if rows else None
+    async def session_tails(self, session_ids: Sequence[str]) -> dict[str, SessionTail]:
+        rows = await self._read("read_session_tails", {"ids": list(session_ids)})
+        return {row["session"]: neo4j_tx.tail(row) for row in rows}
 
     async def session_turns(self, limit: int) -> list[Turn]:
         return await self._turns("session_turns", {"limit": max(limit, 0)})

@@ -137,7 +137,7 @@ async def lock_sessions(tx: Scoped, turns: Sequence[Turn]) -> dict[str, SessionT
 
 
 def tail(row: Record) -> SessionTail:
-    """A session's last turn as `session_tails` and `session_tail` return it."""
+    """A session's last turn as `session_tails` and `read_session_tails` return it."""
     at = None if row["at"] is None else from_db(row["at"])
     return SessionTail(row["turn"], tuple(row["tools"] or ()), at)
 

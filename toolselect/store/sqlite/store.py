@@ -323,9 +323,8 @@ class SqliteStore:
     async def refused_turns(self, before: datetime, limit: int) -> list[Turn]:
         return await self._turns(sql.REFUSED_TURNS, (ts(before), BUDGET_SPENT, max(limit, 0)))
 
-    async def session_tail(self, session_id: str) -> SessionTail | None:
-        tails = await self._run(lambda conn: sqlite_sessions.read_tails(conn, [session_id]))
-        return tails.get(session_id)
+    async def session_tails(self, session_ids: Sequence[str]) -> dict[str, SessionTail]:
+        return await self._run(lambda conn: sqlite_sessions.read_tails(conn, session_ids))
 
     async def session_turns(self, limit: int) -> list[Turn]:
         return await self._turns(sql.SESSION_TURNS, (max(limit, 0),))
