@@ -4,6 +4,7 @@ past `TOOLSELECT_EXEMPLAR_MAX_AGE_DAYS` stops counting in the ranking without an
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
@@ -143,3 +144,20 @@ async def test_refused_turns_past_the_age_are_not_asked_about_again(
         refused.add(RefusedTurn(turn, vector, ()))
     await service.retention.run()
     assert "old" not in refused and "recent" in refused
+
+
+async def test_a_service_without_upkeep_deletes_nothing_on_the_side(
+    services: ServiceFactory,
+) -> None:
+    """A one-shot command (`toolselect rank`, `analytics learning`...) starts its service
+    without the upkeep: after ten of its ticks would have passed, the turns past their age
+    are still there (the control above shows the upkeep deleting them)."""
+    clock = FakeClock(T0)
+    settings = services.settings(turn_max_age_days=10.0, poll_interval_s=0.05)
+    service = await Service.start(settings, clock=clock, upkeep=False)
+    services.started.append(service)
+    old = Turn(id="old", request="an old request", used_tool="x", at=T0 - timedelta(days=11))
+    await service.store.record_turns([old])
+    await asyncio.sleep(0.5)  # the upkeep ticks every 50 ms here, and runs retention at once
+    assert await service.store.get_turn("old") is not None
+    assert not service.refused_taken_back.is_set()

@@ -61,8 +61,9 @@ async def _with_service(args: argparse.Namespace, body: Callable[[Service], Any]
 
     settings = _settings(args)
     configure_logging("warning", settings.log_format)
+    # A one-shot command: no upkeep, which would run retention or ask the teacher on the side.
     service = await Service.start(
-        settings, load_progress=_progress("embedding tools: {done}/{total}")
+        settings, load_progress=_progress("embedding tools: {done}/{total}"), upkeep=False
     )
     try:
         result = await body(service)

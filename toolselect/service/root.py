@@ -88,12 +88,15 @@ class Service:
         load_progress: Progress | None = None,
         tenant: str = DEFAULT_TENANT,
         beside: Service | None = None,
+        upkeep: bool = True,
     ) -> Service:
         """Open the adapters, compose the parts, then load the catalog and exemplars.
 
         With `wait_for_store` (the server), an unreachable store does not stop the start: the
         service answers `not_ready` and keeps connecting in the background; otherwise (the CLI)
-        `StoreUnavailable` is raised at once. `load_progress` hears of the catalog's embedding.
+        `StoreUnavailable` is raised at once; without `upkeep` (a one-shot command) no background
+        upkeep runs, which may delete old turns and ask the teacher about refused ones.
+        `load_progress` hears of the catalog's embedding.
         `tenant` names whose store and spool file (`keys.tenant_file`) to open; `beside` is the
         process's `default` service when `TenantServices` starts another tenant's, which then
         shares its embedder and vector cache (the model loaded once, one connection to the
@@ -164,12 +167,13 @@ class Service:
                 service.reachability.lost(str(exc))  # logged once, if the ping did not
                 if not await service._serve_snapshot():
                     service.learner.open()
-            service._maintenance = asyncio.create_task(
-                service._maintain(), name="toolselect-maintenance"
-            )
-            service._watching = asyncio.create_task(
-                service._watch_store(), name="toolselect-store-watch"
-            )
+            if upkeep:
+                service._maintenance = asyncio.create_task(
+                    service._maintain(), name="toolselect-maintenance"
+                )
+                service._watching = asyncio.create_task(
+                    service._watch_store(), name="toolselect-store-watch"
+                )
         except BaseException:
             await service.close()
             raise
