@@ -16,8 +16,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import structlog
-
 from toolselect.errors import StoreUnavailable, ToolselectError
 from toolselect.metrics import Metrics
 from toolselect.service.outages import StoreOutages
@@ -25,8 +23,6 @@ from toolselect.store.buffered import BufferedStore
 
 # How long an asker waits for the store's answer (probes usually give up after 1-5 s).
 READY_PING_S = 2.0
-
-log = structlog.get_logger("toolselect.service")
 
 
 class Reachability:
