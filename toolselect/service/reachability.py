@@ -3,12 +3,11 @@
 Every asker (`/readyz`, the upkeep, the `toolselect_store_up` watch, a starting tenant) shares
 one ping at a time, bounded by `READY_PING_S`. While the store is known down, a readiness
 probe is answered from that at once, a ping started behind it when none is under way, so a
-probe never waits on a store that hangs but for the first after it stopped answering. An
-outage is logged twice, whatever its length and traffic: `store_unreachable` when the store
-stops answering, `store_reachable` when it answers again, with how long it was down, the
-requests this process refused meanwhile (`503 not_ready` / `store_unavailable`) and the
-writes it spooled; the driver's retries and each refusal are counted on `/metrics`, their
-lines thinned out by `logs.Repeats`.
+probe never waits on a store that hangs but for the first after it stopped answering. Each
+answer and failure is told to the store's `StoreOutages`, shared by every service of the
+process on the same store, which logs an outage twice, whatever its length, traffic and
+tenants: `store_unreachable` and `store_reachable`; the driver's retries and each refusal are
+counted on `/metrics`, their lines thinned out by `logs.Repeats`.
 """
 
 from __future__ import annotations
@@ -17,41 +16,38 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import structlog
-
 from toolselect.errors import StoreUnavailable, ToolselectError
-from toolselect.keys import DEFAULT_TENANT
 from toolselect.metrics import Metrics
+from toolselect.service.outages import StoreOutages
 from toolselect.store.buffered import BufferedStore
 
 # How long an asker waits for the store's answer (probes usually give up after 1-5 s).
 READY_PING_S = 2.0
-_REFUSED = ("not_ready", "store_unavailable")
-
-log = structlog.get_logger("toolselect.service")
 
 
 class Reachability:
     """The store's reachability for one service: one ping at a time, the last answer kept,
-    one line when it changes (see the module docstring)."""
+    each told to the store's outages (see the module docstring). `beside` is the process's
+    `default` service's: on the same store, its `StoreOutages` is shared."""
 
     def __init__(
         self,
         store: BufferedStore,
         metrics: Metrics,
+        beside: Reachability | None = None,
         *,
         within_s: float = READY_PING_S,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
-        self._metrics = metrics
         self.within_s = within_s
-        self._now = now
         self._pinging: asyncio.Task[None] | None = None
         self.error: str | None = None  # the last failure while down; None while it answers
-        self._lost_at = 0.0
-        self._refused_at = 0.0
-        self._spooled_at = 0
+        shared = beside.outages if beside is not None else None
+        if shared is None or shared.uri != store.uri:  # a store of its own (a SQLite file)
+            shared = StoreOutages(store.uri, metrics, now=now)
+        self.outages: StoreOutages = shared
+        self.outages.join(store)
 
     @property
     def down(self) -> bool:
@@ -105,42 +101,17 @@ class Reachability:
         return False
 
     def lost(self, error: str) -> None:
-        """The store did not answer: logged if it was not known down already."""
-        was_down = self.down
+        """The store did not answer: told to its outages (logged if none is open)."""
         self.error = error
-        if was_down:
-            return
-        self._lost_at = self._now()
-        self._refused_at = self._refused()
-        self._spooled_at = self._store.spool.appended
-        log.warning("store_unreachable", store=self._store.uri, error=error, **self._tenant())
+        self.outages.lost(self._store, error)
 
     def answered(self) -> None:
-        """The store answered: logged, with what the outage cost, if it was known down."""
-        if not self.down:
-            return
+        """The store answered: told to its outages (which end once no service waits on it)."""
         self.error = None
-        log.warning(
-            "store_reachable",
-            store=self._store.uri,
-            down_s=round(self._now() - self._lost_at, 1),
-            refused=int(self._refused() - self._refused_at),
-            spooled=self._store.spool.appended - self._spooled_at,
-            **self._tenant(),
-        )
-
-    def _refused(self) -> float:
-        """Requests this process answered `503 not_ready` or `store_unavailable` so far."""
-        values = (
-            self._metrics.value("toolselect_http_rejected_total", {"reason": r}) for r in _REFUSED
-        )
-        return sum(v or 0.0 for v in values)
-
-    def _tenant(self) -> dict[str, str]:
-        tenant = self._store.tenant
-        return {} if tenant == DEFAULT_TENANT else {"tenant": tenant}
+        self.outages.answered(self._store)
 
     async def close(self) -> None:
         if self._pinging is not None:
             self._pinging.cancel()
             await asyncio.gather(self._pinging, return_exceptions=True)
+        self.outages.leave(self._store)

@@ -45,7 +45,7 @@ log = structlog.get_logger("toolselect.service")
 class Service:
     """A started toolselect: the facades over one store, one embedder, one ranker."""
 
-    def __init__(self, parts: Parts) -> None:
+    def __init__(self, parts: Parts, beside: Reachability | None = None) -> None:
         self.parts = parts
         self.settings = parts.settings
         self.metrics = parts.metrics
@@ -62,7 +62,7 @@ class Service:
         self.sessions = parts.sessions
         self.keys = parts.keys
         self.retention = parts.retention
-        self.reachability = Reachability(parts.store, parts.metrics)
+        self.reachability = Reachability(parts.store, parts.metrics, beside)
         self._maintenance: asyncio.Task[None] | None = None
         self._watching: asyncio.Task[None] | None = None
         self._owns_models = True
@@ -101,7 +101,7 @@ class Service:
         process's `default` service when `TenantServices` starts another tenant's, which then
         shares its embedder and vector cache (the model loaded once, one connection to the
         file; closed by their owner), its metrics registry (labelled with this tenant), its
-        global teacher budget and its Neo4j driver.
+        global teacher budget and its Neo4j driver, whose outages they log as one (`StoreOutages`).
         """
         # One BLAS thread: ranking is a small matrix-vector product, where a second thread buys
         # nothing at the median and multiplies the p99 whenever the other core is busy.
@@ -151,7 +151,7 @@ class Service:
         if beside is not None:
             beside.teacher_budgets.setdefault(tenant, parts.oracle.budget)
             beside.teacher_refused.setdefault(tenant, parts.learner.refused)
-        service = cls(parts)
+        service = cls(parts, beside.reachability if beside is not None else None)
         service._owns_models = beside is None
         kept_at = snapshot_path(settings, tenant)
         service._snapshots = SnapshotKeeper(kept_at) if kept_at is not None else None

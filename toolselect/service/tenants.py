@@ -5,10 +5,11 @@ it: it also holds the API keys, the metrics and the settings) and starts another
 its first request (`Service.start(tenant=..., beside=default)`), over that tenant's store and
 spool file (`keys.tenant_file`), sharing the default service's embedder (the model is loaded
 once) and vector cache, the `Metrics` registry (each its own `tenant` label), the global
-teacher budget, the Neo4j driver (one connection pool, the schema migrated once) and the
-settings. One start per tenant at a time (a lock per tenant); at most `TOOLSELECT_TENANTS_LIVE`
-other tenants live at once (the least recently used is closed beyond it), and a tenant unused
-for `TOOLSELECT_TENANT_IDLE` seconds is closed by a background sweep.
+teacher budget, the Neo4j driver (one connection pool, the schema migrated once, an outage
+logged once for all: `service/outages.py`) and the settings. One start per tenant at a time
+(a lock per tenant); at most `TOOLSELECT_TENANTS_LIVE` other tenants live at once (the least
+recently used is closed beyond it), and a tenant unused for `TOOLSELECT_TENANT_IDLE` seconds is
+closed by a background sweep.
 A closed tenant's data stays in its store; its next request starts it again. Neither the sweep
 nor the bound closes a tenant while a request on it runs (`busy`, held by the HTTP middleware
 and MCP's key gate around each request): the bound is then exceeded until one ends.
