@@ -93,7 +93,7 @@ class Settings:
     teacher_share: float = setting(0.25, "TOOLSELECT_TEACHER_SHARE", float_in(0.0, 1.0), "share of flagged turns the teacher may be asked about: only the most uncertain (lowest calibrated probability) that share of recent flagged turns escalate, the rest are declined; 1: every turn the free tier cannot label")
     teacher_full_catalog: int = setting(50, "TOOLSELECT_TEACHER_FULL_CATALOG", int_in(0, 10_000), "show the teacher every tool when the catalog (or pack) has at most this many")
     teacher_max_input_tokens: int = setting(6000, "TOOLSELECT_TEACHER_MAX_INPUT_TOKENS", int_in(200, 200_000), "estimated input tokens a teacher call may spend on candidates")
-    teacher_budget_per_hour: int = setting(60, "TOOLSELECT_TEACHER_BUDGET_PER_HOUR", int_in(0, 1_000_000), "paid teacher calls allowed per rolling hour, for each tenant")
+    teacher_budget_per_hour: int = setting(60, "TOOLSELECT_TEACHER_BUDGET_PER_HOUR", int_in(0, 1_000_000), "paid teacher calls allowed per rolling hour, for each tenant, by every process on its store together (each counts the others' at its polls)")
     teacher_global_budget_per_hour: int | None = setting(None, "TOOLSELECT_TEACHER_GLOBAL_BUDGET_PER_HOUR", auto_or(int_in(0, 1_000_000), "off"), "paid teacher calls allowed per rolling hour to all tenants of one process together (a cap over `TOOLSELECT_TEACHER_BUDGET_PER_HOUR`); `off`: no cap", unset="off")
     teacher_retries: int = setting(2, "TOOLSELECT_TEACHER_RETRIES", int_in(0, 10), "retries on 429/5xx/overloaded")
     teacher_timeout_s: float = setting(20.0, "TOOLSELECT_TEACHER_TIMEOUT", float_in(0.1, 600.0), "seconds per teacher attempt")

@@ -11,6 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 WINDOW_S = 3600.0
@@ -55,6 +56,12 @@ class Budget:
         self.cap = cap
         self._clock = clock
         self._slots: deque[Slot] = deque()
+        self._elsewhere: deque[float] = deque()  # when other processes paid (`elsewhere`)
+        # What tells their calls from this process's, kept with the budget (a tenant's service
+        # closed and started again keeps its budget): since when others' calls are counted, and
+        # the ids of the calls this process traced (`service.teacher_budget.TeacherCalls`).
+        self.elsewhere_since: datetime | None = None
+        self.own_calls: dict[str, datetime] = {}
         self.seeded = False
 
     def seed(self, ages_s: Iterable[float]) -> int:
@@ -83,18 +90,30 @@ class Budget:
         self._slots.insert(index, slot)
         return slot
 
+    def elsewhere(self, ages_s: Iterable[float]) -> None:
+        """The calls other processes on the store paid since this budget started counting them,
+        `ages_s` seconds ago, all of them (each call replaces the last): they use this budget's
+        window too, so processes sharing a store share its hourly calls (as of the last call).
+        Never a slot of this budget's own: `idle` does not see them. A negative age (a process
+        whose clock runs ahead) is a call paid now."""
+        now = self._clock()
+        self._elsewhere = deque(sorted(now - max(age, 0.0) for age in ages_s if age < WINDOW_S))
+
     def _expire(self) -> None:
         horizon = self._clock() - WINDOW_S
         while self._slots and self._slots[0].at <= horizon:
             self._slots.popleft()
+        while self._elsewhere and self._elsewhere[0] <= horizon:
+            self._elsewhere.popleft()
 
     def _own_remaining(self) -> int:
         self._expire()
-        return max(self.per_hour - len(self._slots), 0)
+        return max(self.per_hour - len(self._slots) - len(self._elsewhere), 0)
 
     def idle(self) -> bool:
         """Whether no call of this budget's own is in its window (paid, or reserved)."""
-        return self._own_remaining() == self.per_hour
+        self._expire()
+        return not self._slots
 
     def remaining(self) -> int:
         """Calls still allowed in the current window (the shared cap's count too)."""

@@ -36,6 +36,7 @@ from toolselect.service.ranking import RankingFacade
 from toolselect.service.retention import RetentionPass
 from toolselect.service.searches import SearchLog
 from toolselect.service.sessions import SessionSignals
+from toolselect.service.teacher_budget import TeacherCalls
 from toolselect.store.buffered import BufferedStore
 from toolselect.store.port import Store
 from toolselect.store.spool import Spool
@@ -79,6 +80,7 @@ class Parts:
     tuner: Tuner
     index: LiveIndex
     oracle: Oracle
+    teacher_calls: TeacherCalls
     learner: Learner
     teacher: Teacher | None
     ranking: RankingFacade
@@ -201,18 +203,20 @@ def compose(
         metrics,
         load_progress=load_progress,
     )
+    budget = teacher_budget or Budget(
+        settings.teacher_budget_per_hour,
+        clock=window_seconds(clock),
+        cap=teacher_cap or _global_teacher_budget(settings, clock),
+    )
+    enabled = settings.oracle == "on"
+    calls = TeacherCalls(buffered, budget, clock, active=enabled and teacher is not None)
     oracle = Oracle(
         teacher,
-        enabled=settings.oracle == "on",
-        budget=teacher_budget
-        or Budget(
-            settings.teacher_budget_per_hour,
-            clock=window_seconds(clock),
-            cap=teacher_cap or _global_teacher_budget(settings, clock),
-        ),
+        enabled=enabled,
+        budget=budget,
         retry=RetryPolicy(retries=settings.teacher_retries),
         timeout_s=settings.teacher_timeout_s,
-        record_call=buffered.record_oracle_call,
+        record_call=calls.record,
         clock=epoch_seconds(clock),
         metrics=metrics,
     )
@@ -253,6 +257,7 @@ def compose(
         tuner=tuner,
         index=index,
         oracle=oracle,
+        teacher_calls=calls,
         learner=learner,
         teacher=teacher,
         ranking=ranking,

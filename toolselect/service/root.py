@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from functools import partial
 
 import structlog
@@ -25,7 +24,7 @@ from toolselect.errors import NotReady, SpoolError, StoreUnavailable, Toolselect
 from toolselect.keys import DEFAULT_TENANT, tenant_file
 from toolselect.learn.refused import Refused, RefusedTurn, labelled_meanwhile
 from toolselect.metrics import Metrics
-from toolselect.oracle.budget import WINDOW_S, Budget
+from toolselect.oracle.budget import Budget
 from toolselect.records import Turn
 from toolselect.service.index import Progress
 from toolselect.service.parts import Parts, build_teacher, compose
@@ -219,7 +218,7 @@ class Service:
         503 for 84 s, its learner not started and its queue refusing turns."""
         await self.store.migrate()
         await self.reload_keys()
-        await self._seed_teacher_budget()
+        await self.parts.teacher_calls.seed()
         if self.settings.load_demo and not await self.store.list_tools():
             result = await self.store.upsert_tools(load_demo_catalog())
             log.info("demo_catalog_loaded", tools=result.upserted)
@@ -257,20 +256,6 @@ class Service:
         if self._snapshots is not None and self.loaded:
             signals = (self.sessions.relations, self.sessions.fit)
             await self._snapshots.keep(self.ranker.version, signals, self.index.capture)
-
-    async def _seed_teacher_budget(self) -> None:
-        """Count the teacher calls billed in the last hour against a budget this process has
-        not used yet: it lives in memory, and a restart (a crash loop, a deploy) would begin a
-        fresh hour of paid calls. The store holds every replica's calls, so a replica started
-        again counts theirs too: it spends less, never more, until the hour has passed."""
-        budget = self.oracle.budget
-        if budget.seeded or not self.oracle.active:
-            return
-        now = self.parts.clock()
-        calls = await self.store.oracle_calls(since=now - timedelta(seconds=WINDOW_S))
-        seeded = budget.seed((now - call.at).total_seconds() for call in calls if call.billed)
-        if seeded:
-            log.info("teacher_budget_seeded", calls=seeded, remaining=budget.remaining())
 
     async def _take_back_refused(self) -> int:
         """Take back the turns a predecessor's spent teacher budget refused that are still
@@ -356,6 +341,7 @@ class Service:
                     await self.reload_keys()
                     await self.index.refresh()
                     await self._keep_snapshot()
+                    await self.parts.teacher_calls.follow()
                 spooled = self.store.backlog or self.store.down
                 due = since_take_back is not None and since_take_back >= interval
                 if self.loaded and due and not spooled:
