@@ -155,3 +155,16 @@ async def test_a_fallback_tool_under_two_names_is_one_row(
         ["shell_exec", "stock_quote", 1],
     ]
     assert [row[2:5] for row in await rows("online_recall")] == [["shell_exec", 1, 0]]
+
+
+async def test_a_query_parameter_other_than_since_is_refused(client: Client) -> None:
+    """An analysis reads only `since`: a misspelt `sinc` or a `pack` it has no scope for was
+    ignored, answering 200 with every day's or every pack's rows as if narrowed; 422 naming it."""
+    for query in ("sinc=2999-01-01", "pack=web", "since=2999-01-01&until=2999-02-01"):
+        resp = await client.get(f"/v1/analytics/misroute_rate?{query}")
+        assert resp.status == 422, query
+        error = (await resp.json())["error"]
+        wrong = query.rsplit("&", 1)[-1].split("=")[0]
+        assert (error["code"], error["field"]) == ("invalid_request", f"query.{wrong}")
+        assert error["message"] == f"expected no query parameter but since, got '{wrong}'"
+    assert (await client.get("/v1/analytics/misroute_rate?since=2999-01-01")).status == 200

@@ -29,7 +29,7 @@ from toolselect.api.http import (
     tenant_service,
 )
 from toolselect.api.openapi import served_document
-from toolselect.api.params import checked_query, path_param, query_field
+from toolselect.api.params import checked_query, only_query, path_param, query_field
 from toolselect.catalog import MAX_TOOLS_PER_PUT, candidates_to_tools, check_pack, parse_tools
 from toolselect.config import Settings
 from toolselect.errors import InvalidInput
@@ -260,6 +260,7 @@ async def learning_fit(request: web.Request) -> web.Response:
 
 async def get_analytics(request: web.Request) -> web.Response:
     name = path_param(request, "name")
+    only_query(request, "since")
     since = checked_query(request, "since", _checked_since)
     service = await tenant_service(request, writes=False)
     body = await service.learning.analysis(name, since)
