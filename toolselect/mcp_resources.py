@@ -21,6 +21,7 @@ from mcp.server.mcpserver.resources import FunctionResource
 from mcp.shared.uri_template import UriTemplate
 
 from toolselect.analytics import registry
+from toolselect.analytics.surfaces import refuse_learning_since
 from toolselect.errors import InvalidInput, NotFound, ToolselectError
 from toolselect.keys import DEFAULT_TENANT
 from toolselect.mcp_auth import current_caller
@@ -74,6 +75,7 @@ async def _analysis(running: Running, name: str, since: str | None) -> str:
     try:
         service = await running.tenant_service()
         if name == registry.LEARNING:
+            refuse_learning_since(since)
             return _dumps(service.learning.fit())
         return _dumps(await service.learning.analysis(name, since))
     except NotFound as exc:

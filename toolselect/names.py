@@ -85,6 +85,21 @@ def same_tool(a: str, b: str) -> bool:
     return a == b or a.endswith("__" + b) or b.endswith("__" + a)
 
 
+def fallback_name(name: str, fallback_tools: Iterable[str]) -> str | None:
+    """The configured fallback tool `name` is by `same_tool` (`mcp__shell_exec` is
+    `shell_exec`, as the detector reads it), or None: the fallback of that very name, else the
+    longest one `name` ends with after a `__`, else the one fallback with more namespaces than
+    `name`; never one of several. The analyses count a fallback tool the catalog lacks under
+    this one name, however agents report it (`cypher/analytics/*.cypher` hold the same rule)."""
+    found = sorted({tool for tool in fallback_tools if same_tool(name, tool)})
+    if name in found:
+        return name
+    within = [tool for tool in found if name.endswith("__" + tool)]
+    if within:
+        return max(within, key=len)
+    return found[0] if len(found) == 1 else None
+
+
 # A flagged turn's query is normalised several times on its way (ratchet lookup, save plan,
 # stored row); a batch of 512 fits in the cache, and the queries are bounded (8 KiB default).
 @functools.lru_cache(maxsize=1024)

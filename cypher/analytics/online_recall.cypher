@@ -4,6 +4,10 @@
 //   In Neo4j Browser: :param since => null
 // $tenant - the tenant whose data is read (every node matched carries it).
 //   In Neo4j Browser: :param tenant => 'default'
+// $fallbacks - the fallback tools (TOOLSELECT_FALLBACK_TOOLS), each once: a used tool the catalog
+//   lacks counts as the one it is (`mcp__shell_exec` is `shell_exec`).
+//   In Neo4j Browser: :param fallbacks => ['shell_exec', 'shell_poll', 'shell_kill', 'fs_read',
+//   'fs_glob', 'fs_grep', 'skill', 'text_response']
 // One row per UTC day, pack and used tool with at least one turn whose search_status is set
 // (turns observed without a search id do not count anywhere here).
 // Columns: day (UTC date of the turn's at, YYYY-MM-DD), pack (the turn's pack, null for none),
@@ -19,8 +23,9 @@
 //   other_pack (search_status 'other_pack': the search was issued for another pack).
 // Whether the right tool was among those shown is not stored, so a fallback can be a miss of
 // the ranker or of the agent alike.
-// A used tool is the catalog tool its reported name stands for (`names.CatalogNames`), so one
-// tool is one row however agents name it.
+// A used tool is the catalog tool its reported name stands for (`names.CatalogNames`), else the
+// fallback tool it is (`mcp__shell_exec` is `shell_exec`), so one tool is one row however agents
+// name it.
 // Order: day, then pack (nulls last), then used_tool.
 MATCH (t:Turn {tenant: $tenant})
 WHERE t.search_status IN ['shown', 'not_shown', 'unknown', 'other_pack']
@@ -42,17 +47,27 @@ WITH
   count(CASE WHEN t.search_status = 'unknown' THEN 1 END) AS unknown_ids,
   count(CASE WHEN t.search_status = 'other_pack' THEN 1 END) AS other_pack
 CALL (reported) {
-  // The catalog tool a reported name stands for (`names.CatalogNames`), else the name itself.
+  // The catalog tool a reported name stands for (`names.CatalogNames`), else the fallback tool
+  // it is (`names.fallback_name`: `mcp__shell_exec` is `shell_exec`), else the name itself.
   OPTIONAL MATCH (exact:Tool {tenant: $tenant, name: reported})
   OPTIONAL MATCH (same:Tool {tenant: $tenant, bare_name: reverse(split(reverse(reported), '__')[0])})
   WITH exact, collect(same.name) AS found
-  WITH exact, found, [n IN found WHERE reported ENDS WITH '__' + n] AS within
+  WITH exact, found, [n IN found WHERE reported ENDS WITH '__' + n] AS within,
+    [f IN $fallbacks WHERE f <> ''
+      AND (reported = f OR reported ENDS WITH '__' + f OR f ENDS WITH '__' + reported)] AS fallbacks
+  WITH exact, found, within, fallbacks, [f IN fallbacks WHERE reported ENDS WITH '__' + f] AS under
   RETURN coalesce(
     exact.name,
     CASE
       WHEN size(found) = 1 THEN found[0]
       WHEN size(within) > 0
         THEN reduce(best = within[0], n IN within | CASE WHEN size(n) > size(best) THEN n ELSE best END)
+    END,
+    CASE
+      WHEN reported IN fallbacks THEN reported
+      WHEN size(under) > 0
+        THEN reduce(best = under[0], f IN under | CASE WHEN size(f) > size(best) THEN f ELSE best END)
+      WHEN size(fallbacks) = 1 THEN fallbacks[0]
     END,
     reported
   ) AS used_tool

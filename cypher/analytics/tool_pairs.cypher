@@ -1,6 +1,7 @@
 // tool_pairs: which tools do agents use together in one turn, and how often?
 // Parameters: $since - accepted and not applied: the counts are kept aggregated over all turns
-//   recorded (each turn counted once, when first recorded), without the times of their turns.
+//   recorded (each turn counted once, when first recorded), without the times of their turns;
+//   each tool keeps its top 100 counts (`Retention.relations_per_tool`), the rest are dropped.
 //   In Neo4j Browser: :param since => null
 // $tenant - the tenant whose data is read (every node matched carries it).
 //   In Neo4j Browser: :param tenant => 'default'

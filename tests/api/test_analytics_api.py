@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from tests.services import ClientFactory, ServiceFactory
+from tests.stubs import Reply, Stub, anthropic_message
 from toolselect.analytics.registry import NAMES
 from toolselect.service import Service
 
@@ -103,3 +106,65 @@ async def test_since_given_twice_or_to_the_learning_fit_is_refused(client: Clien
         error = (await resp.json())["error"]
         assert (error["code"], error["field"]) == ("invalid_request", "query.since")
     assert (await client.get("/v1/analytics/learning")).status == 200
+
+
+async def test_a_fallback_tool_under_two_names_is_one_row(
+    services: ServiceFactory, aiohttp_client: ClientFactory, anthropic_stub: Stub
+) -> None:
+    """A fallback tool the catalog lacks, reported as `shell_exec` and as `mcp__shell_exec`, is
+    one tool to the detector (`names.same_tool`), so it is one row of each analysis, under its
+    configured name: two rows split its mis-route count, its confusions and its recall."""
+    truth = {"mail Ada": "send_email", "price of ACME": "stock_quote", "mail Bo": "send_email"}
+
+    def teacher(body: Any) -> Reply:
+        prompt = json.dumps(body["messages"])
+        return Reply(body=anthropic_message(next(t for q, t in truth.items() if q in prompt)))
+
+    anthropic_stub.responder = teacher
+    client, service = await services.serve(
+        aiohttp_client,
+        teacher="anthropic",
+        anthropic_api_key="test",
+        anthropic_base_url=anthropic_stub.url,
+        teacher_share=1.0,
+    )
+    catalog = {"tools": [{"name": "send_email"}, {"name": "web_search"}, {"name": "stock_quote"}]}
+    assert (await client.put("/v1/tools", json=catalog)).status == 200
+    ranked = await client.post("/v1/rank", json={"query": "price of ACME", "k": 1})
+    search_id = (await ranked.json())["search_id"]
+    turns = [
+        {"request": "mail Ada", "used_tool": "shell_exec", "outcome": "error"},
+        {"request": "price of ACME", "used_tool": "mcp__shell_exec", "search_id": search_id},
+        {"request": "mail Bo", "used_tool": "mcp__shell_exec", "outcome": "ok"},
+        {"request": "find owls", "used_tool": "my_shell_exec"},  # another tool: no fallback
+    ]
+    for turn in turns:
+        assert (await client.post("/v1/observe", json=turn)).status == 202
+    assert await service.learner.drain(60.0)
+
+    async def rows(name: str) -> list[Any]:
+        resp = await client.get(f"/v1/analytics/{name}")
+        assert resp.status == 200
+        found: list[Any] = (await resp.json())["rows"]
+        return found
+
+    misroutes = {row[0]: row[1:3] for row in await rows("misroute_rate")}
+    assert misroutes == {"shell_exec": [3, 3], "my_shell_exec": [1, 0]}
+    assert await rows("confusions") == [
+        ["shell_exec", "send_email", 2],
+        ["shell_exec", "stock_quote", 1],
+    ]
+    assert [row[2:5] for row in await rows("online_recall")] == [["shell_exec", 1, 0]]
+
+
+async def test_a_query_parameter_other_than_since_is_refused(client: Client) -> None:
+    """An analysis reads only `since`: a misspelt `sinc` or a `pack` it has no scope for was
+    ignored, answering 200 with every day's or every pack's rows as if narrowed; 422 naming it."""
+    for query in ("sinc=2999-01-01", "pack=web", "since=2999-01-01&until=2999-02-01"):
+        resp = await client.get(f"/v1/analytics/misroute_rate?{query}")
+        assert resp.status == 422, query
+        error = (await resp.json())["error"]
+        wrong = query.rsplit("&", 1)[-1].split("=")[0]
+        assert (error["code"], error["field"]) == ("invalid_request", f"query.{wrong}")
+        assert error["message"] == f"expected no query parameter but since, got '{wrong}'"
+    assert (await client.get("/v1/analytics/misroute_rate?since=2999-01-01")).status == 200

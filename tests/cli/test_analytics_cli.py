@@ -150,3 +150,33 @@ def test_csv_label_lists_read_back(store_env: dict[str, str]) -> None:
     [header, row] = list(csv.reader(io.StringIO(done.stdout)))
     assert header == ["query", "labels", "tiers", "turns"]
     assert json.loads(row[1]) == [SEMI, "x"]
+
+
+def test_fallback_tools_setting_names_the_fallback_rows(tmp_path: Path) -> None:
+    """The CLI counts a used tool the catalog lacks as the fallback tool of
+    `TOOLSELECT_FALLBACK_TOOLS` it is, as the service does: `mcp__bash__run` and `bash__run` are
+    one row when `bash__run` is a fallback tool, two rows when it is not."""
+    db = tmp_path / "fallbacks.db"
+
+    async def fill() -> None:
+        store = SqliteStore(db)
+        try:
+            await store.migrate()
+            await store.upsert_tools([Tool("send_email", "a tool")], None)
+            await store.record_turns(
+                [_turn(1, "mcp__bash__run", "send_email"), _turn(2, "bash__run", "send_email")]
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(fill())
+    rows = {}
+    for fallbacks in ("bash__run", "shell_exec"):
+        env = cli_env(db, TOOLSELECT_FALLBACK_TOOLS=fallbacks)
+        done = run(["analytics", "misroute_rate", "--format", "json"], env)
+        assert done.returncode == 0, done.stderr
+        rows[fallbacks] = [row[:3] for row in json.loads(done.stdout)["rows"]]
+    assert rows == {
+        "bash__run": [["bash__run", 2, 2]],
+        "shell_exec": [["bash__run", 1, 1], ["mcp__bash__run", 1, 1]],
+    }

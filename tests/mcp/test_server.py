@@ -326,13 +326,15 @@ async def test_resources_list_and_read(connect: Connect) -> None:
     [
         ("toolselect://analytics/nope", "no analysis named 'nope'; known: misroute_rate"),
         ("toolselect://analytics/drift?since=yesterday", "expected since as an ISO-8601 date or datetime, got 'yesterday'"),
+        ("toolselect://analytics/learning?since=2025-01-01", "learning takes no since: the fit covers every stored label"),
     ],
 )  # fmt: skip
 async def test_bad_resource_reads_are_protocol_errors(
     connect: Connect, uri: str, message: str
 ) -> None:
-    """An unknown analysis or a bad `since` is a JSON-RPC error with toolselect's message,
-    -32602 Invalid params: the caller's to fix, not the server's failing."""
+    """An unknown analysis or a bad `since` (any, for the learning fit, which has no window: it
+    was ignored, where HTTP and the CLI refuse it) is a JSON-RPC error with toolselect's
+    message, -32602 Invalid params: the caller's to fix, not the server's failing."""
     async with connect() as client:
         with pytest.raises(MCPError, match=message) as caught:
             await client.read_resource(uri)

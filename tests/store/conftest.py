@@ -45,9 +45,17 @@ class StoreFactory:
             return f"sqlite:{self._path}"
         return self._server.uri
 
-    async def make(self, retention: Retention | None = None, clock: Clock | None = None) -> Store:
-        """A migrated, empty store (the Neo4j database is wiped first)."""
-        return await self._open(retention or Retention(), clock, wipe=True)
+    async def make(
+        self,
+        retention: Retention | None = None,
+        clock: Clock | None = None,
+        fallback_tools: tuple[str, ...] | None = None,
+    ) -> Store:
+        """A migrated, empty store (the Neo4j database is wiped first); `fallback_tools` for its
+        analyses, else the stores' default."""
+        return await self._open(
+            retention or Retention(), clock, wipe=True, fallback_tools=fallback_tools
+        )
 
     async def reopen(self, store: Store) -> Store:
         """Close `store` and open a new one (new connection or driver) on the same data."""
@@ -71,13 +79,16 @@ class StoreFactory:
         *,
         wipe: bool,
         tenant: str = DEFAULT_TENANT,
+        fallback_tools: tuple[str, ...] | None = None,
     ) -> Store:
         extra: dict[str, Any] = {} if clock is None else {"clock": clock}
         if tenant != DEFAULT_TENANT:
             extra["tenant"] = tenant
+        if fallback_tools is not None:
+            extra["fallback_tools"] = fallback_tools
         store: Store
         driver: Any = None
-        if self.backend == "memory" and tenant != DEFAULT_TENANT:
+        if self.backend == "memory" and (tenant != DEFAULT_TENANT or fallback_tools is not None):
             store = SqliteStore(Path(":memory:"), retention=retention, **extra)
         elif self.backend == "memory":
             # The fake is a context manager; its exit closes the store with the others.

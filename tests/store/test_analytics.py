@@ -608,6 +608,8 @@ def test_every_analysis_has_a_documented_cypher_file() -> None:
         header = "\n".join(line for line in text.splitlines() if line.startswith("//"))
         assert text.startswith(f"// {name}:"), name
         assert "$since" in header and ":param since => null" in header, name
+        if "$fallbacks" in text:
+            assert ":param fallbacks => [" in header, name
         for column in analysis.columns:
             assert column in header, (name, column)
             assert f"AS {column}" in text or f".{column}" in text, (name, column)
@@ -706,3 +708,47 @@ async def test_a_tool_reported_under_another_prefix_is_that_tool(
     assert rows(await store.analytics("tool_pairs")) == [("srv__read", "srv__write", 1)]
     transitions = rows(await store.analytics("tool_transitions"))
     assert [row[:3] for row in transitions] == [("srv__read", "srv__write", 1)]
+
+
+async def test_a_fallback_tool_is_one_row_under_its_configured_name(
+    store_factory: StoreFactory,
+) -> None:
+    """A used tool the catalog lacks counts as the configured fallback tool it is by
+    `names.same_tool` (`names.fallback_name`), as the detector flags it: `mcp__shell_exec` is
+    `shell_exec` and `mcp__bash__run` is `bash__run`, `lint` the one fallback `tools__lint`
+    (listed twice), while `my_shell_exec` is another tool and `run`, which two fallbacks end
+    with, stays itself. A catalog tool comes first (`skill` is the catalog's `srv__skill`)."""
+    fallbacks = ("shell_exec", "bash__run", "x__run", "fs_grep", "skill", "tools__lint") * 2
+    store = await store_factory.make(fallback_tools=fallbacks)
+    await store.upsert_tools([Tool("send_email"), Tool("srv__skill")])
+    reported = ("my_shell_exec", "run", "mcp__bash__run", "bash__run", "fs_grep", "z__fs_grep",
+                "x__run", "lint", "skill")  # fmt: skip
+    await store.record_turns(
+        [
+            searched(
+                flagged_turn("f1", DAY1, "mail it", "shell_exec", None, "fallback", "teacher",
+                             "send_email", "labeled"),
+                "shown", None, 2,
+            ),
+            searched(
+                flagged_turn("f2", DAY1, "mail Bo", "mcp__shell_exec", None, "fallback",
+                             "teacher", "send_email", "labeled"),
+                "not_shown", None,
+            ),
+            *(plain_turn(f"p{i}", DAY1, f"q{i}", name, None) for i, name in enumerate(reported)),
+        ]
+    )  # fmt: skip
+    assert rows(await store.analytics("misroute_rate")) == [
+        ("shell_exec", 2, 2, 1.0, "fallback"),
+        ("bash__run", 2, 0, 0.0, None),
+        ("fs_grep", 2, 0, 0.0, None),
+        ("my_shell_exec", 1, 0, 0.0, None),
+        ("run", 1, 0, 0.0, None),
+        ("srv__skill", 1, 0, 0.0, None),
+        ("tools__lint", 1, 0, 0.0, None),
+        ("x__run", 1, 0, 0.0, None),
+    ]
+    assert rows(await store.analytics("confusions")) == [("shell_exec", "send_email", 2)]
+    assert rows(await store.analytics("online_recall")) == [
+        ("2025-03-01", None, "shell_exec", 2, 1, 0.5, 1, 0, 0, 0)
+    ]

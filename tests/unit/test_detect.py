@@ -7,7 +7,7 @@ import math
 import pytest
 
 from toolselect.learn.detect import Flag, RankSignal, detect, is_fallback
-from toolselect.names import DEFAULT_FALLBACK_TOOLS
+from toolselect.names import DEFAULT_FALLBACK_TOOLS, fallback_name
 
 FLOOR = 0.05
 
@@ -127,3 +127,18 @@ def test_custom_fallback_list_replaces_default() -> None:
     """Only the configured fallback tools count; defaults not in the list do not."""
     assert flag_of("shell_exec", fallbacks=("python_repl",)) is None
     assert flag_of("tools__python_repl", fallbacks=("python_repl",)) == Flag("fallback")
+
+
+def test_fallback_name_is_the_one_configured_fallback_a_name_is() -> None:
+    """The analyses' name for a fallback tool: itself, else the longest fallback the name ends
+    with after `__`, else the one fallback with more namespaces; never a bare suffix, and
+    nothing when several fallbacks may be meant."""
+    fallbacks = ("shell_exec", "bash__run", "x__run", "tools__lint", "tools__lint")
+    assert fallback_name("shell_exec", fallbacks) == "shell_exec"
+    assert fallback_name("mcp__shell_exec", fallbacks) == "shell_exec"
+    assert fallback_name("mcp__bash__run", fallbacks) == "bash__run"
+    assert fallback_name("lint", fallbacks) == "tools__lint"  # listed twice: one fallback
+    assert fallback_name("run", fallbacks) is None  # bash__run or x__run
+    assert fallback_name("my_shell_exec", fallbacks) is None
+    assert fallback_name("send_email", fallbacks) is None
+    assert all(is_fallback(n, fallbacks) for n in ("mcp__shell_exec", "mcp__bash__run", "lint"))

@@ -176,7 +176,7 @@ _ALL = (
         "tool_pairs",
         ("a", "b", "together"),
         "pairs of catalog tools used together in one turn, and in how many turns (all turns "
-        "recorded: since does not apply)",
+        "recorded: since does not apply; each tool keeps its top 100 counts)",
         "bars",
         order=lambda r: (-r[2], r[0], r[1]),
     ),
@@ -184,7 +184,8 @@ _ALL = (
         "tool_transitions",
         ("src", "dst", "count", "share"),
         "per tool used in a turn of a session, the tools of the session's next turn: steps and "
-        "their share of the tool's steps (all turns recorded: since does not apply)",
+        "their share of the tool's steps kept (all turns recorded: since does not apply; each "
+        "tool keeps its top 100 counts)",
         "bars",
         order=lambda r: (r[0], -r[2], r[1]),
         rounding={"share": 4},

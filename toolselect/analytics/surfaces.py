@@ -45,6 +45,13 @@ def parse_since(text: str | None) -> datetime | None:
         ) from None
 
 
+def refuse_learning_since(since: str | None) -> None:
+    """The learning fit has no time window: a `since` given for it (any, even blank) is refused
+    (InvalidInput on `since`), by HTTP and MCP alike, rather than ignored."""
+    if since is not None:
+        raise InvalidInput("learning takes no since: the fit covers every stored label", "since")
+
+
 def analyses_payload() -> dict[str, Any]:
     """The body of `GET /v1/analytics`."""
     return {"analyses": list(NAMES)}

@@ -1,5 +1,6 @@
 """What a route reads from its URL besides the body, refused in the API's words: a query
-parameter given at most once, and a path whose percent-escapes spell UTF-8.
+parameter given at most once (and, where a route says so, no other), and a path whose
+percent-escapes spell UTF-8.
 
 A query parameter's error names it `query.<name>` (`query.pack`), apart from a body field of
 the same name (`PUT /v1/tools` takes a `pack` in both); a header is named as it is spelt.
@@ -38,6 +39,16 @@ def query_param(request: web.Request, name: str) -> str | None:
             f"expected {name} at most once, got it {len(values)} times", query_field(name)
         )
     return values[0] if values else None
+
+
+def only_query(request: web.Request, name: str) -> None:
+    """Refuse (422) a query parameter other than `name`: where it narrows numbers, a misspelt
+    one (`sinc`) or one the route has no use for (`pack`) ignored would answer as if obeyed."""
+    for given in request.query:
+        if given != name:
+            raise InvalidInput(
+                f"expected no query parameter but {name}, got {shown(given)}", query_field(given)
+            )
 
 
 def checked_query(request: web.Request, name: str, check: Callable[[str | None], T]) -> T:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from toolselect.analytics.registry import LEARNING
-from toolselect.analytics.surfaces import analyses_payload, parse_since
+from toolselect.analytics.surfaces import analyses_payload, parse_since, refuse_learning_since
 from toolselect.api import models as m
 from toolselect.api.errors import HttpError
 from toolselect.api.http import (
@@ -29,10 +29,9 @@ from toolselect.api.http import (
     tenant_service,
 )
 from toolselect.api.openapi import served_document
-from toolselect.api.params import checked_query, path_param, query_field
+from toolselect.api.params import checked_query, only_query, path_param
 from toolselect.catalog import MAX_TOOLS_PER_PUT, candidates_to_tools, check_pack, parse_tools
 from toolselect.config import Settings
-from toolselect.errors import InvalidInput
 from toolselect.keys import DEFAULT_TENANT, TENANT_HEADER
 from toolselect.ranker.relations import Companion
 from toolselect.records import Exemplar, Tool
@@ -249,10 +248,7 @@ async def list_analytics(request: web.Request) -> web.Response:
 
 async def learning_fit(request: web.Request) -> web.Response:
     """What the learning loop chose from its labels: fold, calibration curve, teacher depth."""
-    if "since" in request.query:  # as the CLI refuses --since: the fit has no time window
-        raise InvalidInput(
-            "learning takes no since: the fit covers every stored label", query_field("since")
-        )
+    checked_query(request, "since", refuse_learning_since)  # as the CLI refuses --since
     service = await tenant_service(request, writes=False)
     payload = service.learning.fit()
     return json_response(m.LearningFit.model_validate(payload, strict=False))
@@ -260,6 +256,7 @@ async def learning_fit(request: web.Request) -> web.Response:
 
 async def get_analytics(request: web.Request) -> web.Response:
     name = path_param(request, "name")
+    only_query(request, "since")
     since = checked_query(request, "since", _checked_since)
     service = await tenant_service(request, writes=False)
     body = await service.learning.analysis(name, since)

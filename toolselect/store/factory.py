@@ -47,6 +47,7 @@ async def open_store(
             retention=retention,
             verify=verify,
             tenant=tenant,
+            fallback_tools=settings.fallback_tools,
         )
     from toolselect.store.sqlite.store import SqliteStore
 
@@ -55,4 +56,5 @@ async def open_store(
         retention=retention,
         tenant=tenant,
         read_only_fallback=read_only_fallback,
+        fallback_tools=settings.fallback_tools,
     )

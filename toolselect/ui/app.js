@@ -53,13 +53,13 @@ const ANALYSES = {
   },
   tool_pairs: {
     title: "Tools used together",
-    caption: "Pairs of catalog tools used in one turn, and in how many turns (all turns recorded).",
+    caption: "Pairs of catalog tools used in one turn, and in how many turns (all turns recorded; each tool keeps its top 100).",
     chart: pairsChart,
   },
   tool_transitions: {
     title: "Tool transitions",
     caption:
-      "Per catalog tool used in a turn of a session, the tools the session's next turn used: steps and their share of the tool's steps (all turns recorded).",
+      "Per catalog tool used in a turn of a session, the tools the session's next turn used: steps and their share of the tool's steps (all turns recorded; each tool keeps its top 100).",
     chart: transitionsChart,
   },
   label_conflicts: {

@@ -6,6 +6,7 @@ malformed URI become `StoreUnavailable`, whose message never holds the password.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from urllib.parse import unquote, urlsplit
 
 from neo4j import AsyncGraphDatabase
@@ -13,6 +14,7 @@ from neo4j.exceptions import DriverError, Neo4jError
 
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.keys import DEFAULT_TENANT
+from toolselect.names import DEFAULT_FALLBACK_TOOLS
 from toolselect.records import Retention
 from toolselect.store.neo4j.boundary import without_credentials
 from toolselect.store.neo4j.store import Neo4jStore
@@ -30,6 +32,7 @@ async def connect_neo4j(
     retention: Retention = Retention(),  # noqa: B008 - frozen, so sharing it is safe
     verify: bool = True,
     tenant: str = DEFAULT_TENANT,
+    fallback_tools: Collection[str] = DEFAULT_FALLBACK_TOOLS,
 ) -> Neo4jStore:
     """A store on a reachable, authenticated Neo4j; `StoreUnavailable` otherwise.
 
@@ -62,7 +65,14 @@ async def connect_neo4j(
         )
     except (DriverError, Neo4jError, ValueError) as exc:  # a malformed URI or unknown scheme
         raise unavailable(exc) from exc
-    store = Neo4jStore(driver, database, uri=shown, retention=retention, tenant=tenant)
+    store = Neo4jStore(
+        driver,
+        database,
+        uri=shown,
+        retention=retention,
+        tenant=tenant,
+        fallback_tools=fallback_tools,
+    )
     if not verify:
         return store
     try:

@@ -22,7 +22,7 @@ Driver errors never leave this module: unreachable servers and refused credentia
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -33,7 +33,7 @@ from neo4j.exceptions import ConstraintError
 from toolselect.analytics.registry import finish, get_analysis
 from toolselect.clock import Clock, utc_now
 from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row
-from toolselect.names import normalise_query
+from toolselect.names import DEFAULT_FALLBACK_TOOLS, normalise_query
 from toolselect.records import (
     BUDGET_SPENT,
     AnalyticsResult,
@@ -83,7 +83,8 @@ def _exemplar(props: Mapping[str, Any], tool: str) -> Exemplar:
 class Neo4jStore:
     """`Store` on a Neo4j 5 database (Community or Enterprise, server, cluster or Aura) for one
     tenant; the stores of other tenants share its driver (`for_tenant`: one connection pool,
-    the schema migrated once) and never see each other's data."""
+    the schema migrated once) and never see each other's data. The analyses count a used tool
+    the catalog lacks as the one of `fallback_tools` it is (their `$fallbacks`)."""
 
     def __init__(
         self,
@@ -94,8 +95,11 @@ class Neo4jStore:
         retention: Retention = Retention(),  # noqa: B008 - frozen, so sharing it is safe
         clock: Clock = utc_now,
         tenant: str = DEFAULT_TENANT,
+        fallback_tools: Collection[str] = DEFAULT_FALLBACK_TOOLS,
     ) -> None:
         self._tenant = check_tenant(tenant)
+        # A set, as `names.fallback_name` reads it (the analyses' `$fallbacks`).
+        self._fallbacks = sorted(set(fallback_tools))
         self._driver = driver
         self._database = database
         self._uri = without_credentials(uri)
@@ -113,6 +117,7 @@ class Neo4jStore:
             retention=self._retention,
             clock=self._clock,
             tenant=tenant,
+            fallback_tools=self._fallbacks,
         )
         other._schema = self._schema
         other._owns_driver = False
@@ -386,7 +391,10 @@ class Neo4jStore:
     async def analytics(self, name: str, since: datetime | None = None) -> AnalyticsResult:
         """Run `cypher/analytics/<name>.cypher` as a read; rows finished as every store does."""
         columns = get_analysis(name).columns  # NotFound before any I/O
-        params = {"since": None if since is None else to_db_text(since)}
+        params = {
+            "since": None if since is None else to_db_text(since),
+            "fallbacks": self._fallbacks,
+        }
         with translated(self._uri):
             result = await self._driver.execute_query(
                 cypher.query(f"analytics/{name}"),

@@ -3,17 +3,18 @@
 Each function returns the raw rows the Cypher file returns (same columns, same exact values:
 ints, unrounded float ratios, cost sums added smallest first, nearest-rank percentiles), which
 `toolselect.analytics.finish` then rounds and orders for both stores alike. Called on the
-SQLite store's worker thread; `since` is the store's fixed-width UTC timestamp text or None.
+SQLite store's worker thread; `since` is the store's fixed-width UTC timestamp text or None,
+`fallbacks` the configured fallback tools (`TOOLSELECT_FALLBACK_TOOLS`).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from toolselect.analytics.registry import nearest_rank, ordered_sum
-from toolselect.names import CatalogNames
+from toolselect.names import CatalogNames, fallback_name
 
 Row = tuple[Any, ...]
 
@@ -120,16 +121,18 @@ def _oracle_usage(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]
     return rows
 
 
-def _catalog_tool(conn: sqlite3.Connection) -> Callable[[str], str]:
-    """The catalog tool a reported name stands for (`CatalogNames.resolve`), else the name: the
-    analyses count a tool once, however agents name it (`mcp__jira__create_issue`)."""
+def _catalog_tool(conn: sqlite3.Connection, params: dict[str, Any]) -> Callable[[str], str]:
+    """The catalog tool a reported name stands for (`CatalogNames.resolve`), else the fallback
+    tool it is (`fallback_name`), else the name: the analyses count a tool once, however agents
+    name it (`mcp__jira__create_issue`, `mcp__shell_exec`)."""
     names = CatalogNames(row[0] for row in conn.execute("SELECT name FROM tools"))
-    return lambda name: names.resolve(name) or name
+    fallbacks = params["fallbacks"]
+    return lambda name: names.resolve(name) or fallback_name(name, fallbacks) or name
 
 
 def _misroute_rate(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
     """Turns and flagged turns per catalog tool; its most frequent flag reason (ties by name)."""
-    tool = _catalog_tool(conn)
+    tool = _catalog_tool(conn, params)
     counts: dict[str, list[int]] = {}
     reasons: dict[str, dict[str, int]] = {}
     for used, has_reason, reason, turns, flagged in conn.execute(_MISROUTE_COUNTS, params):
@@ -153,7 +156,7 @@ def _top(counts: Mapping[str, int]) -> str | None:
 def _confusions(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
     """Per catalog tool used and label: a label for the very tool used, under whatever name the
     agent reported it, is no confusion."""
-    tool = _catalog_tool(conn)
+    tool = _catalog_tool(conn, params)
     pairs: dict[tuple[str, str], int] = {}
     for used, label, turns in conn.execute(_CONFUSIONS, params):
         if (name := tool(used)) != label:
@@ -163,7 +166,7 @@ def _confusions(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
 
 def _online_recall(conn: sqlite3.Connection, params: dict[str, Any]) -> list[Row]:
     """Per day, pack and catalog tool used: the counts of its names added up."""
-    tool = _catalog_tool(conn)
+    tool = _catalog_tool(conn, params)
     groups: dict[tuple[Any, Any, str], list[int]] = {}
     for day, pack, used, *counts in conn.execute(_ONLINE_RECALL, params):
         total = groups.setdefault((day, pack, tool(used)), [0] * len(counts))
@@ -212,11 +215,13 @@ _ANALYSES: Mapping[str, Callable[[sqlite3.Connection, dict[str, Any]], list[Row]
 }
 
 
-def raw_rows(conn: sqlite3.Connection, name: str, since: str | None) -> list[Row]:
+def raw_rows(
+    conn: sqlite3.Connection, name: str, since: str | None, fallback_tools: Collection[str]
+) -> list[Row]:
     """The raw rows of analysis `name`, read in one transaction (one consistent snapshot)."""
     run = _ANALYSES[name]
     conn.execute("BEGIN")
     try:
-        return run(conn, {"since": since})
+        return run(conn, {"since": since, "fallbacks": tuple(fallback_tools)})
     finally:
         conn.execute("COMMIT")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +28,7 @@ from toolselect.analytics.registry import finish, get_analysis
 from toolselect.clock import Clock, utc_now
 from toolselect.errors import StoreError
 from toolselect.keys import DEFAULT_TENANT, check_tenant, key_from_row, key_row, tenant_file
-from toolselect.names import normalise_query
+from toolselect.names import DEFAULT_FALLBACK_TOOLS, normalise_query
 from toolselect.records import (
     BUDGET_SPENT,
     AnalyticsResult,
@@ -111,6 +111,7 @@ class SqliteStore:
     `busy_timeout` is how long (seconds) a write waits for another process's lock before the
     call raises `StoreUnavailable`. With `read_only_fallback` a file this process cannot write
     is opened read-only (`sqlite_wal.open_read_only`): reads answer, writes raise `StoreError`.
+    The analyses count a used tool the catalog lacks as the one of `fallback_tools` it is.
     """
 
     def __init__(
@@ -122,8 +123,10 @@ class SqliteStore:
         busy_timeout: float = 5.0,
         tenant: str = DEFAULT_TENANT,
         read_only_fallback: bool = False,
+        fallback_tools: Collection[str] = DEFAULT_FALLBACK_TOOLS,
     ) -> None:
         self._tenant = check_tenant(tenant)
+        self._fallbacks = tuple(fallback_tools)
         self._read_only_fallback = read_only_fallback
         self._path = tenant_file(Path(path), self._tenant)
         self._busy_timeout = busy_timeout
@@ -405,7 +408,10 @@ class SqliteStore:
         """One analysis of `cypher/analytics/`, in SQL (`sqlite_analytics`), finished alike."""
         get_analysis(name)  # NotFound before any I/O
         since_text = None if since is None else ts(since)
-        rows = await self._run(lambda conn: sqlite_analytics.raw_rows(conn, name, since_text))
+        fallbacks = self._fallbacks
+        rows = await self._run(
+            lambda conn: sqlite_analytics.raw_rows(conn, name, since_text, fallbacks)
+        )
         return finish(name, rows)
 
     # --- API keys -------------------------------------------------------------------------
