@@ -202,6 +202,27 @@ async def test_retention_keeps_each_tools_top_counts(store_factory: StoreFactory
     assert steps == {("a", "a"): 2, ("b", "a"): 2, ("c", "a"): 1, ("d", "b"): 1}
 
 
+async def test_a_new_relation_is_not_locked_out_by_older_ties(
+    store_factory: StoreFactory,
+) -> None:
+    """Past a tool's `relations_per_tool` counts, among equal counts the most recently counted
+    stays, then the other tool's name: a new follower of `a` whose name sorts after the ones
+    `a` already has enters (the oldest tie goes), and seen again it counts 2. With the name
+    alone deciding ties it was dropped at every write, its count never past 1."""
+    store = await store_factory.make(retention=Retention(relations_per_tool=2))
+    await catalog(store, "a", "b", "c", "z")
+    await store.record_turns([turn("t1", 0, "a"), turn("t2", 1, "b")])
+    await store.record_turns([turn("u1", 0, "a", session="s2"), turn("u2", 1, "c", session="s2")])
+    _, _, _, steps = await facts(store)
+    assert {k: n for k, n in steps.items() if k[0] == "a"} == {("a", "b"): 1, ("a", "c"): 1}
+    await store.record_turns([turn("v1", 2, "a", session="s3"), turn("v2", 3, "z", session="s3")])
+    _, _, _, steps = await facts(store)
+    assert {k: n for k, n in steps.items() if k[0] == "a"} == {("a", "b"): 1, ("a", "z"): 1}
+    await store.record_turns([turn("w1", 4, "a", session="s4"), turn("w2", 5, "z", session="s4")])
+    _, _, _, steps = await facts(store)
+    assert {k: n for k, n in steps.items() if k[0] == "a"} == {("a", "b"): 1, ("a", "z"): 2}
+
+
 async def test_session_turns_are_the_most_recent_with_a_session(store: Store) -> None:
     """What the session fit reads: turns with a session, newest first (time, then id), at most
     `limit`; turns without a session are left out, and all fields come back as recorded."""

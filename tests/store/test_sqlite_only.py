@@ -11,6 +11,7 @@ import pytest
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.records import Tool
 from toolselect.store.port import lookup_one
+from toolselect.store.sqlite.schema import SCHEMA_VERSION
 from toolselect.store.sqlite.store import SqliteStore
 
 
@@ -149,7 +150,8 @@ async def test_a_version_1_file_gains_the_new_columns_and_keeps_its_rows(tmp_pat
     with sqlite3.connect(path) as conn:  # back to version 1's tables
         for table, column in [("turns", c) for c in ("session_id", "used_tools", "search_id",
                               "search_status", "shown_position", "shown_k")] + [
-                              ("exemplars", "count")]:  # fmt: skip
+                              ("exemplars", "count"), ("tool_pairs", "seen"),
+                              ("tool_transitions", "seen")]:  # fmt: skip
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         conn.execute(
             "INSERT INTO turns (id, request, used_tool, at, flagged) VALUES "
@@ -173,4 +175,5 @@ async def test_a_version_1_file_gains_the_new_columns_and_keeps_its_rows(tmp_pat
     finally:
         await store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert "seen" in {row[1] for row in conn.execute("PRAGMA table_info(tool_pairs)")}

@@ -145,6 +145,17 @@ def test_retention_keeps_each_tools_top_relations() -> None:
     assert kept_relations(pairs, 0, pairs=True) == set()
 
 
+def test_among_equal_counts_the_most_recently_counted_stays() -> None:
+    """Ties go to the relation counted last (`seen`), one never seen being oldest, then to the
+    other tool's name: a new follower is not locked out by older ties that sort before it."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    steps = {("a", "b"): 1, ("a", "c"): 1, ("a", "z"): 1, ("a", "y"): 2}
+    seen = {("a", "b"): t0, ("a", "z"): t0 + timedelta(minutes=1), ("a", "y"): t0}
+    assert kept_relations(steps, 2, pairs=False, seen=seen) == {("a", "y"), ("a", "z")}
+    assert kept_relations(steps, 3, pairs=False, seen=seen) == {("a", "y"), ("a", "z"), ("a", "b")}
+    assert kept_relations(steps, 3, pairs=False) == {("a", "y"), ("a", "b"), ("a", "c")}
+
+
 def test_turns_without_a_session_and_with_one_tool_skip_the_session_work() -> None:
     """Such turns link nothing and count nothing, so the stores may skip the session work; a
     session or a second tool makes the batch count."""

@@ -7,6 +7,7 @@ Nothing here does I/O or imports a backend library (`tests/unit/test_purity.py`)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -117,14 +118,23 @@ def plan_sessions(
 
 
 def kept_relations(
-    counts: Mapping[tuple[str, str], int], keep: int, *, pairs: bool
+    counts: Mapping[tuple[str, str], int],
+    keep: int,
+    *,
+    pairs: bool,
+    seen: Mapping[tuple[str, str], datetime] | None = None,
 ) -> set[tuple[str, str]]:
-    """The tool counts retention keeps: each tool's top `keep` by count, then the other tool's
-    name. Transitions (`pairs=False`) belong to their src; a pair (a < b) stays while it is
-    among the top of a or of b. The rule the stores' pruning queries implement."""
-    ends: dict[str, list[tuple[int, str, tuple[str, str]]]] = {}
+    """The tool counts retention keeps: each tool's top `keep` by count, then the most recently
+    counted (`seen`: the time of the latest turn of the write that last counted it; none is
+    oldest), then the other tool's name. By name alone, a tool whose top was full of equal
+    counts never let in a follower whose name sorts after theirs: dropped at every write, its
+    count never grew. Transitions (`pairs=False`) belong to their src; a pair (a < b) stays
+    while it is among the top of a or of b. The rule the stores' pruning queries implement."""
+    ends: dict[str, list[tuple[int, float, str, tuple[str, str]]]] = {}
     for (x, y), count in counts.items():
-        ends.setdefault(x, []).append((-count, y, (x, y)))
+        when = (seen or {}).get((x, y))
+        recency = -utc(when).timestamp() if when is not None else math.inf
+        ends.setdefault(x, []).append((-count, recency, y, (x, y)))
         if pairs:
-            ends.setdefault(y, []).append((-count, x, (x, y)))
-    return {key for mine in ends.values() for _, _, key in sorted(mine)[: max(keep, 0)]}
+            ends.setdefault(y, []).append((-count, recency, x, (x, y)))
+    return {key for mine in ends.values() for *_, key in sorted(mine)[: max(keep, 0)]}

@@ -166,6 +166,7 @@ async def record_sessions(
         "transitions": [
             {"src": s, "dst": d, "count": n} for (s, d), n in sorted(plan.transitions.items())
         ],
+        "seen": to_db_text(max(t.at for t in new_turns)),
     }
     await rows(tx, "link_sessions", params)
     if plan.pairs or plan.transitions:

@@ -17,7 +17,7 @@ from toolselect.store.sqlite.sessions import SCHEMA as SESSIONS_SCHEMA
 from toolselect.store.sqlite.times import dt as dt
 from toolselect.store.sqlite.times import ts as ts
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS tools (
@@ -80,6 +80,9 @@ _ADDED = (
     ("turns", "shown_k", "INTEGER"),
     ("turns", "reason", "TEXT"),
     ("exemplars", "count", "INTEGER NOT NULL DEFAULT 1"),
+    # Version 3: when a tool count was last counted, which retention keeps first among ties.
+    ("tool_pairs", "seen", "TEXT"),
+    ("tool_transitions", "seen", "TEXT"),
 )
 
 BUMP_CATALOG = "UPDATE meta SET catalog_version = catalog_version + 1 RETURNING catalog_version"

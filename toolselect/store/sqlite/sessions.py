@@ -23,7 +23,7 @@ from toolselect.store.session_rules import (
     touches_sessions,
     turn_tools,
 )
-from toolselect.store.sqlite.times import dt
+from toolselect.store.sqlite.times import dt, ts
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS sessions (
@@ -40,10 +40,10 @@ SCHEMA = (
         src TEXT NOT NULL, dst TEXT NOT NULL, count INTEGER NOT NULL, PRIMARY KEY (src, dst))""",
 )
 
-_PAIR = """INSERT INTO tool_pairs (a, b, count) VALUES (?, ?, ?)
-    ON CONFLICT(a, b) DO UPDATE SET count = count + excluded.count"""
-_TRANSITION = """INSERT INTO tool_transitions (src, dst, count) VALUES (?, ?, ?)
-    ON CONFLICT(src, dst) DO UPDATE SET count = count + excluded.count"""
+_PAIR = """INSERT INTO tool_pairs (a, b, count, seen) VALUES (?, ?, ?, ?)
+    ON CONFLICT(a, b) DO UPDATE SET count = count + excluded.count, seen = excluded.seen"""
+_TRANSITION = """INSERT INTO tool_transitions (src, dst, count, seen) VALUES (?, ?, ?, ?)
+    ON CONFLICT(src, dst) DO UPDATE SET count = count + excluded.count, seen = excluded.seen"""
 _TAIL = """INSERT INTO sessions (id, last_turn, last_tools) VALUES (?, ?, ?)
     ON CONFLICT(id) DO UPDATE SET last_turn = excluded.last_turn,
         last_tools = excluded.last_tools"""
@@ -55,22 +55,23 @@ _DELETE_LINKS = """
         OR prev IN (SELECT value FROM json_each(?1))"""
 _DELETE_SESSIONS = "DELETE FROM sessions WHERE last_turn IN (SELECT value FROM json_each(?1))"
 
-# Retention (`session_rules.kept_relations`): each tool's top counts, by count then the other's name
-# (BINARY collation: code-point order, as Python sorts).
+# Retention (`session_rules.kept_relations`): each tool's top counts, by count, then the most
+# recently counted (`seen`, fixed-width text; NULL, from a file before it, sorts last), then the
+# other's name (BINARY collation: code-point order, as Python sorts).
 _PRUNE_TRANSITIONS = """
     DELETE FROM tool_transitions WHERE (src, dst) IN (
         SELECT src, dst FROM (
             SELECT src, dst,
-                ROW_NUMBER() OVER (PARTITION BY src ORDER BY count DESC, dst) AS place
+                ROW_NUMBER() OVER (PARTITION BY src ORDER BY count DESC, seen DESC, dst) AS place
             FROM tool_transitions)
         WHERE place > ?)"""
 _PRUNE_PAIRS = """
     DELETE FROM tool_pairs WHERE (a, b) IN (
         SELECT a, b FROM (
             SELECT a, b,
-                ROW_NUMBER() OVER (PARTITION BY tool ORDER BY count DESC, other) AS place
-            FROM (SELECT a AS tool, b AS other, a, b, count FROM tool_pairs
-                UNION ALL SELECT b, a, a, b, count FROM tool_pairs))
+                ROW_NUMBER() OVER (PARTITION BY tool ORDER BY count DESC, seen DESC, other) AS place
+            FROM (SELECT a AS tool, b AS other, a, b, count, seen FROM tool_pairs
+                UNION ALL SELECT b, a, a, b, count, seen FROM tool_pairs))
         GROUP BY a, b HAVING MIN(place) > ?)"""
 
 
@@ -122,8 +123,10 @@ def record(conn: sqlite3.Connection, new_turns: Sequence[Turn], limits: Retentio
         "INSERT OR IGNORE INTO turn_next (next, prev) VALUES (?, ?)",
         [(turn_id, prev) for _, prev, turn_id in plan.links if prev is not None],
     )
-    conn.executemany(_PAIR, [(a, b, n) for (a, b), n in sorted(plan.pairs.items())])
-    conn.executemany(_TRANSITION, [(s, d, n) for (s, d), n in sorted(plan.transitions.items())])
+    seen = ts(max(t.at for t in new_turns))  # when these counts were last seen, for retention
+    conn.executemany(_PAIR, [(a, b, n, seen) for (a, b), n in sorted(plan.pairs.items())])
+    steps = sorted(plan.transitions.items())
+    conn.executemany(_TRANSITION, [(s, d, n, seen) for (s, d), n in steps])
     if plan.pairs or plan.transitions:
         conn.execute(_PRUNE_TRANSITIONS, (max(keep, 0),))
         conn.execute(_PRUNE_PAIRS, (max(keep, 0),))
