@@ -161,3 +161,16 @@ async def test_a_service_without_upkeep_deletes_nothing_on_the_side(
     await asyncio.sleep(0.5)  # the upkeep ticks every 50 ms here, and runs retention at once
     assert await service.store.get_turn("old") is not None
     assert not service.refused_taken_back.is_set()
+
+
+async def test_the_store_reads_label_ages_by_the_services_clock(services: ServiceFactory) -> None:
+    """A service on an injected clock (a test's `FakeClock`, a replay) stamps its labels by it,
+    and the store's retention at a save must read their age by the same clock: reading it by
+    the wall clock, a label made on a clock months behind was evicted by the save that wrote it.
+    """
+    clock = FakeClock(datetime.now(UTC) - timedelta(days=200))
+    service = await services.start(clock=clock, exemplar_max_age_days=90.0)
+    await service.catalog.upsert_tools(TOOLS)
+    service.learning.observe(QUERY, "send_email", outcome="ok", turn_id="t1")
+    assert await service.learner.drain(30.0)
+    assert [e.turn_id for e in await service.catalog.exemplars_of("send_email")] == ["t1"]

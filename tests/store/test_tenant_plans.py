@@ -72,6 +72,8 @@ PARAMS: dict[str, Any] = {
     "keys": ["k-1", "k-2"],
     "pack": None,
     "since": None,
+    "seen": NOW.isoformat(),
+    "fallbacks": ["shell_exec"],
     "turn_id": None,
     "key_tenant": None,
     "version": 1,

@@ -127,6 +127,7 @@ class Service:
                 verify=not wait_for_store,
                 tenant=tenant,
                 beside=beside.store.inner if beside is not None else None,
+                clock=clock,
             )
         except BaseException:
             spool.close()

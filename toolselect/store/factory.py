@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from toolselect.clock import Clock, utc_now
 from toolselect.config import Settings
 from toolselect.keys import DEFAULT_TENANT
 from toolselect.records import Retention
@@ -15,6 +16,7 @@ async def open_store(
     tenant: str = DEFAULT_TENANT,
     beside: Store | None = None,
     read_only_fallback: bool = False,
+    clock: Clock = utc_now,
 ) -> Store:
     """The configured store of `tenant` (not yet migrated); `StoreUnavailable` names the URI and
     cause. A deployment without tenants uses `default`, whose data is where it always was (the
@@ -25,7 +27,8 @@ async def open_store(
     open store: a Neo4j store of `tenant` then shares its driver (`Neo4jStore.for_tenant`).
     With `read_only_fallback` a SQLite file this process cannot write is opened read-only (a
     reader's case: a data folder mounted read-only, another user's files); a Neo4j store's
-    rights are the server's to grant.
+    rights are the server's to grant. `clock` is the service's: what the store's own times (a
+    tool's update, a label's age at a save) are read by, as the labels and turns it writes are.
     """
     retention = Retention(
         per_tool=settings.exemplars_per_tool,
@@ -48,6 +51,7 @@ async def open_store(
             verify=verify,
             tenant=tenant,
             fallback_tools=settings.fallback_tools,
+            clock=clock,
         )
     from toolselect.store.sqlite.store import SqliteStore
 
@@ -57,4 +61,5 @@ async def open_store(
         tenant=tenant,
         read_only_fallback=read_only_fallback,
         fallback_tools=settings.fallback_tools,
+        clock=clock,
     )

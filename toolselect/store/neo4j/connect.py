@@ -12,6 +12,7 @@ from urllib.parse import unquote, urlsplit
 from neo4j import AsyncGraphDatabase
 from neo4j.exceptions import DriverError, Neo4jError
 
+from toolselect.clock import Clock, utc_now
 from toolselect.errors import StoreError, StoreUnavailable
 from toolselect.keys import DEFAULT_TENANT
 from toolselect.names import DEFAULT_FALLBACK_TOOLS
@@ -33,6 +34,7 @@ async def connect_neo4j(
     verify: bool = True,
     tenant: str = DEFAULT_TENANT,
     fallback_tools: Collection[str] = DEFAULT_FALLBACK_TOOLS,
+    clock: Clock = utc_now,
 ) -> Neo4jStore:
     """A store on a reachable, authenticated Neo4j; `StoreUnavailable` otherwise.
 
@@ -72,6 +74,7 @@ async def connect_neo4j(
         retention=retention,
         tenant=tenant,
         fallback_tools=fallback_tools,
+        clock=clock,
     )
     if not verify:
         return store
