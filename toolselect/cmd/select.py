@@ -17,6 +17,7 @@ scikit-learn, no teacher is imported on this path.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,7 +124,7 @@ async def select_once(
     )
     try:
         # Only read here: a data folder this process cannot write is still one to answer from.
-        store = await open_store(settings, read_only_fallback=True)
+        store = await open_store(_readable(settings), read_only_fallback=True)
         try:
             await store.migrate()
             return await _select(store, embedder, settings, text, candidates, k)
@@ -131,6 +132,20 @@ async def select_once(
             await store.close()
     finally:
         await embedder.close()
+
+
+def _readable(settings: Settings) -> Settings:
+    """`settings`, with an empty in-memory store in place of a SQLite file that is not there
+    and cannot be made (its folder, or the folder it would be made in, is one this process
+    cannot write): no store is an empty catalog, as a writable folder would start with."""
+    if settings.store_kind != "sqlite" or settings.sqlite_path.exists():
+        return settings
+    folder = settings.sqlite_path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or os.access(folder, os.W_OK | os.X_OK):
+        return settings  # made there, or refused as ever (a file in the way)
+    return settings.override(store="sqlite::memory:")
 
 
 async def _select(
