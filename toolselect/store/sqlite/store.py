@@ -19,6 +19,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -110,7 +111,9 @@ class SqliteStore:
 
     `busy_timeout` is how long (seconds) a write waits for another process's lock before the
     call raises `StoreUnavailable`. With `read_only_fallback` a file this process cannot write
-    is opened read-only (`sqlite_wal.open_read_only`): reads answer, writes raise `StoreError`.
+    is opened read-only (`sqlite_wal.open_read_only`): reads answer, writes raise `StoreError`;
+    it is a reader's (the exec selector's), so `migrate` writes nothing to a store already at the
+    current schema (`schema.create`).
     """
 
     def __init__(
@@ -167,7 +170,7 @@ class SqliteStore:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def migrate(self) -> None:
-        await self._run(sqlite_schema.create)
+        await self._run(partial(sqlite_schema.create, reader=self._read_only_fallback))
         log.info("store_migrated", store=self.uri, schema_version=sqlite_schema.SCHEMA_VERSION)
 
     async def exists(self) -> bool:
