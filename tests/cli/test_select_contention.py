@@ -4,12 +4,14 @@ store, other spawns at once, a spawn killed mid-write. Real processes on real fi
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
 import time
 from contextlib import closing
 from pathlib import Path
 
-from tests.cli.test_cli import SELECT, run
+from tests.cli.test_cli import EXE, SELECT, run
 from tests.services import cli_env
 
 
@@ -31,3 +33,68 @@ def test_select_reads_past_a_writer_holding_the_store(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == first.stdout
     assert took < 5  # not the busy timeout: it never waited for the lock
+
+
+def _hybrid(data: Path) -> dict[str, str]:
+    return cli_env(
+        data / "toolselect.db", TOOLSELECT_DATA_DIR=str(data), TOOLSELECT_EMBEDDER="hybrid"
+    )
+
+
+def _spawn(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [*EXE, "select"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(SELECT).encode())
+    proc.stdin.close()
+    return proc
+
+
+def _graphs(data: Path) -> list[str]:
+    """What `models/` holds: the kept graph, and any folder a spawn began and left."""
+    return sorted(p.name for p in (data / "models").iterdir() if p.is_dir())
+
+
+def test_select_spawns_on_a_fresh_folder_keep_the_model_graph_once(tmp_path: Path) -> None:
+    """Spawns started together on a folder without the kept MiniLM graph each wrote one (90 MB
+    apiece: 12 at once took 17 s, 11 of them past their 10 s timeout); one writes it now, the
+    others open the packaged model and keep nothing."""
+    alone = tmp_path / "alone"
+    first = _spawn(_hybrid(alone))
+    _, status, usage = os.wait4(first.pid, 0)
+    assert status == 0
+    graph_bytes = usage.ru_oublock * 512
+    assert graph_bytes > 50_000_000  # the graph: what one spawn writes
+
+    data = tmp_path / "data"
+    procs = [_spawn(_hybrid(data)) for _ in range(4)]
+    written = 0
+    for proc in procs:
+        _, status, usage = os.wait4(proc.pid, 0)
+        assert proc.stdout is not None and proc.stderr is not None
+        assert status == 0, proc.stderr.read()
+        assert json.loads(proc.stdout.read())["selected"]
+        written += usage.ru_oublock * 512
+    assert written < 1.5 * graph_bytes
+    assert len(_graphs(data)) == 1 and not _graphs(data)[0].startswith(".")
+
+
+def test_select_after_a_spawn_killed_writing_the_graph_leaves_none_of_it(tmp_path: Path) -> None:
+    """A spawn killed while it wrote the kept graph (the runtime's timeout, say) left its
+    half-written folder in `models/` for good, up to 90 MB a kill; the next spawn that may
+    write there removes it."""
+    data = tmp_path / "data"
+    proc = _spawn(_hybrid(data))
+    deadline = time.monotonic() + 60
+    while not any(p.stat().st_size for p in data.glob("models/.*/weights.bin")):
+        assert proc.poll() is None, "the spawn ended before it wrote the graph"
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    proc.kill()
+    proc.wait()
+    assert any(name.startswith(".") for name in _graphs(data))
+    done = run(["select"], _hybrid(data), stdin=json.dumps(SELECT))
+    assert done.returncode == 0, done.stderr
+    assert len(_graphs(data)) == 1 and not _graphs(data)[0].startswith(".")
