@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_cli import SELECT, run
-from tests.services import cli_env
+from tests.services import cli_env, free_port
 
 
 def _timed(args: list[str], env: dict[str, str]) -> tuple[int, str, str, float]:
@@ -86,3 +88,18 @@ def test_select_url_ends_at_its_timeout_when_the_answer_trickles(tmp_path: Path)
     assert (code, out) == (1, ""), err
     assert err == "toolselect select: no selection within --timeout 1 s\n"
     assert took < 4
+
+
+@pytest.mark.parametrize("scheme", ["bolt", "neo4j"])
+def test_select_with_neo4j_down_is_one_line(scheme: str, tmp_path: Path) -> None:
+    """Neo4j configured and down answers at once with one line naming it, exit 1: with the
+    routing scheme (`neo4j://`, a cluster's or Aura's) the driver's own error record came
+    first, a second line on stderr."""
+    uri = f"{scheme}://127.0.0.1:{free_port()}"
+    env = {**cli_env(tmp_path / "toolselect.db"), "TOOLSELECT_STORE": "neo4j", "NEO4J_URI": uri}
+    code, out, err, took = _timed(["select", "--timeout", "10"], env)
+    assert (code, out) == (1, ""), err
+    assert err.count("\n") == 1 and err.startswith(
+        f"toolselect select: cannot reach Neo4j at {uri}"
+    )
+    assert took < 10

@@ -212,7 +212,9 @@ def _select_in_process(args: argparse.Namespace, deadline: Deadline) -> int:
     async def body() -> int:
         from toolselect.logs import configure_logging
 
-        configure_logging("warning", settings.log_format)
+        # Only critical records: the spawn's outcome is its answer or its one line (a driver's
+        # error record, "Unable to retrieve routing information", was a second line before it).
+        configure_logging("critical", settings.log_format)
         # `--timeout` is the Deadline's: a hung store or a model load on a worker thread ends
         # the process at it, which a cancellation here could not.
         selection = await select_once(settings, request.text, tools, request.k)
