@@ -3,36 +3,74 @@ store, other spawns at once, a spawn killed mid-write. Real processes on real fi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
 import subprocess
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
-from tests.cli.test_cli import EXE, SELECT, run
-from tests.services import cli_env
+import neo4j
+import pytest
+
+from tests.cli.test_cli import CATALOG, EXE, SELECT, run
+from tests.neo4j_server import NEO4J, Neo4jServer
+from tests.services import cli_env, wipe
+from toolselect.keys import DEFAULT_TENANT
+from toolselect.store.neo4j import cypher
 
 
-def test_select_reads_past_a_writer_holding_the_store(tmp_path: Path) -> None:
+@contextmanager
+def holding_the_write_lock(kind: str, env: dict[str, str], db: Path) -> Iterator[None]:
+    """A writer in a transaction that holds the store's write lock for the block: SQLite's,
+    or on Neo4j the state record's, which every version-moving write takes first."""
+    if kind == "sqlite":
+        with closing(sqlite3.connect(db, isolation_level=None)) as writer:
+            writer.execute("BEGIN IMMEDIATE")
+            writer.execute("UPDATE tools SET description = description")
+            yield
+            writer.execute("ROLLBACK")
+        return
+    auth = (env["NEO4J_USERNAME"], env["NEO4J_PASSWORD"]) if env["NEO4J_PASSWORD"] else None
+    with (
+        neo4j.GraphDatabase.driver(env["NEO4J_URI"], auth=auth) as driver,
+        driver.session(database=env["NEO4J_DATABASE"]) as session,
+        session.begin_transaction() as tx,
+    ):
+        tx.run(cypher.query("queries/lock_meta"), {"tenant": DEFAULT_TENANT}).consume()
+        yield
+        tx.rollback()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", NEO4J])
+def test_select_reads_past_a_writer_holding_the_store(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """A writer in a transaction (a server saving labels, `tools import`) holds the store's
-    write lock; the selector only reads, which WAL lets it do meanwhile. Its schema check took
-    the write lock on every spawn, so it waited for the writer and, past the 5 s busy timeout,
-    exited 1 ("database is locked") with no selection."""
+    write lock; the selector only reads, which the store lets it do meanwhile. Its schema
+    check took the write lock on every spawn, so it waited for the writer: on SQLite past the
+    5 s busy timeout, then exit 1 ("database is locked"); on Neo4j until the writer was done,
+    here past `--timeout`. No selection either way."""
     env = cli_env(tmp_path / "toolselect.db")
+    if kind == "neo4j":
+        server: Neo4jServer = request.getfixturevalue("neo4j_server")
+        asyncio.run(wipe(server))
+        env = {**env, "TOOLSELECT_STORE": "neo4j", **server.env()}
+    catalog = tmp_path / "tools.json"
+    catalog.write_text(json.dumps(CATALOG))
+    assert run(["tools", "import", str(catalog)], env).returncode == 0
     first = run(["select"], env, stdin=json.dumps(SELECT))
     assert first.returncode == 0, first.stderr
-    with closing(sqlite3.connect(tmp_path / "toolselect.db", isolation_level=None)) as writer:
-        writer.execute("BEGIN IMMEDIATE")
-        writer.execute("UPDATE tools SET description = description")
+    with holding_the_write_lock(kind, env, tmp_path / "toolselect.db"):
         started = time.monotonic()
-        done = run(["select"], env, stdin=json.dumps(SELECT))
+        done = run(["select", "--timeout", "8"], env, stdin=json.dumps(SELECT))
         took = time.monotonic() - started
-        writer.execute("ROLLBACK")
     assert done.returncode == 0, done.stderr
     assert done.stdout == first.stdout
-    assert took < 5  # not the busy timeout: it never waited for the lock
+    assert took < 5  # it never waited for the lock
 
 
 def _hybrid(data: Path) -> dict[str, str]:

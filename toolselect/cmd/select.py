@@ -126,7 +126,7 @@ async def select_once(
         # Only read here: a data folder this process cannot write is still one to answer from.
         store = await open_store(_readable(settings), read_only_fallback=True)
         try:
-            await store.migrate()
+            await store.migrate(reader=True)  # no write lock: a writer's never holds it up
             return await _select(store, embedder, settings, text, candidates, k)
         finally:
             await store.close()

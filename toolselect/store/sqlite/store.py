@@ -111,9 +111,7 @@ class SqliteStore:
 
     `busy_timeout` is how long (seconds) a write waits for another process's lock before the
     call raises `StoreUnavailable`. With `read_only_fallback` a file this process cannot write
-    is opened read-only (`sqlite_wal.open_read_only`): reads answer, writes raise `StoreError`;
-    it is a reader's (the exec selector's), so `migrate` writes nothing to a store already at the
-    current schema (`schema.create`).
+    is opened read-only (`sqlite_wal.open_read_only`): reads answer, writes raise `StoreError`.
     """
 
     def __init__(
@@ -169,8 +167,8 @@ class SqliteStore:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    async def migrate(self) -> None:
-        await self._run(partial(sqlite_schema.create, reader=self._read_only_fallback))
+    async def migrate(self, *, reader: bool = False) -> None:
+        await self._run(partial(sqlite_schema.create, reader=reader))
         log.info("store_migrated", store=self.uri, schema_version=sqlite_schema.SCHEMA_VERSION)
 
     async def exists(self) -> bool:
