@@ -330,9 +330,7 @@ class BufferedStore:
         return self.inner.tenant
 
     async def migrate(self, *, reader: bool = False) -> None:
-        await self.inner.migrate(
-            reader=reader
-        )  # a probe, like ping: it reaches the backend whatever its state
+        await self.inner.migrate(reader=reader)  # a probe, like ping: whatever its state
 
     async def ping(self) -> None:
         await self.inner.ping()
