@@ -3,9 +3,9 @@
 An agent runtime spawns the exec selector once per turn with ~20 candidates. Starting the whole
 service for that (learner, tuner, maintenance task, the full catalog embedded) costs seconds;
 this reads only the candidates' stored tools and their exemplars, builds their centroids in
-the ranker a service starts with (`ranker.configured.build_ranker`: the tuner's refits are the
-server's), and chooses with the service's `choose`. The dense vectors go through the
-vector cache in the data folder (`TOOLSELECT_DATA_DIR/vectors.db`, keyed by embedder id and
+the ranker a service builds (`ranker.configured.build_ranker`), with the weights a server's
+tuner last fitted on that store (`learn/kept_fold.py`), and chooses with the service's
+`choose`. The dense vectors go through the vector cache in the data folder (`TOOLSELECT_DATA_DIR/vectors.db`, keyed by embedder id and
 the text's SHA-256), so a spawn whose candidates were seen before embeds only the query; with
 the `minilm`/`http` embedders a query seen before loads no model at all. A query that needs
 the model opens MiniLM's graph as optimised by an earlier spawn (`TOOLSELECT_DATA_DIR/models`,
@@ -33,6 +33,7 @@ from toolselect.embed import (
     embedder_for,
     vector_cache_path,
 )
+from toolselect.learn.kept_fold import fold_path, read_fold
 from toolselect.ranker import CentroidRanker, LearnedVector
 from toolselect.ranker.configured import build_ranker
 from toolselect.records import Exemplar, Tool, label_group
@@ -167,7 +168,10 @@ async def _select(
     texts = [text, *(tool_text(t) for t in stored), *(tool_text(c) for c in unknown)]
     vectors = await embedder.embed([*texts, *(e.query for e in stale)])
     fresh = {e.id: vectors[len(texts) + i] for i, e in enumerate(stale)}
-    ranker = build_ranker(settings)
+    # The weights a server's tuner fitted on these labels, kept in the data folder: folded
+    # with the starting ones, a spawn selected other tools than the server did.
+    fitted = read_fold(fold_path(settings.data_dir, store.tenant), store.uri, embedder.id)
+    ranker = build_ranker(settings, fitted)
     ranker.set_catalog(stored, vectors[1 : 1 + len(stored)])
     ranker.fold(
         [
