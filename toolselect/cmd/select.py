@@ -5,10 +5,10 @@ service for that (learner, tuner, maintenance task, the full catalog embedded) c
 this reads only the candidates' stored tools and their exemplars, builds their centroids in
 the ranker a service builds (`ranker.configured.build_ranker`), with the weights a server's
 tuner last fitted on that store (`learn/kept_fold.py`), and chooses with the service's
-`choose`. The dense vectors go through the vector cache in the data folder (`TOOLSELECT_DATA_DIR/vectors.db`, keyed by embedder id and
-the text's SHA-256), so a spawn whose candidates were seen before embeds only the query; with
-the `minilm`/`http` embedders a query seen before loads no model at all. A query that needs
-the model opens MiniLM's graph as optimised by an earlier spawn (`TOOLSELECT_DATA_DIR/models`,
+`choose`. The dense vectors go through the vector cache in the data folder
+(`TOOLSELECT_DATA_DIR/vectors.db`, keyed by embedder id and the text's SHA-256), so a spawn
+whose candidates were seen before embeds only the query; with the `minilm`/`http` embedders a
+query seen before loads no model at all. A query that needs the model opens MiniLM's graph as optimised by an earlier spawn (`TOOLSELECT_DATA_DIR/models`,
 ~90 MB), ~100-150 ms sooner than from the packaged file, and without repacking its weights for
 the fastest kernels (~40 ms sooner again, for ~4 ms more on the one query). No aiohttp, no
 scikit-learn, no teacher is imported on this path.
