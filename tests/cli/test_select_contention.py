@@ -14,11 +14,13 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 
 import neo4j
+import numpy as np
 import pytest
 
 from tests.cli.test_cli import CATALOG, EXE, SELECT, run
 from tests.neo4j_server import NEO4J, Neo4jServer
 from tests.services import cli_env, wipe
+from toolselect.embed import VectorCache
 from toolselect.keys import DEFAULT_TENANT
 from toolselect.store.neo4j import cypher
 
@@ -136,3 +138,27 @@ def test_select_after_a_spawn_killed_writing_the_graph_leaves_none_of_it(tmp_pat
     done = run(["select"], _hybrid(data), stdin=json.dumps(SELECT))
     assert done.returncode == 0, done.stderr
     assert len(_graphs(data)) == 1 and not _graphs(data)[0].startswith(".")
+
+
+def test_select_keeps_the_vector_cache_to_the_configured_size(tmp_path: Path) -> None:
+    """`vectors.db` is shared with the server, which keeps `TOOLSELECT_VECTOR_CACHE` rows; a
+    spawn trimmed it to its own default (50,000) on every write, dropping the server's catalog
+    vectors, which its next start then embedded again. 0 keeps no file, as for a service."""
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = 50_100
+    server = VectorCache(data / "vectors.db", max_entries=100_000)
+    server.put(
+        "the-servers-embedder", [f"tool {i}" for i in range(rows)], np.zeros((rows, 4), np.float32)
+    )
+    server.close()
+    env = {**_hybrid(data), "TOOLSELECT_VECTOR_CACHE": "100000"}
+    done = run(["select"], env, stdin=json.dumps(SELECT))
+    assert done.returncode == 0, done.stderr
+    assert VectorCache(data / "vectors.db").count("the-servers-embedder") == rows
+    off = tmp_path / "off"
+    done = run(
+        ["select"], {**_hybrid(off), "TOOLSELECT_VECTOR_CACHE": "0"}, stdin=json.dumps(SELECT)
+    )
+    assert done.returncode == 0, done.stderr
+    assert not (off / "vectors.db").exists()

@@ -117,9 +117,11 @@ async def select_once(
     """The selection `Service.select` makes on a freshly started service, without starting one."""
     check_text(text, "query.Text", settings.max_query_bytes)
     vectors = vector_cache_path(settings)
+    # Sized as the server sizes the file they share: a cap of its own trimmed the server's rows.
+    cap = settings.vector_cache
     embedder = embedder_for(
         settings,
-        cache=VectorCache(vectors),
+        cache=VectorCache(vectors, max_entries=cap) if cap else None,
         optimized_dir=vectors.parent / MODELS_DIR,
         short_lived=True,
     )
