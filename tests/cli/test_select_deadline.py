@@ -103,3 +103,11 @@ def test_select_with_neo4j_down_is_one_line(scheme: str, tmp_path: Path) -> None
         f"toolselect select: cannot reach Neo4j at {uri}"
     )
     assert took < 10
+
+
+def test_select_takes_any_timeout_argparse_takes(tmp_path: Path) -> None:
+    """A timeout too long for one sleep of the platform (1e10 s) is no deadline at all, not a
+    traceback on stderr beside the answer."""
+    code, out, err, _ = _timed(["select", "--timeout", "1e10"], cli_env(tmp_path / "t.db"))
+    assert (code, err) == (0, "")
+    assert json.loads(out)["selected"]

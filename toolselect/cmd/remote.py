@@ -62,7 +62,9 @@ class Deadline:
             self._answered = True
 
     def _watch(self) -> None:
-        time.sleep(self._seconds)
+        end = time.monotonic() + self._seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 3600.0))  # one sleep of 1e10 s overflows the platform's time_t
         # Under the lock for good: an answer being written is written whole, none starts after.
         self._lock.acquire()
         if self._left:
