@@ -17,6 +17,7 @@ def test_weights_come_back_for_their_store_and_embedder_only(tmp_path: Path) -> 
     assert path is not None
     write_fold(path, "sqlite:/a.db", "hybrid-x", FITTED)
     assert read_fold(path, "sqlite:/a.db", "hybrid-x") == FITTED
+    assert path.stat().st_mode & 0o777 == 0o644  # a spawn may be another user's
     assert read_fold(path, "sqlite:/b.db", "hybrid-x") is None
     assert read_fold(path, "sqlite:/a.db", "hashing-v1") is None
     assert fold_path(str(tmp_path), "acme") != path and fold_path("", "default") is None

@@ -36,6 +36,8 @@ def write_fold(path: Path, store: str, embedder: str, weights: Weights) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
+        # Readable by all, as the store beside it: a spawn may be another user's (mkstemp: 600).
+        os.chmod(partial, 0o644)
         os.replace(partial, path)
     except BaseException:
         Path(partial).unlink(missing_ok=True)
