@@ -47,7 +47,7 @@ class Settings:
 
     # fmt: off
     store: str = setting("", "TOOLSELECT_STORE", stripped, "`neo4j` or `sqlite:PATH`; unset: Neo4j when `NEO4J_URI` is set, else the embedded store")
-    data_dir: str = setting("", "TOOLSELECT_DATA_DIR", stripped, "folder of the embedded store and of `vectors.db`, where `toolselect select` keeps the dense vectors of the texts it embedded (by embedder id and SHA-256 of the text) between spawns and a service those of its tools and labels (`TOOLSELECT_VECTOR_CACHE`), and of `models/`, where it keeps MiniLM's optimised graph (default `$XDG_DATA_HOME/toolselect`)")
+    data_dir: str = setting("", "TOOLSELECT_DATA_DIR", stripped, "folder of the embedded store and of `vectors.db`, where `toolselect select` keeps the dense vectors of the texts it embedded (by embedder id and SHA-256 of the text) between spawns and a service those of its tools and labels (`TOOLSELECT_VECTOR_CACHE`), of `models/`, where it keeps MiniLM's optimised graph, and of `fold.json`, the fold weights a service's tuner fitted, which `toolselect select` folds labels with (default `$XDG_DATA_HOME/toolselect`)")
     neo4j_uri: str = setting("", "NEO4J_URI", stripped, "Bolt or Neo4j URI of the production store")
     neo4j_username: str = setting("neo4j", "NEO4J_USERNAME", stripped, "Neo4j user")
     neo4j_password: str = setting("", "NEO4J_PASSWORD", stripped, "Neo4j password (empty: no authentication)", secret=True)

@@ -152,3 +152,23 @@ def test_select_refuses_a_read_only_store_it_would_have_to_upgrade(
     assert done.returncode == 1
     assert "is read-only and at schema version 1" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("missing", [False, True], ids=["empty-folder", "no-folder"])
+def test_select_answers_from_a_read_only_folder_without_a_store(
+    missing: bool, data: Path, tmp_path: Path
+) -> None:
+    """A folder it cannot write that holds no store (an empty volume mounted read-only, the
+    default folder under a read-only home) is an empty catalog: the selection a writable folder
+    without a store gets, from the candidates' descriptions, and nothing written. It exited 1
+    (the store could not be created), so the runtime included every tool on every turn."""
+    fresh = tmp_path / "fresh"
+    writable = run(["select"], cli_env(fresh / "toolselect.db"), stdin=json.dumps(SELECT))
+    assert writable.returncode == 0, writable.stderr
+    data.mkdir()
+    folder = data / "toolselect" if missing else data
+    with read_only(data):
+        done = select_reading(cli_env(folder / "toolselect.db"))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == writable.stdout
+        assert files(data) == {}

@@ -7,6 +7,7 @@ the same messages as `POST /v1/select` without importing the HTTP stack.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple, TypeVar
 
@@ -48,8 +49,17 @@ def rejection(exc: ValidationError) -> Rejection:
 
 def parse(model: type[M], data: Any) -> M:
     """Validate parsed JSON against a request model (stdin, a command line): `InvalidInput`
-    with the message and field the API would answer."""
+    with the message and field the API would answer. In pydantic's JSON mode, as the API
+    validates its bodies: the Python mode words the same refusals otherwise ("a valid list"
+    for "a valid array", "a valid dictionary or instance of PromptKitQuery" for "an object").
+    A value no JSON text carries (a lone surrogate of a command line's undecodable bytes) is
+    validated in Python mode, for the caller's own check to word."""
     try:
+        try:
+            return model.model_validate_json(json.dumps(data))
+        except ValidationError as exc:
+            if exc.errors()[0]["type"] != "json_invalid":
+                raise
         return model.model_validate(data)
     except ValidationError as exc:
         problem = rejection(exc)

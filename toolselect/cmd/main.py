@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from toolselect.cmd.keys import add_key_commands
-from toolselect.cmd.remote import UsageError, read_select_request, select_remote
+from toolselect.cmd.remote import Deadline, UsageError, read_select_request, select_remote
 
 if TYPE_CHECKING:
     from toolselect.config import Settings
@@ -193,8 +193,13 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    if args.url:
-        return select_remote(args.url, read_select_request(), args.timeout)
+    with Deadline(args.timeout, "toolselect select") as deadline:
+        if args.url:
+            return select_remote(args.url, read_select_request(), args.timeout, deadline.answer)
+        return _select_in_process(args, deadline)
+
+
+def _select_in_process(args: argparse.Namespace, deadline: Deadline) -> int:
     # Spawned once per agent turn: only what one selection needs is imported (no aiohttp,
     # no scikit-learn, no learner), see toolselect.cmd.select.
     from toolselect.catalog import candidates_to_tools
@@ -206,18 +211,15 @@ def cmd_select(args: argparse.Namespace) -> int:
     tools = candidates_to_tools(request.candidates)
 
     async def body() -> int:
-        import asyncio
-
-        from toolselect.errors import NotReady
         from toolselect.logs import configure_logging
 
-        configure_logging("warning", settings.log_format)
-        try:  # a hung store held a spawn the driver's 60 s, past the runtime's own timeout
-            async with asyncio.timeout(args.timeout):
-                selection = await select_once(settings, request.text, tools, request.k)
-        except TimeoutError:
-            raise NotReady(f"no selection within --timeout {args.timeout:g} s") from None
-        print(json.dumps({"selected": selection.selected, "reason": selection.reason}))
+        # Only critical records: the spawn's outcome is its answer or its one line (a driver's
+        # error record, "Unable to retrieve routing information", was a second line before it).
+        configure_logging("critical", settings.log_format)
+        # `--timeout` is the Deadline's: a hung store or a model load on a worker thread ends
+        # the process at it, which a cancellation here could not.
+        selection = await select_once(settings, request.text, tools, request.k)
+        deadline.answer(json.dumps({"selected": selection.selected, "reason": selection.reason}))
         return 0
 
     return _run(body())

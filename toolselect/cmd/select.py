@@ -3,12 +3,12 @@
 An agent runtime spawns the exec selector once per turn with ~20 candidates. Starting the whole
 service for that (learner, tuner, maintenance task, the full catalog embedded) costs seconds;
 this reads only the candidates' stored tools and their exemplars, builds their centroids in
-the ranker a service starts with (`ranker.configured.build_ranker`: the tuner's refits are the
-server's), and chooses with the service's `choose`. The dense vectors go through the
-vector cache in the data folder (`TOOLSELECT_DATA_DIR/vectors.db`, keyed by embedder id and
-the text's SHA-256), so a spawn whose candidates were seen before embeds only the query; with
-the `minilm`/`http` embedders a query seen before loads no model at all. A query that needs
-the model opens MiniLM's graph as optimised by an earlier spawn (`TOOLSELECT_DATA_DIR/models`,
+the ranker a service builds (`ranker.configured.build_ranker`), with the weights a server's
+tuner last fitted on that store (`learn/kept_fold.py`), and chooses with the service's
+`choose`. The dense vectors go through the vector cache in the data folder
+(`TOOLSELECT_DATA_DIR/vectors.db`, keyed by embedder id and the text's SHA-256), so a spawn
+whose candidates were seen before embeds only the query; with the `minilm`/`http` embedders a
+query seen before loads no model at all. A query that needs the model opens MiniLM's graph as optimised by an earlier spawn (`TOOLSELECT_DATA_DIR/models`,
 ~90 MB), ~100-150 ms sooner than from the packaged file, and without repacking its weights for
 the fastest kernels (~40 ms sooner again, for ~4 ms more on the one query). No aiohttp, no
 scikit-learn, no teacher is imported on this path.
@@ -17,6 +17,7 @@ scikit-learn, no teacher is imported on this path.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from toolselect.embed import (
     embedder_for,
     vector_cache_path,
 )
+from toolselect.learn.kept_fold import fold_path, read_fold
 from toolselect.ranker import CentroidRanker, LearnedVector
 from toolselect.ranker.configured import build_ranker
 from toolselect.records import Exemplar, Tool, label_group
@@ -115,22 +117,38 @@ async def select_once(
     """The selection `Service.select` makes on a freshly started service, without starting one."""
     check_text(text, "query.Text", settings.max_query_bytes)
     vectors = vector_cache_path(settings)
+    # Sized as the server sizes the file they share: a cap of its own trimmed the server's rows.
+    cap = settings.vector_cache
     embedder = embedder_for(
         settings,
-        cache=VectorCache(vectors),
+        cache=VectorCache(vectors, max_entries=cap) if cap else None,
         optimized_dir=vectors.parent / MODELS_DIR,
         short_lived=True,
     )
     try:
         # Only read here: a data folder this process cannot write is still one to answer from.
-        store = await open_store(settings, read_only_fallback=True)
+        store = await open_store(_readable(settings), read_only_fallback=True)
         try:
-            await store.migrate()
+            await store.migrate(reader=True)  # no write lock: a writer's never holds it up
             return await _select(store, embedder, settings, text, candidates, k)
         finally:
             await store.close()
     finally:
         await embedder.close()
+
+
+def _readable(settings: Settings) -> Settings:
+    """`settings`, with an empty in-memory store in place of a SQLite file that is not there
+    and cannot be made (its folder, or the folder it would be made in, is one this process
+    cannot write): no store is an empty catalog, as a writable folder would start with."""
+    if settings.store_kind != "sqlite" or settings.sqlite_path.exists():
+        return settings
+    folder = settings.sqlite_path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or os.access(folder, os.W_OK | os.X_OK):
+        return settings  # made there, or refused as ever (a file in the way)
+    return settings.override(store="sqlite::memory:")
 
 
 async def _select(
@@ -152,7 +170,10 @@ async def _select(
     texts = [text, *(tool_text(t) for t in stored), *(tool_text(c) for c in unknown)]
     vectors = await embedder.embed([*texts, *(e.query for e in stale)])
     fresh = {e.id: vectors[len(texts) + i] for i, e in enumerate(stale)}
-    ranker = build_ranker(settings)
+    # The weights a server's tuner fitted on these labels, kept in the data folder: folded
+    # with the starting ones, a spawn selected other tools than the server did.
+    fitted = read_fold(fold_path(settings.data_dir, store.tenant), store.uri, embedder.id)
+    ranker = build_ranker(settings, fitted)
     ranker.set_catalog(stored, vectors[1 : 1 + len(stored)])
     ranker.fold(
         [

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -232,9 +233,11 @@ class OnnxEmbedder:
             except EmbedderError:
                 shutil.rmtree(kept, ignore_errors=True)  # cut short or damaged: keep it anew
         if session is None and kept is not None:
-            # Failing to write the kept graph (no room, say) only costs the next process time.
-            with contextlib.suppress(EmbedderError, OSError):
-                session = self._session_from(ort, path, keep=kept)
+            with _keeper(kept) as mine:
+                # Failing to write the kept graph (no room, say) only costs the next process time.
+                if mine and not kept.is_dir():
+                    with contextlib.suppress(EmbedderError, OSError):
+                        session = self._session_from(ort, path, keep=kept)
         if session is None:
             session = self._session_from(ort, path)
         names = {i.name for i in session.get_inputs()}
@@ -291,3 +294,36 @@ class OnnxEmbedder:
                 shutil.rmtree(partial, ignore_errors=True)
         self.opened_from = path
         return session
+
+
+@contextlib.contextmanager
+def _keeper(kept: Path) -> Iterator[bool]:
+    """Whether this process is to write the kept graph `kept`: one process at a time, the one
+    that takes an exclusive lock on the folder beside it without waiting, and it first removes
+    the `.<name>.*` folders a process killed while writing left (only the lock's holder writes
+    one). Spawns started together on a fresh folder each wrote the 90 MB graph, and every kill
+    mid-write left one for good; the others now open the packaged model and keep nothing.
+    Without `fcntl` (not POSIX) every process may write it, as before; where the folder cannot
+    be made, none."""
+    try:
+        import fcntl
+    except ImportError:
+        yield True
+        return
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        folder = os.open(kept.parent, os.O_RDONLY)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        for left in kept.parent.glob(f".{kept.name}.*"):
+            shutil.rmtree(left, ignore_errors=True)
+        yield True
+    finally:
+        os.close(folder)  # the lock goes with it

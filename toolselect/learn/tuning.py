@@ -19,14 +19,17 @@ import asyncio
 import math
 from collections import deque
 from dataclasses import replace
+from pathlib import Path
 
 import structlog
 
 from toolselect.clock import Clock, utc_now
 from toolselect.learn.fit import Calibration, Fit, FitPolicy, fit, prior_fit, teacher_depth
+from toolselect.learn.kept_fold import write_fold
 from toolselect.learn.window import SortedWindow
 from toolselect.metrics import Metrics
 from toolselect.ranker import CentroidRanker
+from toolselect.ranker.centroids import Weights
 
 log = structlog.get_logger("toolselect.learn")
 
@@ -54,6 +57,8 @@ class Tuner:
         pinned_depth: bool = False,
         metrics: Metrics | None = None,
         clock: Clock = utc_now,
+        kept_at: Path | None = None,
+        store: str = "",
     ) -> None:
         self._ranker = ranker
         self._policy = policy
@@ -63,6 +68,8 @@ class Tuner:
         self._pinned_depth = pinned_depth
         self._metrics = metrics or Metrics()
         self._clock = clock
+        self._kept_at, self._store = kept_at, store  # the fold the exec selector reads
+        self._keep_failed = False
         self._fitted_on = 0  # validating labels the last fit had
         self._changes_at_fit = 0  # and the ranker's validating_changes then
         self._task: asyncio.Task[None] | None = None
@@ -168,6 +175,7 @@ class Tuner:
                 fitted.fold.usage_weight,
             )
         self.current = fitted
+        await self._keep()
         self._metrics.refits.inc()
         self._publish()
         log.info(
@@ -183,6 +191,19 @@ class Tuner:
             took_s=round(asyncio.get_running_loop().time() - started, 3),
         )
         return fitted
+
+    async def _keep(self) -> None:
+        """Write the ranker's weights for the exec selector (`learn/kept_fold.py`); a failure
+        (a read-only folder, a full disk) is logged once and costs spawns the fit, not this."""
+        if self._kept_at is None:
+            return
+        weights = Weights(*self._ranker.weights, self._ranker.usage_weight)
+        try:
+            await asyncio.to_thread(write_fold, self._kept_at, self._store, self._embedder, weights)
+        except OSError as exc:
+            if not self._keep_failed:
+                log.warning("fold_not_kept", path=str(self._kept_at), error=str(exc))
+            self._keep_failed = True
 
     async def settle(self) -> None:
         """Wait for a refit in progress (benchmarks and tests read the fit after it)."""

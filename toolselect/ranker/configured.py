@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from toolselect.ranker.centroid_ranker import CentroidRanker
+from toolselect.ranker.centroids import Weights
 
 if TYPE_CHECKING:
     from toolselect.config import Settings
@@ -34,9 +35,22 @@ def self_weight(settings: Settings) -> float:
     return DEFAULT_SELF_WEIGHT if pinned is None else pinned
 
 
-def build_ranker(settings: Settings) -> CentroidRanker:
+def fold_pinned(settings: Settings) -> bool:
+    """Whether the settings pin the fold, which the tuner then never refits."""
+    return (
+        settings.description_weight is not None
+        or settings.self_label_weight is not None
+        or settings.usage_label_weight is not None
+        or settings.exemplar_weight == 0.0
+    )
+
+
+def build_ranker(settings: Settings, fitted: Weights | None = None) -> CentroidRanker:
     """An empty ranker with the description weight, exemplar weight and self- and usage-label
-    weights a service starts with, before any refit."""
+    weights a service starts with, before any refit; or with the weights a service's tuner
+    `fitted` (`learn/kept_fold.py`, for the exec selector), unless the settings pin them."""
+    if fitted is not None and not fold_pinned(settings):
+        return CentroidRanker(*fitted)
     return CentroidRanker(
         description_weight=settings.centroid_description_weight,
         exemplar_weight=settings.exemplar_weight,

@@ -20,6 +20,7 @@ from toolselect.embed import (
 )
 from toolselect.keys import KeyRegistry
 from toolselect.learn.fit import DEFAULT_TEACHER_DEPTH, FitPolicy, FoldWeights
+from toolselect.learn.kept_fold import fold_path
 from toolselect.learn.learner import Learner, LearnerConfig
 from toolselect.learn.refused import Refused
 from toolselect.learn.tuning import Tuner
@@ -28,7 +29,7 @@ from toolselect.oracle.base import Teacher
 from toolselect.oracle.budget import Budget, RetryPolicy
 from toolselect.oracle.oracle import Oracle
 from toolselect.ranker import CentroidRanker
-from toolselect.ranker.configured import build_ranker, self_weight, usage_weight
+from toolselect.ranker.configured import build_ranker, fold_pinned, self_weight, usage_weight
 from toolselect.service.catalog import CatalogFacade
 from toolselect.service.index import LiveIndex, Progress
 from toolselect.service.learning import LearningFacade
@@ -94,7 +95,12 @@ class Parts:
 
 
 def _tuner(
-    settings: Settings, ranker: CentroidRanker, embedder: Embedder, metrics: Metrics, clock: Clock
+    settings: Settings,
+    ranker: CentroidRanker,
+    embedder: Embedder,
+    metrics: Metrics,
+    clock: Clock,
+    store: Store,
 ) -> Tuner:
     ew = settings.exemplar_weight
     prior = FoldWeights(
@@ -112,14 +118,13 @@ def _tuner(
             prior_teacher_depth=settings.teacher_candidates or DEFAULT_TEACHER_DEPTH,
         ),
         embedder=embedder.id,
-        pinned_fold=settings.description_weight is not None
-        or settings.self_label_weight is not None
-        or settings.usage_label_weight is not None
-        or ew == 0.0,
+        pinned_fold=fold_pinned(settings),
         pinned_floor=settings.margin_floor,
         pinned_depth=settings.teacher_candidates is not None,
         metrics=metrics,
         clock=clock,
+        kept_at=fold_path(settings.data_dir, store.tenant),
+        store=store.uri,
     )
 
 
@@ -193,7 +198,7 @@ def compose(
         queries = CachedEmbedder(embedder, recent)
         observed = CachedEmbedder(embedder, recent, keep_misses=False)
     ranker = build_ranker(settings)
-    tuner = _tuner(settings, ranker, embedder, metrics, clock)
+    tuner = _tuner(settings, ranker, embedder, metrics, clock, store)
     vectors = vectors or _vector_cache(settings, embedder)
     index = LiveIndex(
         buffered,

@@ -331,8 +331,8 @@ class BufferedStore:
         """The inner store's tenant (a spool holds one tenant's writes: one spool per tenant)."""
         return self.inner.tenant
 
-    async def migrate(self) -> None:
-        await self.inner.migrate()  # a probe, like ping: it reaches the backend whatever its state
+    async def migrate(self, *, reader: bool = False) -> None:
+        await self.inner.migrate(reader=reader)  # a probe, like ping: whatever its state
 
     async def ping(self) -> None:
         await self.inner.ping()

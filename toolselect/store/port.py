@@ -308,8 +308,11 @@ class Store(CatalogStore, LearnerStore, AnalyticsStore, KeyStore, RetentionStore
         or counted in its versions, and names and ids are unique per tenant only."""
         ...
 
-    async def migrate(self) -> None:
-        """Create constraints, indexes and the state record; idempotent."""
+    async def migrate(self, *, reader: bool = False) -> None:
+        """Create constraints, indexes and the state record; idempotent. A `reader` (the exec
+        selector, which only reads) takes no write lock, so a writer holding one never holds
+        it up: the SQLite store then writes nothing to a file at the current schema, Neo4j
+        creates its schema where missing but not the state record (reads do without it)."""
 
     async def exists(self) -> bool:
         """Whether anything of this tenant is stored (its SQLite file; on Neo4j any node of it,

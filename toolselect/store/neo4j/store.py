@@ -164,14 +164,15 @@ class Neo4jStore:
 
     # --- lifecycle --------------------------------------------------------------------------
 
-    async def migrate(self) -> None:
+    async def migrate(self, *, reader: bool = False) -> None:
         """Migrate old data (to tenant `default`), create constraints, indexes and this tenant's
-        state record; idempotent (`migration`)."""
+        state record (not for a `reader`: it takes the write lock); idempotent (`migration`)."""
         with translated(self._uri):
             count = await self._schema.migrate(
                 self._driver, self._database, again=self._owns_driver
             )
-        await self._write(lock_meta)
+        if not reader:
+            await self._write(lock_meta)
         log.info(
             "neo4j_migrated",
             store=self._uri,

@@ -129,11 +129,15 @@ def connect(path: Path, busy_timeout: float, *, read_only_fallback: bool) -> sql
     return conn
 
 
-def create(conn: sqlite3.Connection) -> None:
+def create(conn: sqlite3.Connection, *, reader: bool = False) -> None:
     """Create the tables, indexes and the state record; idempotent. On a read-only connection
-    only check that they are there: a reader cannot add them (`StoreError` when missing)."""
+    only check that they are there: a reader cannot add them (`StoreError` when missing). A
+    `reader` (the exec selector) that finds them there does the same: the write transaction
+    would take the write lock, and wait out (or fail on) a writer that holds it."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if reader and version >= SCHEMA_VERSION:
+        return
     if is_read_only(conn):
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version < SCHEMA_VERSION:
             where = conn.execute("PRAGMA database_list").fetchone()[2]
             raise StoreError(

@@ -19,6 +19,7 @@ import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -169,8 +170,8 @@ class SqliteStore:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    async def migrate(self) -> None:
-        await self._run(sqlite_schema.create)
+    async def migrate(self, *, reader: bool = False) -> None:
+        await self._run(partial(sqlite_schema.create, reader=reader))
         log.info("store_migrated", store=self.uri, schema_version=sqlite_schema.SCHEMA_VERSION)
 
     async def exists(self) -> bool:
