@@ -42,3 +42,6 @@ CREATE CONSTRAINT session_tenant_id IF NOT EXISTS
 // by the SHA-256 of the key, across tenants.
 CREATE CONSTRAINT api_key_id IF NOT EXISTS FOR (k:ApiKey) REQUIRE k.id IS UNIQUE;
 CREATE CONSTRAINT api_key_hash IF NOT EXISTS FOR (k:ApiKey) REQUIRE k.hash IS UNIQUE;
+// The schema's own record: the digest of the schema and migration files it was made by
+// (`store/neo4j/migration.py`), so a reader (the exec selector) skips a migration already made.
+CREATE CONSTRAINT toolselect_schema_key IF NOT EXISTS FOR (m:ToolselectSchema) REQUIRE m.key IS UNIQUE;

@@ -136,8 +136,11 @@ async def test_a_neo4j_database_of_before_tenants_migrates_into_default(
     await written.save_key(key)
     before = await answers(written)
     await to_old_shape(driver, db)
-    untagged = "MATCH (n) WHERE n.tenant IS NULL RETURN count(n) AS n"
-    data = await query(driver, db, "MATCH (n) WHERE NOT n:ApiKey RETURN count(n) AS n")
+    # The schema's record is the database's, not a tenant's (nor a key's).
+    untagged = "MATCH (n) WHERE n.tenant IS NULL AND NOT n:ToolselectSchema RETURN count(n) AS n"
+    data = await query(
+        driver, db, "MATCH (n) WHERE NOT n:ApiKey AND NOT n:ToolselectSchema RETURN count(n) AS n"
+    )
     assert await query(driver, db, untagged) == data and data[0]["n"] > len(TURNS)
 
     default = Neo4jStore(driver, db, retention=KEEP_ALL)

@@ -74,6 +74,7 @@ PARAMS: dict[str, Any] = {
     "since": None,
     "seen": NOW.isoformat(),
     "fallbacks": ["shell_exec"],
+    "digest": "0" * 64,
     "turn_id": None,
     "key_tenant": None,
     "version": 1,

@@ -12,6 +12,7 @@ Driver errors are translated by the caller.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 
 from neo4j import AsyncDriver
@@ -40,9 +41,34 @@ class Once:
             return count
 
 
+# The files a migration runs: what it made is current while their text is unchanged.
+_MIGRATION_QUERIES: tuple[str, ...] = (
+    "backfill_tenant",
+    "missing_query_keys",
+    "set_query_keys",
+    "missing_used_names",
+    "set_used_names",
+    "await_indexes",
+)
+
+
+def digest() -> str:
+    """SHA-256 of the schema files and the migration's queries, as this version has them."""
+    files = [*cypher.names("schema"), *(f"queries/{name}" for name in _MIGRATION_QUERIES)]
+    text = "\0".join(f"{name}\0{cypher.query(name)}" for name in files)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+async def current(driver: AsyncDriver, database: str) -> bool:
+    """Whether the database was migrated by these very files (`digest`): a reader, which may
+    not write, then need not run them (about 50 statements, 80-190 ms of a spawn)."""
+    records, _, _ = await driver.execute_query(q("schema_digest"), database_=database)
+    return any(record["digest"] == digest() for record in records)
+
+
 async def migrate(driver: AsyncDriver, database: str) -> int:
-    """Migrate old data, create constraints and indexes, wait for them; the schema statements
-    run."""
+    """Migrate old data, create constraints and indexes, wait for them, then record the
+    files' `digest`; the schema statements run."""
     await backfill_tenant(driver, database)
     count = 0
     for name in cypher.names("schema"):
@@ -52,6 +78,7 @@ async def migrate(driver: AsyncDriver, database: str) -> int:
     await driver.execute_query(q("await_indexes"), {"timeout_s": 300}, database_=database)
     await backfill_query_keys(driver, database)
     await backfill_used_names(driver, database)
+    await driver.execute_query(q("set_schema_digest"), {"digest": digest()}, database_=database)
     return count
 
 

@@ -166,11 +166,14 @@ class Neo4jStore:
 
     async def migrate(self, *, reader: bool = False) -> None:
         """Migrate old data (to tenant `default`), create constraints, indexes and this tenant's
-        state record (not for a `reader`: it takes the write lock); idempotent (`migration`)."""
+        state record (not for a `reader`: it takes the write lock, and the schema only when the
+        database was not migrated by this version's files); idempotent (`migration`)."""
+        count = 0
         with translated(self._uri):
-            count = await self._schema.migrate(
-                self._driver, self._database, again=self._owns_driver
-            )
+            if not (reader and await migration.current(self._driver, self._database)):
+                count = await self._schema.migrate(
+                    self._driver, self._database, again=self._owns_driver
+                )
         if not reader:
             await self._write(lock_meta)
         log.info(
