@@ -146,7 +146,7 @@ class BufferedStore:
     async def flush(self) -> int:
         """Replay the spool in order; return how many records were written (0 when down)."""
         written = 0
-        async with self._flush_lock:
+        async with self._flush_lock, self.spool.replay_lock.held():
             try:
                 while entries := await self._on_spool(lambda: self.spool.head(_FLUSH_RECORDS)):
                     for run in replay_runs(entries):

@@ -10,7 +10,8 @@ the removal) changes nothing the second time.
 The spool is one SQLite file in WAL mode. Every method is synchronous and meant to run on one
 dedicated thread (the caller's executor), which also keeps appends in the order they were
 submitted. Several processes (`serve --workers`) may share the file: SQLite serialises their
-writes, ids are never reused (AUTOINCREMENT), and a record two processes replay is idempotent.
+writes, ids are never reused (AUTOINCREMENT), and one process replays it at a time
+(`ReplayLock`): a usage label's sighting replayed twice would count twice.
 
 Bounds: past `max_bytes` of records, the oldest records of the least valuable kind go first:
 turns, then oracle calls, then labels by tier (ranker, usage, teacher, feedback). Each drop is
@@ -32,6 +33,7 @@ from toolselect.errors import SpoolError
 from toolselect.records import Exemplar, OracleCall, Turn
 from toolselect.sqlite_wal import use_wal
 from toolselect.store.port import TIER_STRENGTH
+from toolselect.store.replay_lock import ReplayLock
 from toolselect.store.rules import StoredLabel, check_tier, stored_label_of, supersedes
 
 Kind = Literal["turn", "oracle_call", "exemplar"]
@@ -118,6 +120,8 @@ class Spool:
         self.depth: dict[Kind, int] = dict.fromkeys(KINDS, 0)
         self._bytes = 0
         self.appended = 0  # records this process wrote (committed), what an outage spooled
+        # Other processes of the data folder replay the file too: one replay at a time.
+        self.replay_lock = ReplayLock(None if path == ":memory:" else f"{path}.replay-lock")
 
     @classmethod
     def open(cls, path: Path | str, *, max_bytes: int) -> Spool:
@@ -135,11 +139,15 @@ class Spool:
             conn = sqlite3.connect(where, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise SpoolError(f"cannot open the write spool {where}: {exc}") from exc
-        spool = cls(conn, where, max_bytes)
+        try:
+            spool = cls(conn, where, max_bytes)
+        except OSError as exc:  # the replay lock's file beside it
+            conn.close()
+            raise SpoolError(f"cannot use the write spool {where}: {exc}") from exc
         try:
             spool._prepare()
         except sqlite3.Error as exc:
-            conn.close()
+            spool.close()
             raise SpoolError(f"cannot use the write spool {where}: {exc}") from exc
         return spool
 
@@ -338,6 +346,7 @@ class Spool:
 
     def close(self) -> None:
         self._conn.close()
+        self.replay_lock.close()
 
 
 # The order a window of the spool is written in, by kind: a label or a teacher call names its
