@@ -11,7 +11,7 @@ The spool is one SQLite file in WAL mode. Every method is synchronous and meant 
 dedicated thread (the caller's executor), which also keeps appends in the order they were
 submitted. Several processes (`serve --workers`) may share the file: SQLite serialises their
 writes, ids are never reused (AUTOINCREMENT), and one process replays it at a time
-(`ReplayLock`): a usage label's sighting replayed twice would count twice.
+(`FileLock`): a usage label's sighting replayed twice would count twice.
 
 Bounds: past `max_bytes` of records, the oldest records of the least valuable kind go first:
 turns, then oracle calls, then labels by tier (ranker, usage, teacher, feedback). Each drop is
@@ -32,8 +32,8 @@ from typing import Any, Literal, TypeVar
 from toolselect.errors import SpoolError
 from toolselect.records import Exemplar, OracleCall, Turn
 from toolselect.sqlite_wal import use_wal
+from toolselect.store.file_lock import FileLock
 from toolselect.store.port import TIER_STRENGTH
-from toolselect.store.replay_lock import ReplayLock
 from toolselect.store.rules import StoredLabel, check_tier, stored_label_of, supersedes
 
 Kind = Literal["turn", "oracle_call", "exemplar"]
@@ -121,7 +121,7 @@ class Spool:
         self._bytes = 0
         self.appended = 0  # records this process wrote (committed), what an outage spooled
         # Other processes of the data folder replay the file too: one replay at a time.
-        self.replay_lock = ReplayLock(None if path == ":memory:" else f"{path}.replay-lock")
+        self.replay_lock = FileLock(None if path == ":memory:" else f"{path}.replay-lock")
 
     @classmethod
     def open(cls, path: Path | str, *, max_bytes: int) -> Spool:
