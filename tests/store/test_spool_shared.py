@@ -10,10 +10,10 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from toolselect.records import Exemplar, Tool
+from toolselect.records import Exemplar, Tool, Turn
 from toolselect.store.buffered import BufferedStore
 from toolselect.store.port import lookup_one
-from toolselect.store.spool import Spool
+from toolselect.store.spool import Spool, encode
 from toolselect.store.sqlite.store import SqliteStore
 
 NOW = datetime(2026, 11, 27, 6, 0, tzinfo=UTC)
@@ -59,3 +59,32 @@ async def test_workers_replaying_one_spool_at_once_write_each_record_once(tmp_pa
     finally:
         await writer.close()
         await other.close()
+
+
+def test_each_process_counts_what_the_whole_file_holds(tmp_path: Path) -> None:
+    """Two spools over one file, as two workers hold them: after each one's write its depth is
+    the file's, whoever wrote the rest. Each used to count its own appends on top of what it
+    last counted, so `toolselect_spool_depth` (the latest worker's count) showed one worker's
+    share of an outage's writes, and `toolselect_store_backlog` (summed over workers) twice the
+    file once both had counted it (a group started on a spool an outage left)."""
+    path = tmp_path / "spool.db"
+    one, two = (Spool.open(path, max_bytes=1 << 20) for _ in range(2))
+    try:
+        one.append([turn(f"t{i}") for i in range(3)])
+        two.append([turn(f"u{i}") for i in range(2)])
+        assert two.depth == {"turn": 5, "oracle_call": 0, "exemplar": 0}
+        one.append_labels([sighting(0)])
+        assert one.depth == {"turn": 5, "oracle_call": 0, "exemplar": 1}
+        assert one.size == two.size + len(encode(sighting(0)))
+        two.remove(two.head(4))
+        assert two.depth == {"turn": 1, "oracle_call": 0, "exemplar": 1}
+        again = Spool.open(path, max_bytes=1 << 20)  # a start counts it from the file too
+        assert (again.depth, again.size) == (two.depth, two.size)
+        again.close()
+    finally:
+        one.close()
+        two.close()
+
+
+def turn(turn_id: str) -> Turn:
+    return Turn(id=turn_id, request=f"forecast {turn_id}", used_tool="get_weather", at=NOW)
