@@ -4,8 +4,10 @@ While the store is unreachable, `BufferedStore` appends turns, labels and oracle
 answers its caller only once the append is on disk; when the store returns (or the process
 starts again after a crash) the spool is replayed in append order and each record is removed
 only after the store acknowledged it. The stores upsert turns and oracle calls by id and keep
-one label per normalised query, so a record replayed twice (a crash between the store's ack and
-the removal) changes nothing the second time.
+one label per normalised query, so a turn, a teacher call or a label of a tier above usage
+replayed twice (a crash or a write deadline between the store's ack and the removal) changes
+nothing the second time; a usage sighting does, unless it is its label's last turn (the only
+one the store recognises): such a replay counts a request's sightings again.
 
 The spool is one SQLite file in WAL mode. Every method is synchronous and meant to run on one
 dedicated thread (the caller's executor), which also keeps appends in the order they were
