@@ -12,9 +12,9 @@ With `serve --workers N` every worker process writes its values to files in one 
 (prometheus_client's multiprocess mode: the supervisor sets `PROMETHEUS_MULTIPROC_DIR` before a
 worker imports prometheus_client) and `/metrics` in any worker aggregates them all: counters
 and histograms are summed, and each gauge says how (`multiprocess_mode`, ignored with one
-process): work waiting (queue depth, backlog, requests in flight) is the sum over live workers,
-fitted values are the most recent, sizes the largest; a worker's gauges of a tenant it closed
-(NaN in its file) are left out (`_Workers`).
+process): work waiting in a worker (queue depth, requests in flight) is the sum over live
+workers, the shared spool's (backlog, depth) and fitted values the most recent, sizes the
+largest; a worker's gauges of a tenant it closed (NaN in its file) are left out (`_Workers`).
 """
 
 from __future__ import annotations
@@ -283,8 +283,10 @@ class Metrics:
         self.store_errors = counter(
             "toolselect_store_errors", "Store operations that failed", "operation"
         )
+        # The spool's records: every worker counts the one shared file at each of its writes,
+        # so the latest count is the backlog (a sum counted the file once per worker).
         self.backlog = gauge(
-            "toolselect_store_backlog", "Writes waiting for the store to return", "livesum"
+            "toolselect_store_backlog", "Writes waiting for the store to return", "mostrecent"
         )
         self.store_up = gauge(
             "toolselect_store_up",

@@ -22,9 +22,13 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e.test_refused_restart import REQUESTS, asked
+from tests.learn.test_learner import TOOLS
 from tests.services import cli_env, free_port
+from tests.stubs import Reply, Stub, anthropic_message
 from toolselect.api import workers as workers_module
 from toolselect.config import Settings
+from toolselect.service import Service
 from toolselect.store.sqlite.store import SqliteStore
 
 EXE = [sys.executable, "-m", "toolselect.cmd.main"]
@@ -299,3 +303,59 @@ async def test_a_tenant_closed_in_every_worker_leaves_no_gauges(tmp_path: Path) 
         gauges = await _gauges_of(session, workers.url, "team-a")
         assert gauges["toolselect_catalog_tools"] == 3.0, gauges
         assert gauges["toolselect_serving_from_snapshot"] == 0.0, gauges
+
+
+@pytest.mark.slow  # waits for both workers' take-back of the refused turns
+async def test_a_group_started_again_asks_about_each_refused_turn_once(
+    tmp_path: Path, anthropic_stub: Stub
+) -> None:
+    """Four turns a spent budget refused, left `limit_reached` in the store; `serve --workers 2`
+    started on it with room asks the teacher about each once. Both workers took them back, and
+    with a teacher that takes a moment to answer (no call traced yet when the second worker
+    looked) each turn was asked about twice: the group paid 8 calls for 4 turns."""
+    refused = await refused_burst(tmp_path, anthropic_stub)
+    anthropic_stub.script.clear()
+    anthropic_stub.reply(Reply(body=anthropic_message("shell_exec"), held=True))
+    anthropic_stub.release.clear()
+    teacher = {
+        "TOOLSELECT_TEACHER": "anthropic", "ANTHROPIC_API_KEY": "test",
+        "ANTHROPIC_BASE_URL": anthropic_stub.url, "TOOLSELECT_TEACHER_BUDGET_PER_HOUR": "10",
+        "TOOLSELECT_TEACHER_RETRIES": "0", "TOOLSELECT_POLL_INTERVAL": "0.5",
+    }  # fmt: skip
+    async with serving_workers(tmp_path, **teacher) as workers:
+        # Both workers take back at their first poll: wait out a few, the teacher holding.
+        await asyncio.sleep(4.0)
+        anthropic_stub.release.set()
+        workers.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(workers.proc.wait(), 60) == 0, "".join(workers.log)
+    assert sorted(asked(anthropic_stub)[1:]) == sorted(REQUESTS[i] for i in refused)
+    store = SqliteStore(tmp_path / "serve.db")
+    try:
+        for turn_id in refused:
+            turn = await store.get_turn(turn_id)
+            assert turn is not None and (turn.result, turn.label) == ("labeled", "shell_exec")
+    finally:
+        await store.close()
+
+
+async def refused_burst(tmp_path: Path, stub: Stub) -> list[str]:
+    """The ids of the four turns (of five fallback turns) a service with room for one teacher
+    call refused, stored `limit_reached` in the `serve --workers` fixture's store."""
+    stub.reply(Reply(body=anthropic_message("shell_exec")))
+    settings = Settings(
+        store=f"sqlite:{tmp_path / 'serve.db'}", data_dir=str(tmp_path), embedder="hashing",
+        teacher="anthropic", anthropic_api_key="test", anthropic_base_url=stub.url,
+        teacher_budget_per_hour=1, teacher_retries=0,
+    )  # fmt: skip
+    service = await Service.start(settings)
+    try:
+        await service.catalog.upsert_tools(TOOLS)
+        for turn_id, request in REQUESTS.items():
+            assert service.learner.observe(request, "shell_exec", turn_id=turn_id)
+        assert await service.learner.drain(30.0)
+        turns = [await service.store.get_turn(turn_id) for turn_id in REQUESTS]
+    finally:
+        await service.close()
+    refused = [t.id for t in turns if t is not None and t.result == "limit_reached"]
+    assert len(refused) == 4 and len(stub.received) == 1
+    return refused

@@ -156,8 +156,8 @@ class LearningFacade:
             created_at=self._clock(),
         )
         result = await self._store.save_exemplars([exemplar])
-        if result.unknown_tool:
-            raise NotFound(f"unknown tool {shown(tool)}", "tool")
+        if result.unknown_tool:  # deleted through another replica since this one polled
+            raise NotFound(f"no tool named {shown(tool)}", "tool")
         await self._index.saved(result)
         stored = await lookup_one(self._store, query)
         return bool(result.changed), stored or exemplar

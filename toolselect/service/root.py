@@ -32,6 +32,7 @@ from toolselect.service.reachability import Reachability
 from toolselect.service.retention import RETENTION_CHECK_S
 from toolselect.service.snapshot import SnapshotKeeper, snapshot_path
 from toolselect.store.factory import open_store
+from toolselect.store.file_lock import FileLock
 from toolselect.store.spool import Spool
 
 # How often the store is asked for teacher turns a stopped process left undecided
@@ -75,6 +76,9 @@ class Service:
         # upkeep took back those its budget refused (a test, or a caller, may wait on it).
         self._started_at = parts.clock()
         self.refused_taken_back = asyncio.Event()
+        # Taken back by one service of the tenant per data folder: each worker asked them all.
+        where = parts.store.spool.path
+        self._take_back = FileLock(None if where == ":memory:" else f"{where}.take-back")
 
     @classmethod
     async def start(
@@ -270,6 +274,8 @@ class Service:
         refused = self.learner.refused
         if not self.oracle.active:  # no call could be made: left in the store for a later start
             return 0
+        if not self._take_back.claim():  # another worker's service of the tenant takes them
+            return 0
         stored = await self.store.refused_turns(self._started_at, refused.size)
         catalog = self.ranker.snapshot.names
         searches = self.parts.searches
@@ -428,6 +434,7 @@ class Service:
         finally:
             if self._snapshots is not None:
                 self._snapshots.close()
+            self._take_back.close()
             if self.parts.teacher is not None:
                 await self.parts.teacher.aclose()
             if self._owns_models:  # the embedder and the vector cache, which `beside` shares

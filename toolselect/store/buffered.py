@@ -109,8 +109,8 @@ class BufferedStore:
     async def _bounded(self, operation: str, call: Awaitable[T]) -> T:
         """`call`, or `StoreUnavailable` once it has waited `write_timeout_s`: a hung store
         raises nothing, and its writes would hold the learner until it wakes. What the store
-        may still commit after the deadline is replayed from the spool harmlessly (turns and
-        oracle calls are keyed by id, a label's same turn is no new sighting)."""
+        may still commit after the deadline is replayed from the spool (turns and oracle calls
+        are keyed by id; a usage label's sightings but its last count again: see spool.py)."""
         try:
             async with asyncio.timeout(self._write_timeout_s):
                 return await call
@@ -146,7 +146,7 @@ class BufferedStore:
     async def flush(self) -> int:
         """Replay the spool in order; return how many records were written (0 when down)."""
         written = 0
-        async with self._flush_lock:
+        async with self._flush_lock, self.spool.replay_lock.held():
             try:
                 while entries := await self._on_spool(lambda: self.spool.head(_FLUSH_RECORDS)):
                     for run in replay_runs(entries):
@@ -433,7 +433,7 @@ class BufferedStore:
         """Replay the spool into a store not known to be down, for at most `within_s` seconds
         (a shutdown's grace: a store that never answered since the start is not known down,
         and its driver retried for seconds), then close; what is left waits for the next
-        start (a replay cut short is replayed again harmlessly)."""
+        start (a replay cut short is replayed again from its last removal)."""
         try:
             if self.backlog and not self.down:
                 with contextlib.suppress(TimeoutError):

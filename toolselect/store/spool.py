@@ -4,13 +4,16 @@ While the store is unreachable, `BufferedStore` appends turns, labels and oracle
 answers its caller only once the append is on disk; when the store returns (or the process
 starts again after a crash) the spool is replayed in append order and each record is removed
 only after the store acknowledged it. The stores upsert turns and oracle calls by id and keep
-one label per normalised query, so a record replayed twice (a crash between the store's ack and
-the removal) changes nothing the second time.
+one label per normalised query, so a turn, a teacher call or a label of a tier above usage
+replayed twice (a crash or a write deadline between the store's ack and the removal) changes
+nothing the second time; a usage sighting does, unless it is its label's last turn (the only
+one the store recognises): such a replay counts a request's sightings again.
 
 The spool is one SQLite file in WAL mode. Every method is synchronous and meant to run on one
 dedicated thread (the caller's executor), which also keeps appends in the order they were
 submitted. Several processes (`serve --workers`) may share the file: SQLite serialises their
-writes, ids are never reused (AUTOINCREMENT), and a record two processes replay is idempotent.
+writes, ids are never reused (AUTOINCREMENT), and one process replays it at a time
+(`FileLock`): a usage label's sighting replayed twice would count twice.
 
 Bounds: past `max_bytes` of records, the oldest records of the least valuable kind go first:
 turns, then oracle calls, then labels by tier (ranker, usage, teacher, feedback). Each drop is
@@ -31,6 +34,7 @@ from typing import Any, Literal, TypeVar
 from toolselect.errors import SpoolError
 from toolselect.records import Exemplar, OracleCall, Turn
 from toolselect.sqlite_wal import use_wal
+from toolselect.store.file_lock import FileLock
 from toolselect.store.port import TIER_STRENGTH
 from toolselect.store.rules import StoredLabel, check_tier, stored_label_of, supersedes
 
@@ -54,7 +58,25 @@ CREATE TABLE IF NOT EXISTS spool (
 );
 CREATE INDEX IF NOT EXISTS spool_query ON spool (query_norm) WHERE query_norm IS NOT NULL;
 CREATE INDEX IF NOT EXISTS spool_drop ON spool (priority, id);
+CREATE TABLE IF NOT EXISTS spool_counts (
+    kind TEXT PRIMARY KEY,
+    records INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS spool_counted AFTER INSERT ON spool BEGIN
+    INSERT INTO spool_counts VALUES (NEW.kind, 1, length(NEW.body)) ON CONFLICT (kind)
+    DO UPDATE SET records = records + 1, bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER IF NOT EXISTS spool_uncounted AFTER DELETE ON spool BEGIN
+    UPDATE spool_counts SET records = records - 1, bytes = bytes - length(OLD.body)
+    WHERE kind = OLD.kind;
+END;
 """
+# A file an earlier version wrote has records and no counts yet: counted once, at its open.
+_SEED_COUNTS = (
+    "INSERT INTO spool_counts SELECT kind, count(*), sum(length(body)) FROM spool"
+    " WHERE NOT EXISTS (SELECT 1 FROM spool_counts) GROUP BY kind"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +140,8 @@ class Spool:
         self.depth: dict[Kind, int] = dict.fromkeys(KINDS, 0)
         self._bytes = 0
         self.appended = 0  # records this process wrote (committed), what an outage spooled
+        # Other processes of the data folder replay the file too: one replay at a time.
+        self.replay_lock = FileLock(None if path == ":memory:" else f"{path}.replay-lock")
 
     @classmethod
     def open(cls, path: Path | str, *, max_bytes: int) -> Spool:
@@ -135,11 +159,15 @@ class Spool:
             conn = sqlite3.connect(where, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise SpoolError(f"cannot open the write spool {where}: {exc}") from exc
-        spool = cls(conn, where, max_bytes)
+        try:
+            spool = cls(conn, where, max_bytes)
+        except OSError as exc:  # the replay lock's file beside it
+            conn.close()
+            raise SpoolError(f"cannot use the write spool {where}: {exc}") from exc
         try:
             spool._prepare()
         except sqlite3.Error as exc:
-            conn.close()
+            spool.close()
             raise SpoolError(f"cannot use the write spool {where}: {exc}") from exc
         return spool
 
@@ -159,17 +187,16 @@ class Spool:
             raise sqlite3.DatabaseError(f"integrity check failed: {check}")
         # A write now, so an unwritable file fails the start and not the first outage.
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DELETE FROM spool WHERE 0")
+        conn.execute(_SEED_COUNTS)
         conn.execute("COMMIT")
         self.recount()
 
     def recount(self) -> int:
-        """Count the file's records again (other processes of one data folder share it); how
-        many there are."""
+        """Read what the file holds (other processes of one data folder write it too: its
+        triggers keep the counts of every writer's records); how many records there are.
+        Every write counts again, so `depth` is the file's, not this process's share."""
         self.depth = dict.fromkeys(KINDS, 0)
-        rows = self._conn.execute(
-            "SELECT kind, count(*), coalesce(sum(length(body)), 0) FROM spool GROUP BY kind"
-        ).fetchall()
+        rows = self._conn.execute("SELECT kind, records, bytes FROM spool_counts").fetchall()
         total = 0
         for kind, count, size in rows:
             if kind in self.depth:
@@ -188,6 +215,7 @@ class Spool:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 result = work()
+                self.recount()
                 self._conn.execute("COMMIT")
             except BaseException:
                 # A full disk or an I/O error ends the transaction itself: a ROLLBACK then
@@ -243,19 +271,12 @@ class Spool:
         self._conn.executemany(
             "INSERT INTO spool (kind, priority, query_norm, body) VALUES (?, ?, ?, ?)", rows
         )
-        for row in rows:
-            self.depth[row[0]] += 1
-            self._bytes += len(row[3])
-        if self._bytes <= self.max_bytes:
-            return Dropped()
-        # The running size may count what another process has replayed since: count again.
         self.recount()
         return self._trim() if self._bytes > self.max_bytes else Dropped()
 
     def _trim(self) -> Dropped:
         """Drop the least valuable, oldest records until the spool fits its bound."""
-        size = self._conn.execute("SELECT coalesce(sum(length(body)), 0) FROM spool").fetchone()
-        excess = int(size[0]) - self.max_bytes
+        excess = self._bytes - self.max_bytes  # counted in this transaction
         dropped: dict[Kind, int] = {}
         human: set[str] = set()
         while excess > 0:
@@ -273,8 +294,6 @@ class Spool:
                 dropped[kind] = dropped.get(kind, 0) + 1
                 if priority == _PRIORITY["feedback"]:
                     human.add(query_norm)
-                self.depth[kind] -= 1
-                self._bytes -= int(length)
                 excess -= int(length)
             self._conn.executemany("DELETE FROM spool WHERE id = ?", ids)
         return Dropped(dropped, frozenset(human))
@@ -288,8 +307,7 @@ class Spool:
         except sqlite3.Error as exc:
             raise SpoolError(f"write spool {self.path}: cannot read: {exc}") from exc
         if not rows:
-            self.depth = dict.fromkeys(KINDS, 0)
-            self._bytes = 0
+            self.recount()
         return [Entry(int(i), kind, decode(kind, body), len(body)) for i, kind, body in rows]
 
     def remove(self, entries: Collection[Entry]) -> None:
@@ -297,10 +315,6 @@ class Spool:
         self._run("remove", lambda: self._conn.executemany(
             "DELETE FROM spool WHERE id = ?", [(e.id,) for e in entries]
         ))  # fmt: skip
-        for entry in entries:
-            # Another process replaying the same file may have removed them already.
-            self.depth[entry.kind] = max(self.depth[entry.kind] - 1, 0)
-            self._bytes = max(self._bytes - entry.size, 0)
 
     def pending_labels(self, keys: Collection[str]) -> dict[str, Exemplar]:
         """The label each normalised query would have once the spool is replayed."""
@@ -338,6 +352,7 @@ class Spool:
 
     def close(self) -> None:
         self._conn.close()
+        self.replay_lock.close()
 
 
 # The order a window of the spool is written in, by kind: a label or a teacher call names its
