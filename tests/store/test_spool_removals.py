@@ -5,8 +5,9 @@ spool waiting, as a service started on a spool an outage left does."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,6 +30,38 @@ SPOOLED = Exemplar(
 )  # fmt: skip
 
 
+@contextlib.contextmanager
+def write_locked(db: Path) -> Iterator[None]:
+    """The SQLite file's write lock held by another connection for the body: the store does
+    not answer a write, so a buffered store over it spools."""
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+
+
+@contextlib.asynccontextmanager
+async def two_workers(
+    tmp_path: Path, tools: Sequence[Tool]
+) -> AsyncIterator[tuple[BufferedStore, BufferedStore]]:
+    """Two buffered stores over one SQLite store holding `tools` and one spool file, as two
+    workers of `serve --workers` hold them; closed after the body."""
+    db, spool = tmp_path / "toolselect.db", tmp_path / "spool.db"
+    inner = SqliteStore(db, busy_timeout=0.1)
+    await inner.migrate()
+    await inner.upsert_tools(tools)
+    writer = BufferedStore(inner, spool=Spool.open(spool, max_bytes=1 << 20))
+    other = BufferedStore(SqliteStore(db), spool=Spool.open(spool, max_bytes=1 << 20))
+    try:
+        yield writer, other
+    finally:
+        await writer.close()
+        await other.close()
+
+
 @pytest_asyncio.fixture(loop_scope="function")
 async def restarted(tmp_path: Path) -> AsyncIterator[BufferedStore]:
     """A buffered store over a live SQLite store, started on a spool holding `SPOOLED`: saved
@@ -37,16 +70,11 @@ async def restarted(tmp_path: Path) -> AsyncIterator[BufferedStore]:
     inner = SqliteStore(db, busy_timeout=0.1)
     await inner.migrate()
     await inner.upsert_tools(TOOLS)
-    lock = sqlite3.connect(db, isolation_level=None)
-    lock.execute("BEGIN IMMEDIATE")
-    try:
+    with write_locked(db):
         before = BufferedStore(inner, spool=Spool.open(spool, max_bytes=1 << 20))
         assert await save_one(before, SPOOLED)
         assert before.down and before.backlog == 1
         await before.close()  # down: the spool is kept for the next start
-    finally:
-        lock.execute("ROLLBACK")
-        lock.close()
     store = BufferedStore(SqliteStore(db), spool=Spool.open(spool, max_bytes=1 << 20))
     assert store.backlog == 1 and not store.down
     yield store
@@ -119,25 +147,11 @@ async def test_a_removal_replays_what_another_process_spooled_first(tmp_path: Pa
     """Workers of one `serve --workers` share the data folder's spool. A label one worker
     spooled in an outage, deleted by its id through another worker that had nothing spooled
     itself, is found (not a 404) and is not written back by the first worker's replay."""
-    db, spool = tmp_path / "toolselect.db", tmp_path / "spool.db"
-    inner = SqliteStore(db, busy_timeout=0.1)
-    await inner.migrate()
-    await inner.upsert_tools(TOOLS)
-    writer = BufferedStore(inner, spool=Spool.open(spool, max_bytes=1 << 20))
-    other = BufferedStore(SqliteStore(db), spool=Spool.open(spool, max_bytes=1 << 20))
-    try:
-        lock = sqlite3.connect(db, isolation_level=None)
-        lock.execute("BEGIN IMMEDIATE")
-        try:
+    async with two_workers(tmp_path, TOOLS) as (writer, other):
+        with write_locked(tmp_path / "toolselect.db"):
             assert await save_one(writer, SPOOLED)
             assert writer.down and writer.backlog == 1
-        finally:
-            lock.execute("ROLLBACK")
-            lock.close()
         assert other.backlog == 0  # as this process last counted
         assert await other.delete_exemplar(SPOOLED.id)
         await writer.flush()
         assert await lookup_one(other, QUERY) is None
-    finally:
-        await writer.close()
-        await other.close()

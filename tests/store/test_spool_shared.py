@@ -6,15 +6,13 @@ recognised as seen), so two workers replaying the same records at once doubled t
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tests.store.test_spool_removals import two_workers, write_locked
 from toolselect.records import Exemplar, Tool, Turn
-from toolselect.store.buffered import BufferedStore
 from toolselect.store.port import lookup_one
 from toolselect.store.spool import Spool, encode
-from toolselect.store.sqlite.store import SqliteStore
 
 NOW = datetime(2026, 11, 27, 6, 0, tzinfo=UTC)
 TOOLS = [Tool("get_weather", "Weather and forecast for a city."), Tool("send_email", "Mail.")]
@@ -35,30 +33,16 @@ async def test_workers_replaying_one_spool_at_once_write_each_record_once(tmp_pa
     sightings of one request while the store is locked; once it answers, both replay at the
     same moment, as both workers' upkeep does when the store returns. The label counts twenty
     sightings, not up to forty, and the spool ends empty for both."""
-    db, spool = tmp_path / "toolselect.db", tmp_path / "spool.db"
-    inner = SqliteStore(db, busy_timeout=0.1)
-    await inner.migrate()
-    await inner.upsert_tools(TOOLS)
-    writer = BufferedStore(inner, spool=Spool.open(spool, max_bytes=1 << 20))
-    other = BufferedStore(SqliteStore(db), spool=Spool.open(spool, max_bytes=1 << 20))
-    try:
-        lock = sqlite3.connect(db, isolation_level=None)
-        lock.execute("BEGIN IMMEDIATE")
-        try:
+    async with two_workers(tmp_path, TOOLS) as (writer, other):
+        with write_locked(tmp_path / "toolselect.db"):
             for i in range(SIGHTINGS):  # one save a turn, as the learner's batches make them
                 await writer.save_exemplars([sighting(i)])
             assert writer.down and writer.backlog == SIGHTINGS
-        finally:
-            lock.execute("ROLLBACK")
-            lock.close()
         written = await asyncio.gather(writer.flush(), other.flush())
         assert sum(written) == SIGHTINGS, written
         stored = await lookup_one(other, QUERY)
         assert stored is not None and stored.count == SIGHTINGS, stored
         assert (writer.backlog, other.backlog) == (0, 0)
-    finally:
-        await writer.close()
-        await other.close()
 
 
 def test_each_process_counts_what_the_whole_file_holds(tmp_path: Path) -> None:
