@@ -208,12 +208,7 @@ async def test_migrate_creates_every_constraint_and_index(
 ) -> None:
     """migrate() on a bare database creates every unique constraint and index, all ONLINE."""
     db = neo4j_server.database
-    constraints, indexes = await schema(driver, db)
-    for name, *_ in constraints:
-        await driver.execute_query(f"DROP CONSTRAINT `{name}`", database_=db)
-    for name, kind, *_ in indexes:
-        if kind == "RANGE":  # constraint-backed ones went with their constraints
-            await driver.execute_query(f"DROP INDEX `{name}` IF EXISTS", database_=db)
+    await drop_schema(driver, db)
     assert (await schema(driver, db))[0] == set()
 
     await Neo4jStore(driver, db).migrate()
@@ -222,6 +217,39 @@ async def test_migrate_creates_every_constraint_and_index(
     assert {(c[2][0], c[3]) for c in constraints if c[1] == "UNIQUENESS"} >= CONSTRAINTS
     assert {(i[2][0], tuple(i[3])) for i in indexes if i[1] == "RANGE" and i[2]} >= INDEXES
     assert all(i[4] == "ONLINE" for i in indexes)
+
+
+async def drop_schema(driver: neo4j.AsyncDriver, db: str) -> None:
+    """Every constraint and index a migration makes gone, as on a database new to toolselect."""
+    constraints, indexes = await schema(driver, db)
+    for name, *_ in constraints:
+        await driver.execute_query(f"DROP CONSTRAINT `{name}`", database_=db)
+    for name, kind, *_ in indexes:
+        if kind == "RANGE":  # constraint-backed ones went with their constraints
+            await driver.execute_query(f"DROP INDEX `{name}` IF EXISTS", database_=db)
+
+
+async def test_processes_migrating_a_new_database_at_once_all_start(
+    driver: neo4j.AsyncDriver, neo4j_server: Neo4jServer
+) -> None:
+    """`serve --workers 2` (or replicas started together) on a database new to toolselect: both
+    run the schema at once, and `IF NOT EXISTS` does not stop the second from finding the rule
+    the first made meanwhile (`EquivalentSchemaRuleAlreadyExists`). That failed one worker's
+    start, and `serve` with it, 1 start in 3; the rule being there is what the statement asked."""
+    db = neo4j_server.database
+    other = neo4j.AsyncGraphDatabase.driver(
+        neo4j_server.uri, auth=neo4j_server.auth, notifications_min_severity="OFF"
+    )
+    try:
+        for _ in range(3):
+            await drop_schema(driver, db)
+            stores = [Neo4jStore(d, db, uri=neo4j_server.uri) for d in (driver, other, driver)]
+            await asyncio.gather(*(store.migrate() for store in stores))
+        constraints, indexes = await schema(driver, db)
+        assert {(c[2][0], c[3]) for c in constraints if c[1] == "UNIQUENESS"} >= CONSTRAINTS
+        assert {(i[2][0], tuple(i[3])) for i in indexes if i[1] == "RANGE" and i[2]} >= INDEXES
+    finally:
+        await other.close()
 
 
 async def test_migrate_twice_changes_nothing(store: Neo4jStore, driver: neo4j.AsyncDriver) -> None:

@@ -16,6 +16,7 @@ import hashlib
 import json
 
 from neo4j import AsyncDriver
+from neo4j.exceptions import ClientError
 
 from toolselect.keys import DEFAULT_TENANT
 from toolselect.store.neo4j import cypher
@@ -73,13 +74,26 @@ async def migrate(driver: AsyncDriver, database: str) -> int:
     count = 0
     for name in cypher.names("schema"):
         for statement in cypher.statements(name):
-            await driver.execute_query(statement, database_=database)
+            await _schema_rule(driver, database, statement)
             count += 1
     await driver.execute_query(q("await_indexes"), {"timeout_s": 300}, database_=database)
     await backfill_query_keys(driver, database)
     await backfill_used_names(driver, database)
     await driver.execute_query(q("set_schema_digest"), {"digest": digest()}, database_=database)
     return count
+
+
+async def _schema_rule(driver: AsyncDriver, database: str, statement: str) -> None:
+    """One `CREATE ... IF NOT EXISTS` of the schema. Processes migrating at once (`serve
+    --workers`, replicas started together on a new database) race to make each rule, and
+    `IF NOT EXISTS` does not stop the loser from finding the rule made meanwhile: it raises
+    `EquivalentSchemaRuleAlreadyExists`, which failed that process's start. The rule being
+    there is what the statement asked for."""
+    try:
+        await driver.execute_query(statement, database_=database)
+    except ClientError as exc:
+        if exc.code != "Neo.ClientError.Schema.EquivalentSchemaRuleAlreadyExists":
+            raise
 
 
 async def backfill_tenant(driver: AsyncDriver, database: str) -> int:
