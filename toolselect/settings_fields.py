@@ -12,32 +12,28 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+N = TypeVar("N", int, float)
+
+
+def _number_in(convert: Callable[[str], N], what: str, lo: N, hi: N) -> Callable[[str], N]:
+    def parse(text: str) -> N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise ValueError(f"expected {what}, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"expected a number in {lo}..{hi}, got {value}")
+        return value
+
+    return parse
 
 
 def int_in(lo: int, hi: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError(f"expected a whole number, got {text!r}") from None
-        if not lo <= value <= hi:
-            raise ValueError(f"expected a number in {lo}..{hi}, got {value}")
-        return value
-
-    return parse
+    return _number_in(int, "a whole number", lo, hi)
 
 
 def float_in(lo: float, hi: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError(f"expected a number, got {text!r}") from None
-        if not lo <= value <= hi:
-            raise ValueError(f"expected a number in {lo}..{hi}, got {value}")
-        return value
-
-    return parse
+    return _number_in(float, "a number", lo, hi)
 
 
 def one_of(*options: str) -> Callable[[str], str]:
