@@ -120,7 +120,6 @@ def select_remote(
     only bounds each connect and read). A refusal of the request (400, 413, 422) exits 2, as
     bad stdin does; any other error status (a key missing or refused, a server not ready)
     exits 1, as an unreachable server does."""
-    import os
     import urllib.error
     import urllib.parse
     import urllib.request
