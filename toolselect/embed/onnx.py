@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import os
 import shutil
 import tempfile
 import threading
@@ -25,6 +24,7 @@ import numpy as np
 
 from toolselect.embed.base import Vectors, normalise_rows
 from toolselect.errors import EmbedderError
+from toolselect.file_lock import FileLock
 
 DEFAULT_BATCH = 32
 DEFAULT_THREADS = 1
@@ -299,31 +299,24 @@ class OnnxEmbedder:
 @contextlib.contextmanager
 def _keeper(kept: Path) -> Iterator[bool]:
     """Whether this process is to write the kept graph `kept`: one process at a time, the one
-    that takes an exclusive lock on the folder beside it without waiting, and it first removes
+    that takes the lock file beside its folder without waiting (`FileLock.claim`), and it first removes
     the `.<name>.*` folders a process killed while writing left (only the lock's holder writes
     one). Spawns started together on a fresh folder each wrote the 90 MB graph, and every kill
     mid-write left one for good; the others now open the packaged model and keep nothing.
-    Without `fcntl` (not POSIX) every process may write it, as before; where the folder cannot
-    be made, none."""
-    try:
-        import fcntl
-    except ImportError:
-        yield True
-        return
+    Where the folder or the lock file cannot be made, none writes it."""
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)
-        folder = os.open(kept.parent, os.O_RDONLY)
+        # Beside the folder, not in it: the folder holds only kept graphs.
+        lock = FileLock(str(kept.parent.with_name(f"{kept.parent.name}.lock")))
     except OSError:
         yield False
         return
     try:
-        try:
-            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if not lock.claim():
             yield False
             return
         for left in kept.parent.glob(f".{kept.name}.*"):
             shutil.rmtree(left, ignore_errors=True)
         yield True
     finally:
-        os.close(folder)  # the lock goes with it
+        lock.close()  # the lock goes with it

@@ -21,6 +21,7 @@ from toolselect.clock import Clock, utc_now
 from toolselect.config import Settings, ignored_variables
 from toolselect.embed import embedder_for
 from toolselect.errors import NotReady, SpoolError, StoreUnavailable, ToolselectError
+from toolselect.file_lock import FileLock
 from toolselect.keys import DEFAULT_TENANT, tenant_file
 from toolselect.learn.refused import Refused, RefusedTurn, labelled_meanwhile
 from toolselect.metrics import Metrics
@@ -32,7 +33,6 @@ from toolselect.service.reachability import Reachability
 from toolselect.service.retention import RETENTION_CHECK_S
 from toolselect.service.snapshot import SnapshotKeeper, snapshot_path
 from toolselect.store.factory import open_store
-from toolselect.store.file_lock import FileLock
 from toolselect.store.spool import Spool
 
 # How often the store is asked for teacher turns a stopped process left undecided

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from toolselect.errors import SpoolError
+from toolselect.file_lock import FileLock
 from toolselect.records import Exemplar, OracleCall, Turn
 from toolselect.sqlite_wal import use_wal
-from toolselect.store.file_lock import FileLock
 from toolselect.store.port import TIER_STRENGTH
 from toolselect.store.rules import StoredLabel, check_tier, stored_label_of, supersedes
 
